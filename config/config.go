@@ -1,0 +1,261 @@
+// Package config owns mcp-patch's one configuration struct: its defaults,
+// validation, loading from a file, the environment and flags, and the JSON
+// Schema published by `mcp-patch config schema`. It must not open
+// connections or touch the hosts, the cluster or the intent repository.
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/invopop/jsonschema"
+	"sigs.k8s.io/yaml"
+)
+
+// Duration is a time.Duration written as Go duration text ("90s", "48h").
+type Duration time.Duration
+
+// MarshalJSON writes the duration as text.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads "90s"-style text.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"90s\" or \"48h\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// JSONSchema describes Duration for invopop/jsonschema.
+func (Duration) JSONSchema() *jsonschema.Schema {
+	return &jsonschema.Schema{Type: "string", Pattern: `^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`,
+		Description: "Go duration text, for example 90s, 5m or 48h"}
+}
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Mode limits what the server offers.
+type Mode string
+
+// Modes.
+const (
+	ModeNormal             Mode = "normal"              // every tool; destructive ones need a signed approval
+	ModeReadOnly           Mode = "read-only"           // only read-only tools are offered
+	ModeDisableDestructive Mode = "disable-destructive" // destructive tools are listed but always refuse
+)
+
+// Config is the whole configuration. Zero values are replaced by
+// DefaultConfig's before validation; units are in each field's comment.
+type Config struct {
+	// IntentRepo is the path of the intent repository's working copy (git).
+	IntentRepo string `json:"intent_repo,omitempty" jsonschema:"description=Path of the intent repository working copy (env MCP_PATCH_INTENT_REPO)"`
+	// Kubeconfig is an explicit kubeconfig path; empty follows kubectl's rules (KUBECONFIG, ~/.kube/config, in-cluster).
+	Kubeconfig string `json:"kubeconfig,omitempty" jsonschema:"description=Kubeconfig path; empty follows kubectl's loading rules"`
+	// Context is the kubeconfig context; empty means the current context.
+	Context string `json:"context,omitempty" jsonschema:"description=Kubeconfig context; empty means the current one"`
+	// StateDir holds the server's own state: used approval nonces, audit spill. Default ~/.local/state/mcp-patch.
+	StateDir string `json:"state_dir,omitempty" jsonschema:"description=Server state directory (used approval nonces)"`
+	// Identity names this server in the window Lease and cordon annotations. Default: hostname.
+	Identity string `json:"identity,omitempty" jsonschema:"description=Server identity for the window lock and cordon records; default is the hostname"`
+	// Mode is normal, read-only or disable-destructive.
+	Mode Mode `json:"mode,omitempty" jsonschema:"enum=normal,enum=read-only,enum=disable-destructive"`
+
+	Serve     Serve     `json:"serve"`
+	SSH       SSH       `json:"ssh"`
+	Approvals Approvals `json:"approvals"`
+	Git       Git       `json:"git"`
+	Kube      Kube      `json:"kube"`
+}
+
+// Serve configures the MCP transports.
+type Serve struct {
+	// HTTP is the listen address for streamable HTTP ("127.0.0.1:8765"); empty means stdio.
+	HTTP string `json:"http,omitempty" jsonschema:"description=Listen address for streamable HTTP; empty serves stdio"`
+	// TokenFile holds the bearer token HTTP clients must send.
+	TokenFile string `json:"token_file,omitempty"`
+	// TokenEnv names an environment variable holding the bearer token. Default MCP_PATCH_TOKEN.
+	TokenEnv string `json:"token_env,omitempty"`
+	// TLSCert and TLSKey enable HTTPS; both or neither. Required for a non-loopback address.
+	TLSCert string `json:"tls_cert,omitempty"`
+	TLSKey  string `json:"tls_key,omitempty"`
+}
+
+// SSH configures how hosts are reached.
+type SSH struct {
+	// User is the login user; non-root users run steps through sudo -n. Default root.
+	User string `json:"user,omitempty"`
+	// Port is the default SSH port. Default 22.
+	Port int `json:"port,omitempty" jsonschema:"minimum=1,maximum=65535"`
+	// KnownHosts are OpenSSH known_hosts files; unknown or changed keys are refused. Default ~/.ssh/known_hosts.
+	KnownHosts []string `json:"known_hosts,omitempty"`
+	// KeyFiles are private keys to offer; the agent (SSH_AUTH_SOCK) is used as well when set.
+	KeyFiles []string `json:"key_files,omitempty"`
+	// Jump is an optional bastion, host[:port] or an inventory node name.
+	Jump string `json:"jump,omitempty"`
+	// Inventory is a YAML file mapping node names to addresses, ports and users; it overrides the cluster's InternalIP.
+	Inventory string `json:"inventory,omitempty"`
+	// Concurrency bounds fan-out across hosts. Default 50.
+	Concurrency int `json:"concurrency,omitempty" jsonschema:"minimum=1,maximum=1000"`
+	// DialTimeout bounds a connection attempt. Default 10s.
+	DialTimeout Duration `json:"dial_timeout,omitempty"`
+	// CommandTimeout bounds one host step. Default 10m.
+	CommandTimeout Duration `json:"command_timeout,omitempty"`
+	// RebootTimeout bounds how long a trial boot waits for the host before it calls for console access. Default 15m.
+	RebootTimeout Duration `json:"reboot_timeout,omitempty"`
+}
+
+// Approvals configures signed approvals.
+type Approvals struct {
+	// AllowedSigners is the allowed_signers file (git's format) listing who may approve.
+	AllowedSigners string `json:"allowed_signers,omitempty"`
+	// TTL is how long an approval request stays valid. Default 30m.
+	TTL Duration `json:"ttl,omitempty"`
+}
+
+// Git configures how findings are committed to the intent repository.
+type Git struct {
+	AuthorName  string `json:"author_name,omitempty"`
+	AuthorEmail string `json:"author_email,omitempty"`
+	// Branch is the working branch; default mcp-patch/round-<round id>. Never a protected branch.
+	Branch string `json:"branch,omitempty"`
+	// Protected branches are never committed to. Default main, master.
+	Protected []string `json:"protected,omitempty"`
+	// Remote, when set, is pushed to after each commit (over SSH, known_hosts checked).
+	Remote string `json:"remote,omitempty"`
+}
+
+// Kube configures the Kubernetes side.
+type Kube struct {
+	// LeaseNamespace holds the window lock Lease. Default kube-system.
+	LeaseNamespace string `json:"lease_namespace,omitempty"`
+	// EtcdEndpoints, when set, are dialled directly for the etcd gate; else through SSH to control-plane nodes.
+	EtcdEndpoints []string `json:"etcd_endpoints,omitempty"`
+	// EtcdCA, EtcdCert, EtcdKey are client TLS files for etcd (kubeadm's healthcheck-client).
+	EtcdCA   string `json:"etcd_ca,omitempty"`
+	EtcdCert string `json:"etcd_cert,omitempty"`
+	EtcdKey  string `json:"etcd_key,omitempty"`
+	// DrainTimeout bounds one drain. Default 10m.
+	DrainTimeout Duration `json:"drain_timeout,omitempty"`
+	// EvictRetry is the pause between eviction retries blocked by a PDB. Default 5s; never zero.
+	EvictRetry Duration `json:"evict_retry,omitempty"`
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	home, _ := os.UserHomeDir()
+	host, _ := os.Hostname()
+	return Config{
+		StateDir: filepath.Join(home, ".local", "state", "mcp-patch"),
+		Identity: host,
+		Mode:     ModeNormal,
+		Serve:    Serve{TokenEnv: "MCP_PATCH_TOKEN"},
+		SSH: SSH{
+			User: "root", Port: 22,
+			KnownHosts:     []string{filepath.Join(home, ".ssh", "known_hosts")},
+			Concurrency:    50,
+			DialTimeout:    Duration(10 * time.Second),
+			CommandTimeout: Duration(10 * time.Minute),
+			RebootTimeout:  Duration(15 * time.Minute),
+		},
+		Approvals: Approvals{TTL: Duration(30 * time.Minute)},
+		Git:       Git{AuthorName: "mcp-patch", AuthorEmail: "mcp-patch@localhost", Protected: []string{"main", "master"}},
+		Kube:      Kube{LeaseNamespace: "kube-system", DrainTimeout: Duration(10 * time.Minute), EvictRetry: Duration(5 * time.Second)},
+	}
+}
+
+// Load reads a YAML or JSON config file over the defaults. Unknown fields are errors.
+func Load(path string) (Config, error) {
+	c := DefaultConfig()
+	if path == "" {
+		return c, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("read config: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return c, fmt.Errorf("parse config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ApplyEnv overrides fields from the environment (getenv is injected).
+func (c *Config) ApplyEnv(getenv func(string) string) {
+	if v := getenv("MCP_PATCH_INTENT_REPO"); v != "" {
+		c.IntentRepo = v
+	}
+	if v := getenv("MCP_PATCH_STATE_DIR"); v != "" {
+		c.StateDir = v
+	}
+	if v := getenv("MCP_PATCH_ALLOWED_SIGNERS"); v != "" {
+		c.Approvals.AllowedSigners = v
+	}
+}
+
+// Validate reports every problem, each naming its field.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("config %s: %s", field, fmt.Sprintf(format, a...)))
+	}
+	switch c.Mode {
+	case ModeNormal, ModeReadOnly, ModeDisableDestructive:
+	default:
+		bad("mode", "%q is not normal, read-only or disable-destructive", c.Mode)
+	}
+	if (c.Serve.TLSCert == "") != (c.Serve.TLSKey == "") {
+		bad("serve.tls_cert/tls_key", "set both or neither")
+	}
+	if c.Serve.HTTP != "" {
+		if _, _, err := net.SplitHostPort(c.Serve.HTTP); err != nil {
+			bad("serve.http", "%q is not host:port: %v", c.Serve.HTTP, err)
+		}
+	}
+	if c.SSH.Port < 1 || c.SSH.Port > 65535 {
+		bad("ssh.port", "%d is out of range", c.SSH.Port)
+	}
+	if c.SSH.Concurrency < 1 {
+		bad("ssh.concurrency", "must be at least 1")
+	}
+	for name, d := range map[string]Duration{"ssh.dial_timeout": c.SSH.DialTimeout, "ssh.command_timeout": c.SSH.CommandTimeout,
+		"ssh.reboot_timeout": c.SSH.RebootTimeout, "approvals.ttl": c.Approvals.TTL,
+		"kube.drain_timeout": c.Kube.DrainTimeout, "kube.evict_retry": c.Kube.EvictRetry} {
+		if d <= 0 {
+			bad(name, "must be positive")
+		}
+	}
+	if c.Approvals.TTL.D() > 24*time.Hour {
+		bad("approvals.ttl", "%s is longer than 24h; approvals are meant to be fresh", c.Approvals.TTL.D())
+	}
+	for _, p := range c.Git.Protected {
+		if p == c.Git.Branch && p != "" {
+			bad("git.branch", "%q is a protected branch", p)
+		}
+	}
+	if strings.TrimSpace(c.Identity) == "" {
+		bad("identity", "must not be empty")
+	}
+	return errors.Join(errs...)
+}
+
+// Schema returns the JSON Schema of the config file.
+func Schema() ([]byte, error) {
+	r := &jsonschema.Reflector{DoNotReference: true, AllowAdditionalProperties: false, RequiredFromJSONSchemaTags: true}
+	s := r.Reflect(&Config{})
+	s.ID = "https://mcp-patch.invalid/config.schema.json"
+	s.Title = "mcp-patch configuration"
+	return json.MarshalIndent(s, "", "  ")
+}

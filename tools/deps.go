@@ -1,0 +1,81 @@
+package tools
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"mcp-patch/config"
+)
+
+// Mode limits what the server offers (see config.Mode).
+type Mode = config.Mode
+
+// Modes, re-exported for handlers.
+const (
+	ModeNormal             = config.ModeNormal
+	ModeReadOnly           = config.ModeReadOnly
+	ModeDisableDestructive = config.ModeDisableDestructive
+)
+
+// Deps is what handlers reach the world through. Fields that need a live
+// connection are constructed lazily by their owners, so read_intent works
+// without a cluster.
+type Deps struct {
+	Config *config.Config
+	Log    *slog.Logger
+	Now    func() time.Time
+	Mode   Mode
+
+	// Audit receives one record per tool call; nil discards.
+	Audit func(ctx context.Context, rec AuditRecord)
+}
+
+// modeRefuses says whether a mode forbids a kind of tool.
+func modeRefuses(m Mode, k Kind) bool {
+	switch m {
+	case ModeReadOnly:
+		return k != ReadOnly
+	case ModeDisableDestructive:
+		return k == Destructive
+	}
+	return false
+}
+
+// AuditRecord is what every tool call leaves behind. Arguments are kept as a
+// digest only, never verbatim (they may carry approvals).
+type AuditRecord struct {
+	Time       time.Time `json:"time"`
+	Tool       string    `json:"tool"`
+	Kind       string    `json:"kind"`
+	ArgsDigest string    `json:"args_digest"`
+	Node       string    `json:"node,omitempty"`
+	Status     Status    `json:"status"`
+	Reasons    []string  `json:"reasons,omitempty"`
+}
+
+func (d *Deps) audit(ctx context.Context, spec Spec, in any, res *Result) {
+	if d.Audit == nil {
+		return
+	}
+	b, _ := json.Marshal(in)
+	sum := sha256.Sum256(b)
+	rec := AuditRecord{Time: d.now(), Tool: spec.Name, Kind: spec.Kind.String(),
+		ArgsDigest: "sha256:" + hex.EncodeToString(sum[:]), Status: res.Status, Reasons: res.Reasons}
+	var n struct {
+		Node string `json:"node"`
+	}
+	_ = json.Unmarshal(b, &n)
+	rec.Node = n.Node
+	d.Audit(ctx, rec)
+}
+
+func (d *Deps) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}

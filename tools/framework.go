@@ -1,0 +1,354 @@
+// Package tools is mcp-patch's MCP surface: one file per tool with typed
+// input and output, annotations and a handler, registered both on the MCP
+// server and as a CLI subcommand (`mcp-patch tool NAME`). Handlers decide
+// and act through the small interfaces declared in deps.go; this package
+// must not import client-go, x/crypto/ssh or go-git directly.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Status is the outcome every tool reports.
+type Status string
+
+// The statuses. Only ok and in_progress are not errors.
+const (
+	StatusOK               Status = "ok"
+	StatusRefused          Status = "refused"
+	StatusFailed           Status = "failed"
+	StatusApprovalRequired Status = "approval_required"
+	StatusInProgress       Status = "in_progress"
+)
+
+// IsError reports whether a result with this status is an error result.
+func (s Status) IsError() bool { return s != StatusOK && s != StatusInProgress }
+
+// Result is embedded in every tool's output.
+type Result struct {
+	Status     Status   `json:"status" jsonschema:"ok, refused, failed, approval_required or in_progress"`
+	Reasons    []string `json:"reasons" jsonschema:"why the status is what it is, one fact per entry"`
+	NextAction string   `json:"next_action" jsonschema:"what to do next, in plain words"`
+	// Approval is set when Status is approval_required.
+	Approval *ApprovalNeeded `json:"approval,omitempty" jsonschema:"the request a person must sign, when status is approval_required"`
+}
+
+func (r *Result) result() *Result { return r }
+
+type output interface{ result() *Result }
+
+// ApprovalNeeded tells the agent exactly what a person must sign.
+type ApprovalNeeded struct {
+	Request    string   `json:"request" jsonschema:"the exact request text to be signed; pass it to a person unchanged"`
+	Summary    []string `json:"summary" jsonschema:"the request in plain words"`
+	Command    string   `json:"command" jsonschema:"the command a person runs to sign it"`
+	AltCommand string   `json:"alt_command" jsonschema:"the same with plain ssh-keygen"`
+	ExpiresAt  string   `json:"expires_at" jsonschema:"RFC 3339 time after which the request is void"`
+}
+
+// Refusal is an error a handler returns to refuse: nothing was done.
+type Refusal struct {
+	Reasons    []string
+	NextAction string
+}
+
+func (r *Refusal) Error() string { return strings.Join(r.Reasons, "; ") }
+
+// Refuse builds a Refusal.
+func Refuse(next string, reasons ...string) error {
+	return &Refusal{Reasons: reasons, NextAction: next}
+}
+
+// Failure is an error a handler returns when a step ran and failed.
+type Failure struct {
+	Reasons    []string
+	NextAction string
+}
+
+func (f *Failure) Error() string { return strings.Join(f.Reasons, "; ") }
+
+// Fail builds a Failure.
+func Fail(next string, reasons ...string) error { return &Failure{Reasons: reasons, NextAction: next} }
+
+// Kind sorts tools by what they may change.
+type Kind int
+
+// Kinds.
+const (
+	ReadOnly    Kind = iota // changes nothing anywhere
+	Write                   // changes something, not destructively; no approval
+	Destructive             // needs a person's signed approval bound to the plan
+)
+
+func (k Kind) String() string {
+	return [...]string{"read-only", "write", "destructive"}[k]
+}
+
+// Spec describes a tool: its name, words for the agent and annotations.
+type Spec struct {
+	Name        string
+	Title       string
+	Description string
+	Kind        Kind
+	Idempotent  bool
+	OpenWorld   bool
+}
+
+func (s Spec) annotations() *mcp.ToolAnnotations {
+	return &mcp.ToolAnnotations{
+		Title:           s.Title,
+		ReadOnlyHint:    s.Kind == ReadOnly,
+		DestructiveHint: ptr(s.Kind == Destructive),
+		IdempotentHint:  s.Idempotent,
+		OpenWorldHint:   ptr(s.OpenWorld),
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Progress reports progress of a long step; total 0 means unknown.
+type Progress func(done, total float64, message string)
+
+// Tool is one registered verb, callable over MCP and from the CLI.
+type Tool interface {
+	Spec() Spec
+	// InputSchema and OutputSchema are the JSON Schemas of the tool.
+	InputSchema() *jsonschema.Schema
+	OutputSchema() *jsonschema.Schema
+	// NewInput returns a pointer to a zero input, for CLI flags.
+	NewInput() any
+	// CallJSON runs the tool on JSON arguments; the returned value is the
+	// structured output and its Result.
+	CallJSON(ctx context.Context, d *Deps, args json.RawMessage, p Progress) (any, *Result)
+	addTo(s *mcp.Server, d *Deps)
+}
+
+// Handler is a tool's typed handler. A returned error becomes the result:
+// *Refusal → refused, *Failure → failed, anything else → failed.
+type Handler[In any, Out any] func(ctx context.Context, d *Deps, in In, p Progress) (Out, error)
+
+type typedTool[In any, Out any, PO interface {
+	*Out
+	output
+}] struct {
+	spec   Spec
+	handle Handler[In, Out]
+	in     *jsonschema.Schema
+	out    *jsonschema.Schema
+}
+
+// New builds a Tool from a spec and a typed handler. It panics on a schema
+// that cannot be derived (a programming error, caught by tests).
+func New[In any, Out any, PO interface {
+	*Out
+	output
+}](spec Spec, h Handler[In, Out]) Tool {
+	in, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: input schema: %v", spec.Name, err))
+	}
+	constrainNames(in)
+	out, err := jsonschema.For[Out](nil)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: output schema: %v", spec.Name, err))
+	}
+	return &typedTool[In, Out, PO]{spec: spec, handle: h, in: in, out: out}
+}
+
+func (t *typedTool[In, Out, PO]) Spec() Spec                      { return t.spec }
+func (t *typedTool[In, Out, PO]) InputSchema() *jsonschema.Schema  { return t.in }
+func (t *typedTool[In, Out, PO]) OutputSchema() *jsonschema.Schema { return t.out }
+func (t *typedTool[In, Out, PO]) NewInput() any                    { return new(In) }
+
+// run calls the handler, turns errors into results and fills defaults.
+func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, p Progress) (Out, *Result) {
+	var out Out
+	var err error
+	if modeRefuses(d.Mode, t.spec.Kind) {
+		err = Refuse("Use a read-only tool, or ask the operator to restart the server without this mode.",
+			fmt.Sprintf("the server runs in %s mode: %s tool %s is disabled", d.Mode, t.spec.Kind, t.spec.Name))
+	} else {
+		out, err = t.handle(ctx, d, in, p)
+	}
+	res := PO(&out).result()
+	if err != nil {
+		var ref *Refusal
+		var fail *Failure
+		switch {
+		case errors.As(err, &ref):
+			res.Status, res.Reasons, res.NextAction = StatusRefused, ref.Reasons, ref.NextAction
+		case errors.As(err, &fail):
+			res.Status, res.Reasons, res.NextAction = StatusFailed, fail.Reasons, fail.NextAction
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+			res.Status, res.Reasons = StatusFailed, []string{t.spec.Name + ": " + err.Error()}
+			res.NextAction = "The call was cut short; call it again to see where the step stands."
+		default:
+			res.Status, res.Reasons = StatusFailed, []string{t.spec.Name + ": " + err.Error()}
+			res.NextAction = "Read the reasons; fix the cause or ask a person, then call again."
+		}
+	}
+	if res.Status == "" {
+		res.Status = StatusOK
+	}
+	if res.Reasons == nil {
+		res.Reasons = []string{}
+	}
+	if res.NextAction == "" && res.Status == StatusOK {
+		res.NextAction = "Continue with the next step of the round (round_status tells which)."
+	}
+	d.audit(ctx, t.spec, in, res)
+	return out, res
+}
+
+func (t *typedTool[In, Out, PO]) CallJSON(ctx context.Context, d *Deps, args json.RawMessage, p Progress) (any, *Result) {
+	var in In
+	if len(args) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(args)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil {
+			var out Out
+			res := PO(&out).result()
+			res.Status, res.Reasons = StatusRefused, []string{"invalid input: " + err.Error()}
+			res.NextAction = "Fix the input to match the tool's input schema."
+			return &out, res
+		}
+	}
+	if err := t.resolvedIn().Validate(toMap(in)); err != nil {
+		var out Out
+		res := PO(&out).result()
+		res.Status, res.Reasons = StatusRefused, []string{"invalid input: " + err.Error()}
+		res.NextAction = "Fix the input to match the tool's input schema."
+		return &out, res
+	}
+	out, res := t.run(ctx, d, in, p)
+	return &out, res
+}
+
+func (t *typedTool[In, Out, PO]) resolvedIn() *jsonschema.Resolved {
+	r, err := t.in.Resolve(nil)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+func toMap(v any) map[string]any {
+	b, _ := json.Marshal(v)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return m
+}
+
+func (t *typedTool[In, Out, PO]) addTo(s *mcp.Server, d *Deps) {
+	tool := &mcp.Tool{
+		Name:         t.spec.Name,
+		Title:        t.spec.Title,
+		Description:  t.spec.Description,
+		Annotations:  t.spec.annotations(),
+		InputSchema:  t.in,
+		OutputSchema: t.out,
+	}
+	mcp.AddTool(s, tool, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		p := func(done, total float64, msg string) {}
+		if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+			p = func(done, total float64, msg string) {
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: tok, Progress: done, Total: total, Message: msg})
+			}
+		}
+		out, res := t.run(ctx, d, in, p)
+		b, err := json.Marshal(out)
+		if err != nil {
+			return nil, out, fmt.Errorf("encode %s output: %w", t.spec.Name, err)
+		}
+		return &mcp.CallToolResult{
+			IsError: res.Status.IsError(),
+			Content: []mcp.Content{&mcp.TextContent{Text: string(b)}},
+		}, out, nil
+	})
+}
+
+// nodeName is a DNS-1123 label or subdomain without a leading dash: what
+// Kubernetes accepts as a node name, and nothing a shell would interpret.
+var nodeName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+
+// NodePattern is the JSON Schema pattern for node names.
+const NodePattern = `^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`
+
+// ValidNode checks a node name.
+func ValidNode(name string) error {
+	if name == "" {
+		return Refuse("Name a node from plan_round's order.", "node is required")
+	}
+	if len(name) > 253 || !nodeName.MatchString(name) {
+		return Refuse("Use the node's Kubernetes name (lower-case letters, digits, '-' and '.').",
+			fmt.Sprintf("node %q is not a valid node name (DNS-1123, no leading dash)", name))
+	}
+	return nil
+}
+
+// constrainNames puts the node-name pattern on every property called node
+// or nodes, so clients see the rule in the schema.
+func constrainNames(s *jsonschema.Schema) {
+	for name, p := range s.Properties {
+		switch name {
+		case "node":
+			p.Pattern = NodePattern
+			p.MaxLength = ptr(253)
+		case "nodes":
+			if p.Items != nil {
+				p.Items.Pattern = NodePattern
+			}
+		}
+	}
+}
+
+// Registry is the ordered set of tools.
+type Registry struct{ tools []Tool }
+
+// Add appends tools; a duplicate name panics.
+func (r *Registry) Add(ts ...Tool) {
+	for _, t := range ts {
+		if r.Get(t.Spec().Name) != nil {
+			panic("duplicate tool " + t.Spec().Name)
+		}
+		r.tools = append(r.tools, t)
+	}
+}
+
+// Get returns the named tool or nil.
+func (r *Registry) Get(name string) Tool {
+	for _, t := range r.tools {
+		if t.Spec().Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// All returns the tools sorted by name.
+func (r *Registry) All() []Tool {
+	ts := slices.Clone(r.tools)
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Spec().Name < ts[j].Spec().Name })
+	return ts
+}
+
+// Register adds the tools a mode offers to an MCP server.
+func (r *Registry) Register(s *mcp.Server, d *Deps) {
+	for _, t := range r.All() {
+		if d.Mode == ModeReadOnly && t.Spec().Kind != ReadOnly {
+			continue
+		}
+		t.addTo(s, d)
+	}
+}
