@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"mcp-patch/config"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Mode limits what the server offers (see config.Mode).
@@ -29,6 +31,9 @@ type Deps struct {
 	Log    *slog.Logger
 	Now    func() time.Time
 	Mode   Mode
+
+	// Resources, when set, adds MCP resources (the intent documents).
+	Resources func(s *mcp.Server)
 
 	// Audit receives one record per tool call; nil discards.
 	Audit func(ctx context.Context, rec AuditRecord)

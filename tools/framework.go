@@ -165,7 +165,7 @@ func New[In any, Out any, PO interface {
 	return &typedTool[In, Out, PO]{spec: spec, handle: h, in: in, out: out}
 }
 
-func (t *typedTool[In, Out, PO]) Spec() Spec                      { return t.spec }
+func (t *typedTool[In, Out, PO]) Spec() Spec                       { return t.spec }
 func (t *typedTool[In, Out, PO]) InputSchema() *jsonschema.Schema  { return t.in }
 func (t *typedTool[In, Out, PO]) OutputSchema() *jsonschema.Schema { return t.out }
 func (t *typedTool[In, Out, PO]) NewInput() any                    { return new(In) }

@@ -1,0 +1,152 @@
+package cli
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"mcp-patch/config"
+	"mcp-patch/tools"
+)
+
+func runServe(ctx context.Context, g *globals, args []string, stdio IO) error {
+	fs := subFlags("serve", g, stdio)
+	httpAddr := fs.String("http", "", "serve streamable HTTP on this address (loopback by default) instead of stdio")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token HTTP clients must send")
+	tokenEnv := fs.String("token-env", "", "environment variable holding the bearer token (default MCP_PATCH_TOKEN)")
+	tlsCert := fs.String("tls-cert", "", "TLS certificate (PEM) for HTTPS")
+	tlsKey := fs.String("tls-key", "", "TLS key (PEM) for HTTPS")
+	if err := parseSub(fs, g, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("serve: unexpected arguments %q", fs.Args())
+	}
+	c, err := g.load(stdio.Getenv)
+	if err != nil {
+		return err
+	}
+	if *httpAddr != "" {
+		c.Serve.HTTP = *httpAddr
+	}
+	if *tokenFile != "" {
+		c.Serve.TokenFile = *tokenFile
+	}
+	if *tokenEnv != "" {
+		c.Serve.TokenEnv = *tokenEnv
+	}
+	if *tlsCert != "" || *tlsKey != "" {
+		c.Serve.TLSCert, c.Serve.TLSKey = *tlsCert, *tlsKey
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	log, err := g.logger(stdio.Stderr)
+	if err != nil {
+		return usageError{err}
+	}
+	d, cleanup, err := buildDeps(ctx, &c, log)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	server := tools.NewServer(tools.Builtin(), d, Version)
+	if c.Serve.HTTP == "" {
+		log.Info("serving MCP on stdio", "mode", c.Mode)
+		err := server.Run(ctx, &mcp.StdioTransport{})
+		if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	return serveHTTP(ctx, &c, server, stdio, log)
+}
+
+// httpGuard checks the rules for the HTTP transport and returns the token.
+func httpGuard(c *config.Config, getenv func(string) string) (string, error) {
+	host, _, err := net.SplitHostPort(c.Serve.HTTP)
+	if err != nil {
+		return "", usagef("--http %q: %v", c.Serve.HTTP, err)
+	}
+	token := ""
+	if c.Serve.TokenFile != "" {
+		b, err := os.ReadFile(c.Serve.TokenFile)
+		if err != nil {
+			return "", fmt.Errorf("read token file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	} else if c.Serve.TokenEnv != "" {
+		token = strings.TrimSpace(getenv(c.Serve.TokenEnv))
+	}
+	if token == "" {
+		return "", fmt.Errorf("serve --http needs a bearer token: set --token-file or the %s environment variable", c.Serve.TokenEnv)
+	}
+	if len(token) < 16 {
+		return "", errors.New("the bearer token is shorter than 16 characters; use a long random one (e.g. openssl rand -hex 32)")
+	}
+	if !isLoopback(host) && (c.Serve.TLSCert == "" || c.Serve.TLSKey == "") {
+		return "", fmt.Errorf("refusing to serve on non-loopback address %q without TLS: set --tls-cert and --tls-key", host)
+	}
+	return token, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func serveHTTP(ctx context.Context, c *config.Config, server *mcp.Server, stdio IO, log *slog.Logger) error {
+	token, err := httpGuard(c, stdio.Getenv)
+	if err != nil {
+		return err
+	}
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{Logger: log})
+	verify := func(_ context.Context, got string, _ *http.Request) (*auth.TokenInfo, error) {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{UserID: "bearer", Expiration: time.Now().Add(time.Hour)}, nil
+	}
+	handler := auth.RequireBearerToken(verify, nil)(mcpHandler)
+	ln, err := net.Listen("tcp", c.Serve.HTTP)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.Serve.HTTP, err)
+	}
+	scheme := "http"
+	if c.Serve.TLSCert != "" {
+		scheme = "https"
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stdio.Stderr, "mcp-patch: serving MCP on %s://%s/ (bearer token required)\n", scheme, ln.Addr())
+	errc := make(chan error, 1)
+	go func() {
+		if c.Serve.TLSCert != "" {
+			errc <- srv.ServeTLS(ln, c.Serve.TLSCert, c.Serve.TLSKey)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(shut)
+	}
+}

@@ -1,0 +1,27 @@
+package tools
+
+import (
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Instructions tell the agent how a round works and how approvals reach a
+// person. They are sent at initialize.
+const Instructions = `mcp-patch runs the OS and kernel patch round of a Kubernetes GPU cluster, one node at a time.
+
+Work from the intent documents (read_intent; also MCP resources intent://<component>/<file>): they say what each platform component must keep true. Then:
+1. plan_round: the order (control-plane nodes first, the one holding the Postgres primary and the API VIP last among them; a canary GPU server; then the other GPU servers) and a baseline of stack health.
+2. For each node, one window at a time: inspect_node, simulate_upgrade (any package removal or a missing hold stops the round), download_updates, snapshot_node, drain_node, install_updates, trial_boot (the new kernel boots once; the old one stays default), verify_node, uncordon_node, gpu_acceptance (GPU servers), promote_kernel, check_gate. check_gate must be green before the next node's drain.
+3. Close: fleet_check (every node on the target kernel), the soak, autoremove, then record_lesson for what you learned and round_status for the report.
+
+Every result has status, reasons and next_action: follow next_action. Destructive tools (drain_node, install_updates, trial_boot, promote_kernel, autoremove, fallback_drill) first answer approval_required with a request text: give that text to a person unchanged together with the command shown; they sign it with their SSH key (mcp-patch approve, or ssh-keygen -Y sign -n mcp-patch) and hand back the approval, which you pass as the "approval" argument of the same call. You cannot approve your own request. An approval is bound to the exact plan: if the host changed, the call is refused and a new approval is needed. A failed check stops the round until a person records a signed resume or abort (record_decision). Steps that wait (trial_boot, install_updates, drain_node) answer in_progress: call them again with the same arguments to see where they stand. When the live system contradicts an intent document, do not work around it: flag it with record_lesson kind=open_question against the property.`
+
+// NewServer builds the MCP server with every tool the mode offers.
+func NewServer(reg *Registry, d *Deps, version string) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "mcp-patch", Title: "mcp-patch", Version: version},
+		&mcp.ServerOptions{Instructions: Instructions, Logger: d.Log})
+	reg.Register(s, d)
+	if d.Resources != nil {
+		d.Resources(s)
+	}
+	return s
+}
