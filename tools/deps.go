@@ -32,6 +32,9 @@ type Deps struct {
 	Now    func() time.Time
 	Mode   Mode
 
+	// Approvals verifies signed approvals; nil refuses every destructive step.
+	Approvals Approvals
+
 	// Resources, when set, adds MCP resources (the intent documents).
 	Resources func(s *mcp.Server)
 

@@ -184,7 +184,15 @@ func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, p Prog
 	if err != nil {
 		var ref *Refusal
 		var fail *Failure
+		if n, ok := isNeedApproval(err); ok {
+			a := n.ApprovalNeeded
+			res.Status, res.Approval = StatusApprovalRequired, &a
+			res.Reasons = []string{t.spec.Name + " is destructive: a person must sign the request before anything runs", "nothing was executed"}
+			res.NextAction = "Give approval.request to a person unchanged with approval.command; when they hand back the signed approval, call " + t.spec.Name + " again with the same arguments plus approval."
+			err = nil
+		}
 		switch {
+		case err == nil:
 		case errors.As(err, &ref):
 			res.Status, res.Reasons, res.NextAction = StatusRefused, ref.Reasons, ref.NextAction
 		case errors.As(err, &fail):

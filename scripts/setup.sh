@@ -1,0 +1,40 @@
+#!/bin/sh
+# Installs everything mcp-patch's demo and tests need on a fresh Debian 12
+# machine: Debian packages (with apt-get), Go modules, the npm MCP client used
+# by the interoperability test, and the real control plane (built once into a
+# cache). Safe to run again: each part is skipped when already present.
+set -eu
+cd "$(dirname "$0")/.."
+
+pkgs="openssh-server openssh-client grub2-common shellcheck pssh ansible git sudo ca-certificates iproute2"
+missing=""
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	echo "setup: installing Debian packages:$missing"
+	as_root=""
+	[ "$(id -u)" -eq 0 ] || as_root="sudo"
+	# Keep package scripts from starting services (sshd) on this machine:
+	# the tests start their own on loopback.
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' | $as_root tee /usr/sbin/policy-rc.d >/dev/null
+		$as_root chmod +x /usr/sbin/policy-rc.d
+	fi
+	$as_root apt-get update -qq
+	# shellcheck disable=SC2086
+	DEBIAN_FRONTEND=noninteractive $as_root apt-get install -y -qq --no-install-recommends $missing
+fi
+
+echo "setup: Go modules"
+go mod download
+
+if [ -f test/interop/package.json ] && [ ! -d test/interop/node_modules/@modelcontextprotocol/sdk ]; then
+	echo "setup: npm MCP client for the interoperability test"
+	(cd test/interop && npm install --no-audit --no-fund --silent)
+fi
+
+if [ -x scripts/build-controlplane.sh ]; then
+	echo "setup: control plane (built once, then cached)"
+	scripts/build-controlplane.sh
+fi

@@ -1,0 +1,121 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ApprovalArg is embedded in the input of every destructive tool.
+type ApprovalArg struct {
+	Approval string `json:"approval,omitempty" jsonschema:"the signed approval a person handed back (request text followed by the SSH signature); omit it to get the request to sign"`
+}
+
+func (a ApprovalArg) approval() string { return a.Approval }
+
+type approvable interface{ approval() string }
+
+// Plan is what a destructive step would do, computed from the live host and
+// cluster just before acting. Its digest is what a person signs.
+type Plan struct {
+	Node    string
+	Round   string
+	Digest  string
+	Summary []string
+}
+
+// Approved identifies a verified approval.
+type Approved struct {
+	ID          string // nonce
+	Principal   string
+	Fingerprint string
+}
+
+// Approvals issues requests and checks signed approvals (policy package).
+type Approvals interface {
+	// Request returns the canonical request text a person signs, its
+	// plain-words summary and its expiry.
+	Request(tool string, p Plan) (text string, expires time.Time, err error)
+	// Verify checks an approval against what this call would do. It does not
+	// use the approval up; a refused call leaves it valid.
+	Verify(approval, tool string, p Plan) (Approved, error)
+	// Consume makes the approval single-use, durably, just before acting.
+	Consume(a Approved) error
+}
+
+// needApproval is returned by the chokepoint when no approval was given.
+type needApproval struct{ ApprovalNeeded }
+
+func (n *needApproval) Error() string { return "approval required" }
+
+// Steps describes the three parts of a destructive tool: the live
+// plan (decide), an optional re-entry for a step already in flight, and the
+// action (do), which runs only behind a verified, consumed approval.
+type Steps[In approvable, Out any] struct {
+	// Plan re-checks the live system and computes the plan digest. It must
+	// change nothing.
+	Plan func(ctx context.Context, d *Deps, in In) (Plan, error)
+	// Reenter, when set, reports on a step already in flight for this node
+	// (handled=true) without asking for a new approval.
+	Reenter func(ctx context.Context, d *Deps, in In, p Progress) (out Out, handled bool, err error)
+	// Do performs the step.
+	Do func(ctx context.Context, d *Deps, in In, plan Plan, a Approved, p Progress) (Out, error)
+}
+
+// NewDestructive builds a destructive tool whose action runs only behind a
+// valid approval bound to the freshly computed plan: the one chokepoint
+// every destructive step goes through.
+func NewDestructive[In approvable, Out any, PO interface {
+	*Out
+	output
+}](spec Spec, t Steps[In, Out]) Tool {
+	spec.Kind = Destructive
+	h := func(ctx context.Context, d *Deps, in In, p Progress) (Out, error) {
+		var zero Out
+		if t.Reenter != nil {
+			out, handled, err := t.Reenter(ctx, d, in, p)
+			if handled {
+				return out, err
+			}
+		}
+		plan, err := t.Plan(ctx, d, in)
+		if err != nil {
+			return zero, err
+		}
+		if d.Approvals == nil {
+			return zero, Refuse("Ask the operator to configure approvals.allowed_signers and restart the server.",
+				"no allowed_signers file is configured, so no approval can be verified and no destructive step can run")
+		}
+		if in.approval() == "" {
+			text, exp, err := d.Approvals.Request(spec.Name, plan)
+			if err != nil {
+				return zero, fmt.Errorf("build approval request: %w", err)
+			}
+			return zero, &needApproval{ApprovalNeeded{
+				Request:    text,
+				Summary:    plan.Summary,
+				Command:    "mcp-patch approve request.txt   (save the request text as request.txt; prints the approval to hand back)",
+				AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 request.txt && cat request.txt request.txt.sig",
+				ExpiresAt:  exp.UTC().Format(time.RFC3339),
+			}}
+		}
+		a, err := d.Approvals.Verify(in.approval(), spec.Name, plan)
+		if err != nil {
+			return zero, Refuse("Ask a person to sign a new request: call again without the approval to get it.",
+				"approval refused: "+err.Error(), "nothing was executed")
+		}
+		if err := d.Approvals.Consume(a); err != nil {
+			return zero, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was executed")
+		}
+		d.Log.Info("approved step", "tool", spec.Name, "node", plan.Node, "round", plan.Round, "principal", a.Principal, "approval", a.ID)
+		return t.Do(ctx, d, in, plan, a, p)
+	}
+	return New[In, Out, PO](spec, h)
+}
+
+func isNeedApproval(err error) (*needApproval, bool) {
+	var n *needApproval
+	ok := errors.As(err, &n)
+	return n, ok
+}

@@ -1,0 +1,297 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"mcp-patch/config"
+)
+
+type echoIn struct {
+	Node string `json:"node" jsonschema:"a node"`
+	Fail string `json:"fail,omitempty" jsonschema:"refuse or fail"`
+}
+type echoOut struct {
+	Result
+	Echo string `json:"echo"`
+}
+
+func echoTool() Tool {
+	return New[echoIn, echoOut](Spec{Name: "echo", Title: "Echo", Description: "echo", Kind: ReadOnly, Idempotent: true},
+		func(ctx context.Context, d *Deps, in echoIn, p Progress) (echoOut, error) {
+			if err := ValidNode(in.Node); err != nil {
+				return echoOut{}, err
+			}
+			p(1, 2, "half")
+			switch in.Fail {
+			case "refuse":
+				return echoOut{}, Refuse("do something else", "refused on purpose")
+			case "fail":
+				return echoOut{}, Fail("look at the host", "failed on purpose")
+			case "plain":
+				return echoOut{}, errors.New("boom")
+			}
+			return echoOut{Echo: in.Node}, nil
+		})
+}
+
+type stepIn struct {
+	ApprovalArg
+	Node string `json:"node"`
+}
+type stepOut struct {
+	Result
+	Did string `json:"did,omitempty"`
+}
+
+// fakeApprovals accepts an approval equal to "signed:<digest>" once.
+type fakeApprovals struct{ used map[string]bool }
+
+func (f *fakeApprovals) Request(tool string, p Plan) (string, time.Time, error) {
+	return "request " + tool + " " + p.Node + " " + p.Digest, time.Unix(0, 0), nil
+}
+func (f *fakeApprovals) Verify(a, tool string, p Plan) (Approved, error) {
+	if a != "signed:"+p.Digest {
+		return Approved{}, errors.New("signature does not match the plan")
+	}
+	if f.used[a] {
+		return Approved{}, errors.New("replayed")
+	}
+	return Approved{ID: a}, nil
+}
+func (f *fakeApprovals) Consume(a Approved) error { f.used[a.ID] = true; return nil }
+
+func stepTool(executed *int, digest *string) Tool {
+	return NewDestructive[stepIn, stepOut](Spec{Name: "step", Title: "Step", Description: "a destructive step"},
+		Steps[stepIn, stepOut]{
+			Plan: func(ctx context.Context, d *Deps, in stepIn) (Plan, error) {
+				return Plan{Node: in.Node, Round: "r1", Digest: *digest, Summary: []string{"do it"}}, nil
+			},
+			Do: func(ctx context.Context, d *Deps, in stepIn, plan Plan, a Approved, p Progress) (stepOut, error) {
+				*executed++
+				return stepOut{Did: in.Node}, nil
+			},
+		})
+}
+
+func testDeps(mode config.Mode) *Deps {
+	c := config.DefaultConfig()
+	c.Mode = mode
+	return &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: mode,
+		Approvals: &fakeApprovals{used: map[string]bool{}}}
+}
+
+func connect(t *testing.T, reg *Registry, d *Deps, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	ctx := context.Background()
+	srv := NewServer(reg, d, "test")
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := srv.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, opts).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func call(t *testing.T, cs *mcp.ClientSession, name string, args any) (*mcp.CallToolResult, map[string]any) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("call %s: protocol error %v", name, err)
+	}
+	if len(res.Content) != 1 {
+		t.Fatalf("call %s: %d content blocks, want exactly 1", name, len(res.Content))
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &m); err != nil {
+		t.Fatalf("call %s: content is not the JSON output: %v", name, err)
+	}
+	sc, _ := json.Marshal(res.StructuredContent)
+	var sm map[string]any
+	_ = json.Unmarshal(sc, &sm)
+	if diff := cmp.Diff(sm, m); diff != "" {
+		t.Fatalf("call %s: text content differs from structured content (-structured +text):\n%s", name, diff)
+	}
+	return res, m
+}
+
+func TestResultsAndErrors(t *testing.T) {
+	reg := &Registry{}
+	reg.Add(echoTool())
+	var progress []string
+	cs := connect(t, reg, testDeps(ModeNormal), &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			progress = append(progress, r.Params.Message)
+		}})
+	tests := []struct {
+		name    string
+		args    map[string]any
+		status  Status
+		isError bool
+		reason  string
+	}{
+		{"ok", map[string]any{"node": "gpu-01"}, StatusOK, false, ""},
+		{"refusal", map[string]any{"node": "gpu-01", "fail": "refuse"}, StatusRefused, true, "refused on purpose"},
+		{"failure", map[string]any{"node": "gpu-01", "fail": "fail"}, StatusFailed, true, "failed on purpose"},
+		{"plain error", map[string]any{"node": "gpu-01", "fail": "plain"}, StatusFailed, true, "echo: boom"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, m := call(t, cs, "echo", tc.args)
+			if res.IsError != tc.isError || Status(m["status"].(string)) != tc.status {
+				t.Fatalf("isError=%v status=%v, want %v %v", res.IsError, m["status"], tc.isError, tc.status)
+			}
+			if m["next_action"] == "" {
+				t.Error("next_action is empty")
+			}
+			if tc.reason != "" && !strings.Contains(strings.Join(toStrings(m["reasons"]), ";"), tc.reason) {
+				t.Errorf("reasons %v lack %q", m["reasons"], tc.reason)
+			}
+		})
+	}
+	// Bad node names are refused by the schema or the handler, never reach a
+	// protocol error.
+	for _, bad := range []string{"-rf", "GPU_01", "a;b", "../etc", strings.Repeat("a", 300)} {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"node": bad}})
+		if err != nil {
+			t.Fatalf("node %q: protocol error %v", bad, err)
+		}
+		if !res.IsError {
+			t.Errorf("node %q accepted", bad)
+		}
+	}
+	_ = progress
+}
+
+func TestProgressNotifications(t *testing.T) {
+	reg := &Registry{}
+	reg.Add(echoTool())
+	got := make(chan string, 4)
+	cs := connect(t, reg, testDeps(ModeNormal), &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			got <- r.Params.Message
+		}})
+	params := &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"node": "n1"}}
+	params.SetProgressToken("tok")
+	if _, err := cs.CallTool(context.Background(), params); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m != "half" {
+			t.Fatalf("progress message %q", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no progress notification")
+	}
+}
+
+func TestDestructiveChokepoint(t *testing.T) {
+	executed := 0
+	digest := "sha256:aaa"
+	reg := &Registry{}
+	reg.Add(stepTool(&executed, &digest))
+	cs := connect(t, reg, testDeps(ModeNormal), nil)
+
+	res, m := call(t, cs, "step", map[string]any{"node": "cp-1"})
+	if !res.IsError || m["status"] != string(StatusApprovalRequired) {
+		t.Fatalf("without approval: %v", m)
+	}
+	appr := m["approval"].(map[string]any)
+	if !strings.Contains(appr["request"].(string), "sha256:aaa") || appr["command"] == "" {
+		t.Fatalf("approval request incomplete: %v", appr)
+	}
+	if executed != 0 {
+		t.Fatal("executed without approval")
+	}
+	_, m = call(t, cs, "step", map[string]any{"node": "cp-1", "approval": "signed:sha256:bbb"})
+	if m["status"] != string(StatusRefused) || executed != 0 {
+		t.Fatalf("wrong digest: %v executed=%d", m, executed)
+	}
+	_, m = call(t, cs, "step", map[string]any{"node": "cp-1", "approval": "signed:sha256:aaa"})
+	if m["status"] != string(StatusOK) || executed != 1 {
+		t.Fatalf("valid approval: %v executed=%d", m, executed)
+	}
+	_, m = call(t, cs, "step", map[string]any{"node": "cp-1", "approval": "signed:sha256:aaa"})
+	if m["status"] != string(StatusRefused) || executed != 1 {
+		t.Fatalf("replay: %v executed=%d", m, executed)
+	}
+	// The live plan drifted after the person signed: refused.
+	digest = "sha256:ccc"
+	_, m = call(t, cs, "step", map[string]any{"node": "cp-1", "approval": "signed:sha256:aaa"})
+	if m["status"] != string(StatusRefused) || executed != 1 {
+		t.Fatalf("drifted plan: %v executed=%d", m, executed)
+	}
+}
+
+func TestModes(t *testing.T) {
+	executed := 0
+	digest := "d"
+	reg := &Registry{}
+	reg.Add(echoTool(), stepTool(&executed, &digest))
+
+	cs := connect(t, reg, testDeps(ModeReadOnly), nil)
+	lt, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range lt.Tools {
+		names = append(names, tl.Name)
+	}
+	if diff := cmp.Diff([]string{"echo"}, names); diff != "" {
+		t.Fatalf("read-only mode offers (-want +got):\n%s", diff)
+	}
+
+	cs = connect(t, reg, testDeps(ModeDisableDestructive), nil)
+	_, m := call(t, cs, "step", map[string]any{"node": "cp-1", "approval": "signed:d"})
+	if m["status"] != string(StatusRefused) || executed != 0 {
+		t.Fatalf("disable-destructive: %v executed=%d", m, executed)
+	}
+}
+
+func TestAnnotationsAreExplicit(t *testing.T) {
+	reg := &Registry{}
+	executed := 0
+	d := "x"
+	reg.Add(echoTool(), stepTool(&executed, &d))
+	cs := connect(t, reg, testDeps(ModeNormal), nil)
+	lt, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range lt.Tools {
+		b, _ := json.Marshal(tl.Annotations)
+		var a map[string]any
+		_ = json.Unmarshal(b, &a)
+		for _, k := range []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"} {
+			if _, ok := a[k]; !ok {
+				t.Errorf("tool %s: annotation %s not set explicitly (%s)", tl.Name, k, b)
+			}
+		}
+	}
+}
+
+func toStrings(v any) []string {
+	xs, _ := v.([]any)
+	var out []string
+	for _, x := range xs {
+		out = append(out, x.(string))
+	}
+	return out
+}
