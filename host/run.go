@@ -1,0 +1,274 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// SudoError says the login user could not become root with `sudo -n`: no
+// sudo rule without a password, no sudo rule at all, or no sudo installed.
+// The script did not run.
+type SudoError struct {
+	Node   string
+	User   string
+	Reason string // sudo's own words, e.g. "sudo: a password is required"
+}
+
+func (e *SudoError) Error() string {
+	return fmt.Sprintf("run script on node %s: user %s cannot run commands as root without a password (%s); "+
+		"give it a NOPASSWD sudo rule (e.g. /etc/sudoers.d/mcp-patch: %s ALL=(root) NOPASSWD: ALL) or log in as root",
+		e.Node, e.User, e.Reason, e.User)
+}
+
+// The remote command. The script arrives on the standard input of `sh -s`;
+// around it sits a guard so that ending the session ends the whole script,
+// children included: the guard runs `sh -s` as a background job (reading
+// the real stdin through fd 3, since a background job's stdin would be
+// /dev/null) and waits for it, and on SIGTERM/SIGHUP/SIGINT it signals its
+// whole process group. A foreground `sh -s` could not do that: a shell runs
+// traps only after its foreground child finishes. The signal reaches the
+// guard from sshd (a "signal" request kills the session's process group)
+// or, under sudo, relayed by sudo to its command. A script that must outlive
+// its session (a detached apt run) starts it with setsid and redirects its
+// output.
+const scriptGuard = `trap 'trap - TERM HUP INT; kill -TERM 0' TERM HUP INT; exec 3<&0; sh -s <&3 3<&- & wait $!`
+
+func remoteCommand(viaSudo bool) string {
+	cmd := "sh -c " + shellQuote(scriptGuard)
+	if viaSudo {
+		cmd = "sudo -n " + cmd
+	}
+	return cmd
+}
+
+// shellQuote wraps s in single quotes so that a POSIX shell reads it back
+// verbatim.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// envNamesRefused change how the script itself is read or run; a caller
+// has no business setting them through env.
+var envNamesRefused = []string{"IFS", "PATH", "ENV", "BASH_ENV", "PS4", "SHELLOPTS", "CDPATH"}
+
+// ValidateEnv refuses env names that are not shell identifiers (or that
+// would change how the script is interpreted: IFS, PATH, ENV, LD_*, ...)
+// and values holding a NUL byte, which no shell can carry.
+func ValidateEnv(env map[string]string) error {
+	for name, value := range env {
+		if !envNamePattern.MatchString(name) {
+			return fmt.Errorf("env name %q is not a shell identifier ([A-Za-z_][A-Za-z0-9_]*)", name)
+		}
+		if slices.Contains(envNamesRefused, name) || strings.HasPrefix(name, "LD_") {
+			return fmt.Errorf("env name %s may not be set by a caller: it changes how the script runs", name)
+		}
+		if strings.IndexByte(value, 0) >= 0 {
+			return fmt.Errorf("env %s: value holds a NUL byte", name)
+		}
+	}
+	return nil
+}
+
+// scriptWithEnv prepends one `export NAME='value'` line per env entry
+// (sorted by name) to script.
+func scriptWithEnv(script []byte, env map[string]string) ([]byte, error) {
+	if err := ValidateEnv(env); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(env))
+	for n := range env {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var b bytes.Buffer
+	for _, n := range names {
+		fmt.Fprintf(&b, "export %s=%s\n", n, shellQuote(env[n]))
+	}
+	b.Write(script)
+	return b.Bytes(), nil
+}
+
+// RunScript runs script with `sh -s` on node (through `sudo -n` when the
+// login user is not root), env exported first. See Runner. Bad input
+// (invalid node name or env, unknown node) is refused before any dial.
+// On cancellation or CommandTimeout the remote script is signalled, the
+// session closed, and the error wraps context.Cause (ErrCommandTimeout for
+// the timeout); Output holds what arrived until then.
+func (p *Pool) RunScript(ctx context.Context, node string, script []byte, env map[string]string) (Output, error) {
+	payload, err := scriptWithEnv(script, env)
+	if err != nil {
+		return Output{}, fmt.Errorf("run script on node %s: %w", node, err)
+	}
+	t, err := p.lookup(node)
+	if err != nil {
+		return Output{}, fmt.Errorf("run script on node %s: %w", node, err)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.CommandTimeout,
+		fmt.Errorf("node %s: after %s: %w", node, p.cfg.CommandTimeout, ErrCommandTimeout))
+	defer cancel()
+
+	c, sess, err := p.openSession(ctx, t)
+	if err != nil {
+		return Output{}, fmt.Errorf("run script on node %s: %w", node, err)
+	}
+	defer sess.Close()
+	return p.runSession(ctx, t, c, sess, payload)
+}
+
+func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Session, payload []byte) (Output, error) {
+	stdout := &capBuffer{max: p.cfg.MaxOutputBytes}
+	stderr := &capBuffer{max: p.cfg.MaxOutputBytes}
+	sess.Stdin = bytes.NewReader(payload)
+	sess.Stdout = stdout
+	sess.Stderr = stderr
+	viaSudo := t.LoginUser() != "root"
+	if err := sess.Start(remoteCommand(viaSudo)); err != nil {
+		if isConnectionLoss(err) {
+			p.drop(c, "exec failed: "+err.Error())
+			return Output{}, fmt.Errorf("run script on node %s: start: %w: %w", t.Name, ErrConnectionLost, err)
+		}
+		return Output{}, fmt.Errorf("run script on node %s: start: %w", t.Name, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sess.Wait() }()
+
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-ctx.Done():
+		cause := context.Cause(ctx)
+		p.endSession(c, sess, done)
+		out := collect(stdout, stderr)
+		out.ExitCode = -1
+		return out, fmt.Errorf("run script on node %s: ended the remote script: %w", t.Name, cause)
+	}
+
+	out := collect(stdout, stderr)
+	switch err := waitErr.(type) {
+	case nil:
+	case *ssh.ExitError:
+		out.ExitCode = err.ExitStatus()
+		if sig := err.Signal(); sig != "" {
+			out.ExitCode = signalExitCode(ssh.Signal(sig))
+		}
+	default:
+		out.ExitCode = -1
+		if isConnectionLoss(err) {
+			p.drop(c, "connection lost during script: "+err.Error())
+			return out, fmt.Errorf("run script on node %s: the connection broke while the script ran, so it may have partly run; check the host before running it again (the next call reconnects): %w: %w",
+				t.Name, ErrConnectionLost, err)
+		}
+		return out, fmt.Errorf("run script on node %s: %w", t.Name, err)
+	}
+	if viaSudo {
+		if reason, ok := sudoRefusal(out); ok {
+			return out, &SudoError{Node: t.Name, User: t.LoginUser(), Reason: reason}
+		}
+	}
+	return out, nil
+}
+
+// endSession stops a remote script whose context ended: SIGTERM (see
+// scriptGuard), a short grace for the exit report, then the session is
+// closed; if even that gets no answer the connection is dropped, which
+// is bounded in all cases.
+func (p *Pool) endSession(c *conn, sess *ssh.Session, done <-chan error) {
+	if err := sess.Signal(ssh.SIGTERM); err != nil {
+		p.log.Debug("ssh signal failed", "node", c.node, "err", err)
+	}
+	grace := time.NewTimer(p.cfg.CancelGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return
+	case <-grace.C:
+	}
+	sess.Close()
+	closeWait := time.NewTimer(p.cfg.CancelGrace)
+	defer closeWait.Stop()
+	select {
+	case <-done:
+	case <-closeWait.C:
+		p.drop(c, "session did not close after cancellation")
+		<-done
+	}
+}
+
+// sudoRefusal recognises `sudo -n` failing before the script started:
+// sudo exits 1 with its own "sudo: ..." line as the only output; a shell
+// that cannot find sudo exits 127.
+func sudoRefusal(out Output) (string, bool) {
+	msg := strings.TrimSpace(string(out.Stderr))
+	switch {
+	case out.ExitCode == 1 && len(out.Stdout) == 0 && strings.HasPrefix(msg, "sudo: "):
+		return firstLine(msg), true
+	case out.ExitCode == 127 && (strings.Contains(msg, "sudo: not found") || strings.Contains(msg, "sudo: command not found")):
+		return "sudo is not installed", true
+	}
+	return "", false
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// signalExitCode maps an exit-signal name to the shell's 128+n convention;
+// unknown names give -1.
+func signalExitCode(sig ssh.Signal) int {
+	n, ok := map[ssh.Signal]int{
+		ssh.SIGHUP: 1, ssh.SIGINT: 2, ssh.SIGQUIT: 3, ssh.SIGILL: 4, ssh.SIGABRT: 6,
+		ssh.SIGFPE: 8, ssh.SIGKILL: 9, ssh.SIGUSR1: 10, ssh.SIGSEGV: 11, ssh.SIGUSR2: 12,
+		ssh.SIGPIPE: 13, ssh.SIGALRM: 14, ssh.SIGTERM: 15,
+	}[sig]
+	if !ok {
+		return -1
+	}
+	return 128 + n
+}
+
+func collect(stdout, stderr *capBuffer) Output {
+	o, oTrunc := stdout.snapshot()
+	e, eTrunc := stderr.snapshot()
+	return Output{Stdout: o, Stderr: e, Truncated: oTrunc || eTrunc}
+}
+
+// capBuffer keeps the first max bytes written to it and counts the rest as
+// truncated; it never refuses a write, so the remote side is never blocked.
+type capBuffer struct {
+	mu        sync.Mutex
+	max       int
+	buf       []byte
+	truncated bool
+}
+
+func (b *capBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	room := b.max - len(b.buf)
+	if len(p) > room {
+		b.truncated = true
+		b.buf = append(b.buf, p[:max(room, 0)]...)
+	} else {
+		b.buf = append(b.buf, p...)
+	}
+	return len(p), nil
+}
+
+func (b *capBuffer) snapshot() ([]byte, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf), b.truncated
+}
