@@ -1,0 +1,403 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// Reason names why an approval was refused. The values are stable and meant
+// for tool results and audit records.
+type Reason string
+
+// Reasons for refusing an approval.
+const (
+	ReasonMalformed           Reason = "malformed"             // not a well-formed request + signature
+	ReasonWrongNamespace      Reason = "wrong_namespace"       // signed for another purpose (e.g. -n file)
+	ReasonUnsupportedKey      Reason = "unsupported_key"       // certificate, DSA, short RSA
+	ReasonUnknownSigner       Reason = "unknown_signer"        // key not in allowed_signers
+	ReasonBadSignature        Reason = "bad_signature"         // the signature does not verify
+	ReasonNamespaceNotAllowed Reason = "namespace_not_allowed" // allowed_signers limits the key to other namespaces
+	ReasonSignerNotValid      Reason = "signer_not_valid_now"  // outside valid-after/valid-before
+	ReasonLabOnlySigner       Reason = "lab_only_signer"       // the key is labelled lab-only and the server refuses those
+	ReasonExpired             Reason = "expired"               // past its expiry
+	ReasonExpiresTooLate      Reason = "expires_too_late"      // valid for longer than MaxTTL from now
+	ReasonMismatch            Reason = "mismatch"              // signed for another tool/node/round/plan/kind
+	ReasonReplayed            Reason = "replayed"              // its nonce was already used
+)
+
+// RefusalError is why an approval was not accepted. Match a reason with
+// errors.Is(err, ErrExpired) and so on; read the fields with errors.As.
+type RefusalError struct {
+	Reason Reason
+	// Field, Want and Got say which binding differed (ReasonMismatch):
+	// Want is what the step needs, Got what the approval says.
+	Field, Want, Got string
+	// Detail says what happened in words.
+	Detail string
+}
+
+func (e *RefusalError) Error() string {
+	if e.Reason == ReasonMismatch {
+		return fmt.Sprintf("approval refused (%s): %s: the approval says %q, this step needs %q", e.Reason, e.Field, e.Got, e.Want)
+	}
+	return fmt.Sprintf("approval refused (%s): %s", e.Reason, e.Detail)
+}
+
+// Is matches refusals by reason, so errors.Is(err, ErrExpired) works.
+func (e *RefusalError) Is(target error) bool {
+	t, ok := target.(*RefusalError)
+	return ok && t.Reason == e.Reason
+}
+
+// Hint says in plain words what to do about the refusal.
+func (e *RefusalError) Hint() string {
+	switch e.Reason {
+	case ReasonMalformed:
+		return "Pass the approval back exactly as the person produced it: the request text followed by the SSH signature block."
+	case ReasonWrongNamespace:
+		return "Sign again with the namespace mcp-patch: ssh-keygen -Y sign -n mcp-patch -f KEY request.txt."
+	case ReasonUnsupportedKey:
+		return "Sign with a plain ed25519, ecdsa, rsa (2048 bits or more) or FIDO hardware key."
+	case ReasonUnknownSigner, ReasonNamespaceNotAllowed, ReasonSignerNotValid, ReasonLabOnlySigner:
+		return "Ask a person whose key is allowed in the server's allowed_signers (for namespace mcp-patch, now) to sign the request."
+	case ReasonBadSignature:
+		return "The request or the signature was changed after signing; ask a person to sign the request again."
+	case ReasonExpired, ReasonExpiresTooLate, ReasonReplayed:
+		return "Request a fresh approval and ask a person to sign it."
+	case ReasonMismatch:
+		return "The approval was signed for a different step or plan; request an approval for this step and plan."
+	}
+	return ""
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrMalformed           = &RefusalError{Reason: ReasonMalformed}
+	ErrWrongNamespace      = &RefusalError{Reason: ReasonWrongNamespace}
+	ErrUnsupportedKey      = &RefusalError{Reason: ReasonUnsupportedKey}
+	ErrUnknownSigner       = &RefusalError{Reason: ReasonUnknownSigner}
+	ErrBadSignature        = &RefusalError{Reason: ReasonBadSignature}
+	ErrNamespaceNotAllowed = &RefusalError{Reason: ReasonNamespaceNotAllowed}
+	ErrSignerNotValid      = &RefusalError{Reason: ReasonSignerNotValid}
+	ErrLabOnlySigner       = &RefusalError{Reason: ReasonLabOnlySigner}
+	ErrExpired             = &RefusalError{Reason: ReasonExpired}
+	ErrExpiresTooLate      = &RefusalError{Reason: ReasonExpiresTooLate}
+	ErrMismatch            = &RefusalError{Reason: ReasonMismatch}
+	ErrReplayed            = &RefusalError{Reason: ReasonReplayed}
+)
+
+func refusal(r Reason, field, want, got, detail string) *RefusalError {
+	return &RefusalError{Reason: r, Field: field, Want: want, Got: got, Detail: detail}
+}
+
+// Approval is a request together with its armored SSHSIG signature: the one
+// blob a person hands back (through the agent) to let a step run.
+type Approval struct {
+	Request Request
+	// Signature is the armored signature over Request.Canonical().
+	Signature []byte
+}
+
+// FormatApproval joins a request and its armored signature into the text
+// the agent passes back: the request, then the signature block. It is what
+// `cat request.txt request.txt.sig` gives.
+func FormatApproval(req Request, armoredSig []byte) string {
+	return req.String() + string(armoredSig)
+}
+
+// String is the approval text.
+func (a Approval) String() string { return FormatApproval(a.Request, a.Signature) }
+
+// maxApprovalBytes bounds an approval: a request and a signature block
+// (an RSA-16384 signature armors to under 6 KiB).
+const maxApprovalBytes = MaxRequestBytes + 16<<10
+
+// ParseApproval splits and checks an approval's text. It does not verify the
+// signature (see Verifier).
+func ParseApproval(text string) (Approval, error) {
+	a, _, err := parseApproval(text)
+	return a, err
+}
+
+func parseApproval(text string) (Approval, sigBlob, error) {
+	fail := func(format string, args ...any) (Approval, sigBlob, error) {
+		return Approval{}, sigBlob{}, refusal(ReasonMalformed, "", "", "", "parse approval: "+fmt.Sprintf(format, args...))
+	}
+	if len(text) > maxApprovalBytes {
+		return fail("%d bytes, more than %d", len(text), maxApprovalBytes)
+	}
+	i := strings.Index(text, "\n"+armorBegin+"\n")
+	if i < 0 {
+		if strings.HasPrefix(text, armorBegin) {
+			return fail("no request text before the signature")
+		}
+		return fail("no signature block (%s) after the request; the request must be signed", armorBegin)
+	}
+	reqText, sigText := text[:i+1], text[i+1:]
+	req, err := ParseRequest([]byte(reqText))
+	if err != nil {
+		return fail("%v", err)
+	}
+	if string(req.Canonical()) != reqText {
+		return fail("request text is not in canonical form")
+	}
+	blob, err := unarmor(sigText)
+	if err != nil {
+		return fail("%v", err)
+	}
+	sb, err := parseSigBlob(blob)
+	if err != nil {
+		return fail("%v", err)
+	}
+	return Approval{Request: req, Signature: []byte(sigText)}, sb, nil
+}
+
+// Expectation is what the step about to run needs an approval to say.
+type Expectation struct {
+	// Kind is what is being approved; zero means KindApproval.
+	Kind Kind
+	// Tool, Node, Round and PlanDigest must all be set for KindApproval.
+	// Attestations need Node and Round and must leave Tool and PlanDigest
+	// empty.
+	Tool, Node, Round, PlanDigest string
+	// Summary, when non-nil, must equal the signed summary line for line.
+	// Pass the summary the server derives from the plan, so that a request
+	// whose summary was altered before the person saw it is refused.
+	Summary []string
+}
+
+func (e Expectation) kind() Kind {
+	if e.Kind == "" {
+		return KindApproval
+	}
+	return e.Kind
+}
+
+func (e Expectation) validate() error {
+	k := e.kind()
+	if !k.Valid() {
+		return fmt.Errorf("unknown kind %q", e.Kind)
+	}
+	need := map[string]string{fieldNode: e.Node, fieldRound: e.Round}
+	if k == KindApproval {
+		need[fieldTool], need[fieldPlanDigest] = e.Tool, e.PlanDigest
+	} else if e.Tool != "" || e.PlanDigest != "" {
+		return fmt.Errorf("tool and plan-digest do not apply to %s", k)
+	}
+	for _, name := range []string{fieldTool, fieldNode, fieldRound, fieldPlanDigest} {
+		if v, ok := need[name]; ok && v == "" {
+			return fmt.Errorf("%s is empty", name)
+		}
+	}
+	return nil
+}
+
+// Verified is an accepted approval: who signed what.
+type Verified struct {
+	// Principal is the principals field of the allowed_signers line that
+	// admitted the key, e.g. "alice@example.com".
+	Principal string
+	// KeyFingerprint is the signing key's SHA256 fingerprint.
+	KeyFingerprint string
+	// KeyType is the signing key's type, e.g. ssh-ed25519.
+	KeyType string
+	// HardwareKey is true for FIDO (sk-) keys; their signatures always
+	// carry the user-presence flag.
+	HardwareKey bool
+	// SignerLine is the allowed_signers line that admitted the key.
+	SignerLine int
+	// LabOnly is true when that line is labelled lab-only.
+	LabOnly bool
+	// Nonce is the request's nonce; ApprovalID is Request.ID().
+	Nonce, ApprovalID string
+	// Expires is when the approval stops being valid.
+	Expires time.Time
+	// Request is the signed request.
+	Request Request
+}
+
+// Verifier checks approvals against the allowed signers, the clock and the
+// used nonces.
+type Verifier struct {
+	// AllowedSigners are the keys that may sign. Required.
+	AllowedSigners *AllowedSigners
+	// NonceStore says which nonces were used. Required.
+	NonceStore NonceStore
+	// Clock tells the time; nil means time.Now.
+	Clock func() time.Time
+	// RefuseLabOnly refuses keys labelled lab-only (for production).
+	RefuseLabOnly bool
+}
+
+func (v *Verifier) now() time.Time {
+	if v.Clock != nil {
+		return v.Clock()
+	}
+	return time.Now()
+}
+
+// Verify checks an approval for the step described by want. It consumes
+// nothing: call Consume right before executing the step. Any refusal is a
+// *RefusalError; other errors (a broken nonce store, a bad expectation)
+// also mean "do not run".
+func (v *Verifier) Verify(approval string, want Expectation) (Verified, error) {
+	got, err := v.verify(approval, want)
+	if err != nil {
+		return Verified{}, fmt.Errorf("verify approval: %w", err)
+	}
+	return got, nil
+}
+
+func (v *Verifier) verify(text string, want Expectation) (Verified, error) {
+	if v.AllowedSigners == nil || v.NonceStore == nil {
+		return Verified{}, errors.New("verifier needs AllowedSigners and NonceStore")
+	}
+	if err := want.validate(); err != nil {
+		return Verified{}, fmt.Errorf("expectation: %w", err)
+	}
+	a, sb, err := parseApproval(text)
+	if err != nil {
+		return Verified{}, err
+	}
+	pub := sb.PublicKey
+	fp := ssh.FingerprintSHA256(pub)
+	if sb.Namespace != Namespace {
+		return Verified{}, refusal(ReasonWrongNamespace, "", "", "", fmt.Sprintf("signature namespace is %q, want %q", sb.Namespace, Namespace))
+	}
+	if err := checkSignerKey(pub); err != nil {
+		return Verified{}, refusal(ReasonUnsupportedKey, "", "", "", err.Error())
+	}
+	lines := v.AllowedSigners.ForKey(pub)
+	if len(lines) == 0 {
+		return Verified{}, refusal(ReasonUnknownSigner, "", "", "", fmt.Sprintf("%s key %s is not in allowed_signers", pub.Type(), fp))
+	}
+	if err := verifySigBlob(sb, Namespace, a.Request.Canonical()); err != nil {
+		return Verified{}, refusal(ReasonBadSignature, "", "", "", err.Error())
+	}
+	now := v.now()
+	signer, err := pickSignerLine(lines, now, fp)
+	if err != nil {
+		return Verified{}, err
+	}
+	if signer.LabOnly && v.RefuseLabOnly {
+		return Verified{}, refusal(ReasonLabOnlySigner, "", "", "", fmt.Sprintf("key %s (allowed_signers line %d, %s) is labelled lab-only", fp, signer.Line, signer.Principal()))
+	}
+	req := a.Request
+	if !now.Before(req.Expires) {
+		return Verified{}, refusal(ReasonExpired, "", "", "", fmt.Sprintf("expired at %s, it is now %s", req.Expires.Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
+	}
+	if req.Expires.Sub(now) > MaxTTL {
+		return Verified{}, refusal(ReasonExpiresTooLate, "", "", "", fmt.Sprintf("expires at %s, more than %s from now", req.Expires.Format(time.RFC3339), MaxTTL))
+	}
+	if err := checkBinding(req, want); err != nil {
+		return Verified{}, err
+	}
+	used, err := v.NonceStore.Used(req.Nonce)
+	if err != nil {
+		return Verified{}, err
+	}
+	if used {
+		return Verified{}, refusal(ReasonReplayed, "", "", "", fmt.Sprintf("nonce %s has already been used", req.Nonce))
+	}
+	return Verified{
+		Principal:      signer.Principal(),
+		KeyFingerprint: fp,
+		KeyType:        pub.Type(),
+		HardwareKey:    isSK(pub),
+		SignerLine:     signer.Line,
+		LabOnly:        signer.LabOnly,
+		Nonce:          req.Nonce,
+		ApprovalID:     req.ID(),
+		Expires:        req.Expires,
+		Request:        req,
+	}, nil
+}
+
+// pickSignerLine returns the first line for the key that allows the
+// namespace now; otherwise the refusal of the first line.
+func pickSignerLine(lines []AllowedSigner, now time.Time, fp string) (AllowedSigner, error) {
+	var first error
+	for _, s := range lines {
+		var err error
+		switch {
+		case !s.AllowsNamespace(Namespace):
+			err = refusal(ReasonNamespaceNotAllowed, "", "", "", fmt.Sprintf("allowed_signers line %d limits key %s to namespaces %q", s.Line, fp, strings.Join(s.Namespaces, ",")))
+		case !s.ValidAt(now):
+			err = refusal(ReasonSignerNotValid, "", "", "", fmt.Sprintf("allowed_signers line %d admits key %s only %s", s.Line, fp, validityWords(s)))
+		default:
+			return s, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return AllowedSigner{}, first
+}
+
+func validityWords(s AllowedSigner) string {
+	var parts []string
+	if !s.ValidAfter.IsZero() {
+		parts = append(parts, "from "+s.ValidAfter.UTC().Format(time.RFC3339))
+	}
+	if !s.ValidBefore.IsZero() {
+		parts = append(parts, "until "+s.ValidBefore.UTC().Format(time.RFC3339))
+	}
+	return strings.Join(parts, " ")
+}
+
+func checkBinding(req Request, want Expectation) error {
+	if k := want.kind(); req.Kind != k {
+		return refusal(ReasonMismatch, "kind", string(k), string(req.Kind), "")
+	}
+	for _, c := range []struct{ field, want, got string }{
+		{fieldTool, want.Tool, req.Tool},
+		{fieldNode, want.Node, req.Node},
+		{fieldRound, want.Round, req.Round},
+		{fieldPlanDigest, want.PlanDigest, req.PlanDigest},
+	} {
+		if c.want != c.got {
+			return refusal(ReasonMismatch, c.field, c.want, c.got, "")
+		}
+	}
+	if want.Summary != nil && !slices.Equal(want.Summary, req.Summary) {
+		for i := range max(len(want.Summary), len(req.Summary)) {
+			w, wok := lineAt(want.Summary, i)
+			g, gok := lineAt(req.Summary, i)
+			if w != g || wok != gok {
+				return refusal(ReasonMismatch, fmt.Sprintf("summary line %d", i+1), w, g, "")
+			}
+		}
+	}
+	return nil
+}
+
+func lineAt(lines []string, i int) (string, bool) {
+	if i < len(lines) {
+		return lines[i], true
+	}
+	return "(no line)", false
+}
+
+// Consume marks the approval used. Call it once the step is certain to run,
+// immediately before running it; if it fails, do not run. It refuses an
+// approval that expired since Verify, and one whose nonce another caller
+// consumed first (ErrReplayed).
+func (v *Verifier) Consume(got Verified) error {
+	if v.NonceStore == nil {
+		return errors.New("consume approval: verifier has no NonceStore")
+	}
+	now := v.now()
+	if !now.Before(got.Expires) {
+		return fmt.Errorf("consume approval %s: %w", got.ApprovalID,
+			refusal(ReasonExpired, "", "", "", fmt.Sprintf("expired at %s, before it was used", got.Expires.Format(time.RFC3339))))
+	}
+	if err := v.NonceStore.Consume(got.Nonce, got.ApprovalID, now); err != nil {
+		return fmt.Errorf("consume approval %s: %w", got.ApprovalID, err)
+	}
+	return nil
+}

@@ -1,0 +1,491 @@
+package policy
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Kind says what a signed request is for: approving one destructive tool
+// call, or attesting a decision that belongs to a person.
+type Kind string
+
+// Kinds of request. Each has a fixed list of fields, in this order, between
+// its header and the summary lines (expires and nonce always come last):
+//
+//	approval                   tool, node, round, plan-digest
+//	hypervisor_snapshot_taken  node, round
+//	residual_risk_accepted     node ("*" for the whole fleet), round, reason, review-trigger
+//	round_resume               node, round, reason
+//	round_abort                node, round, reason
+const (
+	KindApproval                Kind = "approval"
+	KindHypervisorSnapshotTaken Kind = "hypervisor_snapshot_taken"
+	KindResidualRiskAccepted    Kind = "residual_risk_accepted"
+	KindRoundResume             Kind = "round_resume"
+	KindRoundAbort              Kind = "round_abort"
+)
+
+// Header lines. An approval has one header line; an attestation has the
+// attestation header followed by "kind: <kind>".
+const (
+	approvalHeader    = "mcp-patch approval request v1"
+	attestationHeader = "mcp-patch attestation v1"
+)
+
+// Limits on a request. They keep what a person reads short enough to read
+// and what the server parses small.
+const (
+	MaxRequestBytes  = 64 << 10
+	MaxSummaryLines  = 200
+	MaxSummaryLength = 1000
+	MaxReasonLength  = 500
+	// MaxTTL is the longest a request may stay valid. NewRequest refuses a
+	// longer ttl and Verify refuses an approval that expires further ahead
+	// (a person cannot sign a standing permission by accident).
+	MaxTTL = 24 * time.Hour
+)
+
+// Field names, as they appear in the text.
+const (
+	fieldTool          = "tool"
+	fieldNode          = "node"
+	fieldRound         = "round"
+	fieldPlanDigest    = "plan-digest"
+	fieldReason        = "reason"
+	fieldReviewTrigger = "review-trigger"
+	fieldExpires       = "expires"
+	fieldNonce         = "nonce"
+	fieldSummary       = "summary"
+	fieldKind          = "kind"
+)
+
+var kindFields = map[Kind][]string{
+	KindApproval:                {fieldTool, fieldNode, fieldRound, fieldPlanDigest, fieldExpires, fieldNonce},
+	KindHypervisorSnapshotTaken: {fieldNode, fieldRound, fieldExpires, fieldNonce},
+	KindResidualRiskAccepted:    {fieldNode, fieldRound, fieldReason, fieldReviewTrigger, fieldExpires, fieldNonce},
+	KindRoundResume:             {fieldNode, fieldRound, fieldReason, fieldExpires, fieldNonce},
+	KindRoundAbort:              {fieldNode, fieldRound, fieldReason, fieldExpires, fieldNonce},
+}
+
+var knownFields = map[string]bool{
+	fieldTool: true, fieldNode: true, fieldRound: true, fieldPlanDigest: true, fieldReason: true,
+	fieldReviewTrigger: true, fieldExpires: true, fieldNonce: true, fieldSummary: true, fieldKind: true,
+}
+
+// Valid reports whether k is a kind this package knows.
+func (k Kind) Valid() bool { _, ok := kindFields[k]; return ok }
+
+// IsAttestation reports whether k is a person's statement rather than the
+// approval of a tool call.
+func (k Kind) IsAttestation() bool { return k.Valid() && k != KindApproval }
+
+// Request is what a person signs. Fields that a kind does not use are empty.
+// Build one with NewRequest or NewAttestation, read one with ParseRequest.
+type Request struct {
+	Kind Kind
+	// Tool is the destructive tool approved (approval only), e.g. drain_node.
+	Tool string
+	// Node is the Kubernetes node name; "*" means the whole fleet
+	// (residual_risk_accepted only).
+	Node string
+	// Round names the patch round, e.g. 2026-11.
+	Round string
+	// PlanDigest is "sha256:<hex>" of the plan the approval is bound to
+	// (approval only).
+	PlanDigest string
+	// Reason is the person's words (residual_risk_accepted, round_resume,
+	// round_abort).
+	Reason string
+	// ReviewTrigger is "<event>:<value>", the event that reopens an accepted
+	// risk, e.g. driver-version-change:550.90.07 (residual_risk_accepted).
+	ReviewTrigger string
+	// Expires is when the request stops being valid, UTC, whole seconds.
+	Expires time.Time
+	// Nonce is 128 random bits in lowercase hex; it makes the request single use.
+	Nonce string
+	// Summary is what the person is shown, one line each; it is signed.
+	Summary []string
+}
+
+// AttestationFields are the kind-specific fields of an attestation.
+type AttestationFields struct {
+	Node          string
+	Round         string
+	Reason        string
+	ReviewTrigger string
+}
+
+// ID names the request in logs and audit records: the first 24 hex digits
+// of the SHA-256 of its canonical text. It covers the nonce, so two requests
+// never share one.
+func (r Request) ID() string {
+	sum := sha256.Sum256(r.Canonical())
+	return hex.EncodeToString(sum[:12])
+}
+
+// NewRequest builds the approval request for one destructive tool call.
+// clock nil means time.Now; random nil means crypto/rand.
+func NewRequest(tool, node, round, digest string, summary []string, ttl time.Duration,
+	clock func() time.Time, random io.Reader) (Request, error) {
+	r := Request{Kind: KindApproval, Tool: tool, Node: node, Round: round, PlanDigest: digest,
+		Summary: append([]string(nil), summary...)}
+	if err := r.stamp(ttl, clock, random); err != nil {
+		return Request{}, fmt.Errorf("new approval request for %s on %s: %w", tool, node, err)
+	}
+	return r, nil
+}
+
+// NewAttestation builds a statement of kind k for a person to sign.
+func NewAttestation(k Kind, f AttestationFields, summary []string, ttl time.Duration,
+	clock func() time.Time, random io.Reader) (Request, error) {
+	if !k.IsAttestation() {
+		return Request{}, fmt.Errorf("new attestation: %q is not an attestation kind", k)
+	}
+	r := Request{Kind: k, Node: f.Node, Round: f.Round, Reason: f.Reason, ReviewTrigger: f.ReviewTrigger,
+		Summary: append([]string(nil), summary...)}
+	if err := r.stamp(ttl, clock, random); err != nil {
+		return Request{}, fmt.Errorf("new %s attestation for %s: %w", k, f.Node, err)
+	}
+	return r, nil
+}
+
+func (r *Request) stamp(ttl time.Duration, clock func() time.Time, random io.Reader) error {
+	if ttl <= 0 || ttl > MaxTTL {
+		return fmt.Errorf("ttl %s is outside (0, %s]", ttl, MaxTTL)
+	}
+	if clock == nil {
+		clock = time.Now
+	}
+	if random == nil {
+		random = rand.Reader
+	}
+	var n [16]byte
+	if _, err := io.ReadFull(random, n[:]); err != nil {
+		return fmt.Errorf("draw nonce: %w", err)
+	}
+	r.Nonce = hex.EncodeToString(n[:])
+	r.Expires = clock().Add(ttl).UTC().Truncate(time.Second)
+	return r.Validate()
+}
+
+// Validate checks every field against the syntax the text format allows, so
+// that a valid Request always has a canonical text that parses back to it.
+func (r Request) Validate() error {
+	fields, ok := kindFields[r.Kind]
+	if !ok {
+		return fmt.Errorf("unknown kind %q", r.Kind)
+	}
+	used := map[string]bool{}
+	for _, name := range fields {
+		used[name] = true
+		if err := checkField(r.Kind, name, r.get(name)); err != nil {
+			return err
+		}
+	}
+	for name := range knownFields {
+		if name == fieldSummary || name == fieldKind || used[name] {
+			continue
+		}
+		if r.get(name) != "" {
+			return fmt.Errorf("field %s does not belong to a %s request", name, r.Kind)
+		}
+	}
+	if r.Expires.Location() != time.UTC || !r.Expires.Equal(r.Expires.Truncate(time.Second)) {
+		return fmt.Errorf("expires %s is not a whole second in UTC", r.Expires)
+	}
+	if len(r.Summary) > MaxSummaryLines {
+		return fmt.Errorf("summary has %d lines, more than %d", len(r.Summary), MaxSummaryLines)
+	}
+	for i, s := range r.Summary {
+		if err := checkText(s, MaxSummaryLength); err != nil {
+			return fmt.Errorf("summary line %d: %w", i+1, err)
+		}
+	}
+	if n := len(r.canonical()); n > MaxRequestBytes {
+		return fmt.Errorf("request is %d bytes, more than %d", n, MaxRequestBytes)
+	}
+	return nil
+}
+
+// Canonical is the exact text a person signs. It is only meaningful for a
+// valid request (see Validate).
+func (r Request) Canonical() []byte { return []byte(r.canonical()) }
+
+// String is the canonical text.
+func (r Request) String() string { return r.canonical() }
+
+func (r Request) canonical() string {
+	var b strings.Builder
+	if r.Kind == KindApproval {
+		b.WriteString(approvalHeader + "\n")
+	} else {
+		b.WriteString(attestationHeader + "\n")
+		b.WriteString(fieldKind + ": " + string(r.Kind) + "\n")
+	}
+	for _, name := range kindFields[r.Kind] {
+		b.WriteString(name + ": " + r.get(name) + "\n")
+	}
+	for _, s := range r.Summary {
+		b.WriteString(fieldSummary + ": " + s + "\n")
+	}
+	return b.String()
+}
+
+func (r Request) get(name string) string {
+	switch name {
+	case fieldTool:
+		return r.Tool
+	case fieldNode:
+		return r.Node
+	case fieldRound:
+		return r.Round
+	case fieldPlanDigest:
+		return r.PlanDigest
+	case fieldReason:
+		return r.Reason
+	case fieldReviewTrigger:
+		return r.ReviewTrigger
+	case fieldExpires:
+		if r.Expires.IsZero() {
+			return ""
+		}
+		return r.Expires.UTC().Format(expiresLayout)
+	case fieldNonce:
+		return r.Nonce
+	}
+	return ""
+}
+
+func (r *Request) set(name, v string) {
+	switch name {
+	case fieldTool:
+		r.Tool = v
+	case fieldNode:
+		r.Node = v
+	case fieldRound:
+		r.Round = v
+	case fieldPlanDigest:
+		r.PlanDigest = v
+	case fieldReason:
+		r.Reason = v
+	case fieldReviewTrigger:
+		r.ReviewTrigger = v
+	case fieldExpires:
+		r.Expires, _ = time.Parse(expiresLayout, v) // checked by checkField
+	case fieldNonce:
+		r.Nonce = v
+	}
+}
+
+const expiresLayout = "2006-01-02T15:04:05Z"
+
+var (
+	toolRE          = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+	nodeLabelRE     = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	roundRE         = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	digestRE        = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	nonceRE         = regexp.MustCompile(`^[0-9a-f]{32}$`)
+	reviewTriggerRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,63}:[A-Za-z0-9.+~:_-]{1,128}$`)
+)
+
+func checkField(k Kind, name, v string) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("field %s %q: %s", name, v, fmt.Sprintf(format, args...))
+	}
+	if v == "" {
+		return fmt.Errorf("field %s is empty", name)
+	}
+	switch name {
+	case fieldTool:
+		if !toolRE.MatchString(v) {
+			return bad("want a snake_case tool name")
+		}
+	case fieldNode:
+		if v == "*" && k == KindResidualRiskAccepted {
+			return nil
+		}
+		if !validNodeName(v) {
+			return bad("want a Kubernetes node name (lowercase DNS subdomain)")
+		}
+	case fieldRound:
+		if !roundRE.MatchString(v) {
+			return bad("want letters, digits, '.', '_' or '-', at most 64")
+		}
+	case fieldPlanDigest:
+		if !digestRE.MatchString(v) {
+			return bad("want sha256: and 64 lowercase hex digits")
+		}
+	case fieldReason:
+		if err := checkText(v, MaxReasonLength); err != nil {
+			return bad("%v", err)
+		}
+	case fieldReviewTrigger:
+		if !reviewTriggerRE.MatchString(v) {
+			return bad("want <event>:<value>, e.g. driver-version-change:550.90.07")
+		}
+	case fieldExpires:
+		t, err := time.Parse(expiresLayout, v)
+		if err != nil || t.Format(expiresLayout) != v {
+			return bad("want UTC time as 2006-01-02T15:04:05Z")
+		}
+	case fieldNonce:
+		if !nonceRE.MatchString(v) {
+			return bad("want 32 lowercase hex digits")
+		}
+	}
+	return nil
+}
+
+func validNodeName(v string) bool {
+	if len(v) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(v, ".") {
+		if !nodeLabelRE.MatchString(label) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkText accepts printable ASCII without leading or trailing spaces.
+// Non-ASCII is refused so that what a person reads is what the bytes say
+// (no look-alike letters, no bidirectional overrides).
+func checkText(s string, max int) error {
+	switch {
+	case s == "":
+		return errors.New("empty")
+	case len(s) > max:
+		return fmt.Errorf("%d characters, more than %d", len(s), max)
+	case s[0] == ' ' || s[len(s)-1] == ' ':
+		return errors.New("leading or trailing space")
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("character %q at %d is not printable ASCII", c, i)
+		}
+	}
+	return nil
+}
+
+// ParseRequest reads a request from its canonical text. It is strict: the
+// text must be exactly what Canonical would produce for a valid request.
+func ParseRequest(text []byte) (Request, error) {
+	r, err := parseRequest(text)
+	if err != nil {
+		return Request{}, fmt.Errorf("parse request: %w", err)
+	}
+	return r, nil
+}
+
+func parseRequest(text []byte) (Request, error) {
+	if len(text) > MaxRequestBytes {
+		return Request{}, fmt.Errorf("%d bytes, more than %d", len(text), MaxRequestBytes)
+	}
+	s := string(text)
+	if s == "" {
+		return Request{}, errors.New("empty")
+	}
+	if !strings.HasSuffix(s, "\n") {
+		return Request{}, errors.New("the last line does not end in a newline")
+	}
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	for i, l := range lines {
+		for j := 0; j < len(l); j++ {
+			if c := l[j]; c < 0x20 || c > 0x7e {
+				return Request{}, fmt.Errorf("line %d: character %q is not printable ASCII (CR, tab and non-ASCII are refused)", i+1, c)
+			}
+		}
+	}
+	var r Request
+	next := 0
+	switch lines[0] {
+	case approvalHeader:
+		r.Kind = KindApproval
+		next = 1
+	case attestationHeader:
+		if len(lines) < 2 {
+			return Request{}, errors.New("attestation without a kind line")
+		}
+		name, v, err := splitField(lines[1])
+		if err != nil || name != fieldKind {
+			return Request{}, fmt.Errorf("line 2: want \"kind: <kind>\", got %q", lines[1])
+		}
+		k := Kind(v)
+		if !k.IsAttestation() {
+			return Request{}, fmt.Errorf("line 2: unknown attestation kind %q", v)
+		}
+		r.Kind = k
+		next = 2
+	default:
+		return Request{}, fmt.Errorf("line 1: want %q or %q, got %q", approvalHeader, attestationHeader, lines[0])
+	}
+	seen := map[string]bool{}
+	for _, want := range kindFields[r.Kind] {
+		if next >= len(lines) {
+			return Request{}, fmt.Errorf("missing field %s", want)
+		}
+		name, v, err := splitField(lines[next])
+		if err != nil {
+			return Request{}, fmt.Errorf("line %d: %w", next+1, err)
+		}
+		if name != want {
+			return Request{}, fmt.Errorf("line %d: want field %s, got %s", next+1, want, describeName(name, seen))
+		}
+		if err := checkField(r.Kind, name, v); err != nil {
+			return Request{}, fmt.Errorf("line %d: %w", next+1, err)
+		}
+		r.set(name, v)
+		seen[name] = true
+		next++
+	}
+	for ; next < len(lines); next++ {
+		name, v, err := splitField(lines[next])
+		if err != nil {
+			return Request{}, fmt.Errorf("line %d: %w", next+1, err)
+		}
+		if name != fieldSummary {
+			return Request{}, fmt.Errorf("line %d: only summary lines may follow nonce, got %s", next+1, describeName(name, seen))
+		}
+		if err := checkText(v, MaxSummaryLength); err != nil {
+			return Request{}, fmt.Errorf("line %d: summary: %w", next+1, err)
+		}
+		if len(r.Summary) == MaxSummaryLines {
+			return Request{}, fmt.Errorf("more than %d summary lines", MaxSummaryLines)
+		}
+		r.Summary = append(r.Summary, v)
+	}
+	return r, nil
+}
+
+func describeName(name string, seen map[string]bool) string {
+	switch {
+	case seen[name]:
+		return "duplicate field " + name
+	case !knownFields[name]:
+		return fmt.Sprintf("unknown field %q", name)
+	}
+	return "field " + name
+}
+
+// splitField splits "name: value" with exactly one space after the colon.
+func splitField(line string) (name, value string, err error) {
+	name, value, ok := strings.Cut(line, ": ")
+	if !ok || name == "" {
+		return "", "", fmt.Errorf("want \"name: value\", got %q", line)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c == '-') {
+			return "", "", fmt.Errorf("bad field name %q", name)
+		}
+	}
+	return name, value, nil
+}
