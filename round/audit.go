@@ -1,0 +1,206 @@
+package round
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// AuditDecision says whether a tool call was let through.
+type AuditDecision string
+
+// Audit decisions.
+const (
+	Allowed AuditDecision = "allowed"
+	Refused AuditDecision = "refused"
+)
+
+// AuditEntry is what the caller reports about one tool call. Args are
+// digested and never stored.
+type AuditEntry struct {
+	Tool string
+	Node string
+	// Args are the call's arguments; only ArgsDigest(Args) is kept. When
+	// nil, Digest is used as given.
+	Args   any
+	Digest string
+	// ApprovalID names the person's approval the call carried, if any.
+	ApprovalID string
+	Decision   AuditDecision
+	// Rule and Reason say why a call was refused.
+	Rule   Rule
+	Reason string
+	// Outcome is what happened (done, failed, approval_required, ...).
+	Outcome string
+	Detail  string
+}
+
+// AuditRecord is one line of audit.jsonl.
+type AuditRecord struct {
+	Seq        uint64        `json:"seq"`
+	Time       time.Time     `json:"time"`
+	Round      string        `json:"round"`
+	Tool       string        `json:"tool"`
+	Node       string        `json:"node,omitempty"`
+	ArgsDigest string        `json:"args_digest,omitempty"`
+	ApprovalID string        `json:"approval_id,omitempty"`
+	Decision   AuditDecision `json:"decision"`
+	Rule       Rule          `json:"rule,omitempty"`
+	Reason     string        `json:"reason,omitempty"`
+	Outcome    string        `json:"outcome,omitempty"`
+	Detail     string        `json:"detail,omitempty"`
+}
+
+// ArgsDigest is "sha256:<hex>" of the canonical JSON of args: object keys
+// sorted, no insignificant white space, numbers as written, no HTML
+// escaping. Equal arguments give equal digests whatever their Go type or
+// field order.
+func ArgsDigest(args any) (string, error) {
+	b, err := CanonicalJSON(args)
+	if err != nil {
+		return "", fmt.Errorf("digest arguments: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// CanonicalJSON encodes v as JSON in one canonical form (see ArgsDigest).
+func CanonicalJSON(v any) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var generic any
+	if err := dec.Decode(&generic); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(generic); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// Audit appends one tool call to audit.jsonl and fsyncs it before
+// returning.
+func (j *Journal) Audit(e AuditEntry) (AuditRecord, error) {
+	if e.Tool == "" {
+		return AuditRecord{}, errors.New("audit: tool name is empty")
+	}
+	if e.Decision != Allowed && e.Decision != Refused {
+		return AuditRecord{}, fmt.Errorf("audit %s: decision must be allowed or refused, not %q", e.Tool, e.Decision)
+	}
+	digest := e.Digest
+	if e.Args != nil {
+		d, err := ArgsDigest(e.Args)
+		if err != nil {
+			return AuditRecord{}, fmt.Errorf("audit %s: %w", e.Tool, err)
+		}
+		digest = d
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.audit == nil {
+		return AuditRecord{}, fmt.Errorf("audit %s: journal closed", e.Tool)
+	}
+	rec := AuditRecord{Seq: j.auditSeq + 1, Time: j.now(), Round: j.roundID, Tool: e.Tool, Node: e.Node,
+		ArgsDigest: digest, ApprovalID: e.ApprovalID, Decision: e.Decision, Rule: e.Rule,
+		Reason: e.Reason, Outcome: e.Outcome, Detail: e.Detail}
+	line, err := json.Marshal(rec)
+	if err != nil {
+		return AuditRecord{}, fmt.Errorf("audit %s: %w", e.Tool, err)
+	}
+	line = append(line, '\n')
+	_, werr := j.audit.Write(line)
+	if werr == nil {
+		werr = j.audit.Sync()
+	}
+	if werr != nil {
+		if terr := j.audit.Truncate(j.auditSize); terr != nil {
+			j.log.Error("audit write failed and could not be undone", "round", j.roundID, "err", terr)
+		}
+		return AuditRecord{}, fmt.Errorf("audit %s: %w", e.Tool, werr)
+	}
+	j.auditSize += int64(len(line))
+	j.auditSeq = rec.Seq
+	return rec, nil
+}
+
+// openAudit opens audit.jsonl for appending, saving and truncating a torn
+// last line as the journal does.
+func (j *Journal) openAudit() error {
+	path := filepath.Join(j.dir, AuditFile)
+	_, statErr := os.Stat(path)
+	created := errors.Is(statErr, os.ErrNotExist)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	j.audit = f
+	if created {
+		if err := syncDir(j.dir); err != nil {
+			return err
+		}
+	}
+	data, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<62))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	good, last, torn, err := scanAudit(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if len(torn) > 0 {
+		saved, err := j.saveTorn(AuditFile, good, torn)
+		if err != nil {
+			return err
+		}
+		if err := f.Truncate(int64(good)); err != nil {
+			return fmt.Errorf("truncate torn tail of %s: %w", path, err)
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", path, err)
+		}
+		j.opened.AuditTornBytes = len(torn)
+		j.log.Warn("audit log had a torn last line", "round", j.roundID, "bytes", len(torn), "saved_as", saved)
+	}
+	j.auditSize, j.auditSeq = int64(good), last
+	return nil
+}
+
+// scanAudit returns the length of the whole-record prefix, the last seq and
+// a torn last line. A line without its newline is torn here too: audit
+// lines carry no state, so it is simply saved aside.
+func scanAudit(data []byte) (good int, last uint64, torn []byte, err error) {
+	pos := 0
+	for pos < len(data) {
+		end := bytes.IndexByte(data[pos:], '\n')
+		var rec AuditRecord
+		if end < 0 {
+			return pos, last, data[pos:], nil
+		}
+		if jerr := json.Unmarshal(data[pos:pos+end], &rec); jerr != nil {
+			if pos+end+1 == len(data) {
+				return pos, last, data[pos:], nil
+			}
+			return 0, 0, nil, fmt.Errorf("audit line at byte %d is not a record: %w", pos, jerr)
+		}
+		if rec.Seq != last+1 {
+			return 0, 0, nil, fmt.Errorf("audit sequence %d after %d at byte %d", rec.Seq, last, pos)
+		}
+		last = rec.Seq
+		pos += end + 1
+	}
+	return pos, last, nil, nil
+}

@@ -1,0 +1,44 @@
+// Package round owns the patch round itself: the order in which nodes are
+// patched and why, the standing rules that decide whether a step may start
+// now, the crash-safe journal the round lives in (rounds/<round-id>/), the
+// audit log beside it, the round_status view, the compliance estimate and
+// the report written at close (Markdown and an SVG timeline).
+//
+// It is pure logic plus file I/O under the round's own directory. It must
+// not talk to hosts, the cluster or Git: it does not import client-go, SSH,
+// go-git or the project's host, kube, intent or policy packages. The tool
+// layer maps inventory, placement and check results into the small types
+// declared here (NodeInfo, Placement, Meta) and calls in.
+//
+// # Steps
+//
+// A node's window is the sequence drain, install, trial_boot, verify,
+// uncordon, gpu_acceptance (GPU servers only), promote, gate. Before it come
+// the preflight steps inspect, simulate, download and snapshot, which may
+// run on the next node while another node's window is open. Round-level
+// steps are plan, baseline, fleet_check, soak, autoremove and close.
+//
+// Read-only steps (inspect, simulate, verify, gate, baseline, fleet_check)
+// are always admitted: they change nothing, and a person re-checking a
+// stopped round needs them. Their results still count: a failed check stops
+// the round, a green gate closes a window. Every other step is ruled by
+// (*State).Admit, which returns a *RuleError naming the rule it broke.
+//
+// # Windows
+//
+// A window opens when its drain starts and closes when a green gate is
+// recorded after a green promote. Only one window is open at a time, and a
+// node's drain is admitted only once every node before it in the order has
+// its window closed.
+//
+// # Journal
+//
+// Everything that happens is a record appended to journal.jsonl (fsync'd
+// before the call returns); state.json is a cache rewritten by atomic
+// replace after each record. On Open the state is rebuilt from the journal
+// alone. A torn last line is saved beside the journal, truncated away and
+// recorded. Each Open appends a session_opened record, so a step that was in
+// flight when an earlier process died replays as in flight with
+// NeedsRecheck set: the caller re-checks the host or cluster and records the
+// outcome, it never repeats the step blindly.
+package round

@@ -1,0 +1,600 @@
+package round
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// File names inside rounds/<round-id>/.
+const (
+	JournalFile = "journal.jsonl"
+	StateFile   = "state.json"
+	AuditFile   = "audit.jsonl"
+	ReportFile  = "report.md"
+	// TimelineFile is the SVG timeline the report links to.
+	TimelineFile = "timeline.svg"
+)
+
+// ErrLocked is returned by Open when another process holds the journal
+// open for writing.
+var ErrLocked = errors.New("round journal is open for writing by another process")
+
+// Journal is a round's append-only journal, its state and its audit log.
+// Its methods are safe for concurrent use; appends are serialized and each
+// is on disk (fsync'd) before it returns.
+type Journal struct {
+	dir     string
+	roundID string
+	log     *slog.Logger
+	clock   func() time.Time
+
+	mu     sync.Mutex
+	f      *os.File
+	size   int64
+	state  *State
+	broken error // a failed write that could not be undone: refuse appends
+
+	audit     *os.File
+	auditSize int64
+	auditSeq  uint64
+
+	opened OpenReport
+
+	// splitWrite, for the crash test only, writes each line in two parts
+	// with this pause between, so a kill can land mid-line.
+	splitWrite time.Duration
+}
+
+// OpenReport says what Open found and repaired.
+type OpenReport struct {
+	// Records is how many journal records were replayed.
+	Records int `json:"records"`
+	// TornBytes is the length of a torn last line (a crash mid-write) that
+	// was saved to TornSavedAs and truncated away; 0 when none.
+	TornBytes   int    `json:"torn_bytes,omitempty"`
+	TornSavedAs string `json:"torn_saved_as,omitempty"`
+	// StateFileStale says state.json disagreed with the journal (it was
+	// rewritten from the journal).
+	StateFileStale bool `json:"state_file_stale,omitempty"`
+	// NeedsRecheck lists the steps left in flight by a process that died.
+	NeedsRecheck []Target `json:"needs_recheck,omitempty"`
+	// AuditTornBytes is the length of a torn last line of audit.jsonl that
+	// was saved beside it and truncated.
+	AuditTornBytes int `json:"audit_torn_bytes,omitempty"`
+}
+
+// Target is a step on a node ("" for round-level steps).
+type Target struct {
+	Node string `json:"node,omitempty"`
+	Step Step   `json:"step"`
+}
+
+// Option adjusts Open.
+type Option func(*Journal)
+
+// WithClock sets the clock (default time.Now).
+func WithClock(now func() time.Time) Option { return func(j *Journal) { j.clock = now } }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(j *Journal) { j.log = l } }
+
+// Open opens (creating it if needed) the journal of the round whose
+// directory is dir, rounds/<round-id>/; the directory name is the round id.
+// It takes an exclusive lock (a second writer gets ErrLocked), replays the
+// journal into the state, saves and truncates a torn last line (recording
+// that it did), and appends a session_opened record: steps still in flight
+// come back with NeedsRecheck.
+func Open(dir string, opts ...Option) (*Journal, error) {
+	dir = filepath.Clean(dir)
+	id := filepath.Base(dir)
+	if !ValidRoundID(id) {
+		return nil, fmt.Errorf("open round journal %s: directory name %q is not a valid round id", dir, id)
+	}
+	j := &Journal{dir: dir, roundID: id, clock: time.Now, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(j)
+	}
+	if err := j.open(); err != nil {
+		j.closeFiles()
+		return nil, fmt.Errorf("open round journal %s: %w", dir, err)
+	}
+	return j, nil
+}
+
+func (j *Journal) open() error {
+	if err := mkdirSynced(j.dir); err != nil {
+		return err
+	}
+	path := filepath.Join(j.dir, JournalFile)
+	_, statErr := os.Stat(path)
+	created := errors.Is(statErr, os.ErrNotExist)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	j.f = f
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return ErrLocked
+		}
+		return fmt.Errorf("lock %s: %w", path, err)
+	}
+	if created {
+		if err := syncDir(j.dir); err != nil {
+			return err
+		}
+	}
+	data, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<62))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	sc, err := scanLines(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	var tornDetail string
+	if len(sc.torn) > 0 {
+		saved, err := j.saveTorn(JournalFile, sc.good, sc.torn)
+		if err != nil {
+			return err
+		}
+		if err := f.Truncate(int64(sc.good)); err != nil {
+			return fmt.Errorf("truncate torn tail of %s: %w", path, err)
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", path, err)
+		}
+		j.opened.TornBytes, j.opened.TornSavedAs = len(sc.torn), saved
+		tornDetail = fmt.Sprintf("torn last line of %d bytes at offset %d (a crash mid-write; never acknowledged) saved to %s and truncated",
+			len(sc.torn), sc.good, saved)
+		j.log.Warn("round journal had a torn last line", "round", j.roundID, "bytes", len(sc.torn), "saved_as", saved)
+	}
+	if sc.missingNewline {
+		if _, err := f.Write([]byte{'\n'}); err != nil {
+			return fmt.Errorf("complete last line of %s: %w", path, err)
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", path, err)
+		}
+		sc.good++
+	}
+	j.size = int64(sc.good)
+
+	st := NewState(j.roundID)
+	for _, rec := range sc.records {
+		if err := st.Apply(rec); err != nil {
+			return fmt.Errorf("replay %s: %w", path, err)
+		}
+	}
+	if st.RoundID != j.roundID {
+		return fmt.Errorf("journal belongs to round %s, not %s", st.RoundID, j.roundID)
+	}
+	j.state = st
+	j.opened.Records = len(sc.records)
+	j.opened.StateFileStale = j.stateFileDiffers(st)
+	if j.opened.StateFileStale {
+		j.log.Info("state file disagreed with the journal; rebuilt from the journal", "round", j.roundID)
+	}
+	j.removeStaleTemps()
+	if err := j.openAudit(); err != nil {
+		return err
+	}
+
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if tornDetail != "" {
+		if _, err := j.appendLocked(Record{Kind: KindTornTail, Detail: tornDetail}); err != nil {
+			return err
+		}
+	}
+	if _, err := j.appendLocked(Record{Kind: KindSessionOpened, Round: j.roundID,
+		Detail: fmt.Sprintf("pid %d", os.Getpid())}); err != nil {
+		return err
+	}
+	j.opened.NeedsRecheck = j.state.needsRecheck()
+	for _, t := range j.opened.NeedsRecheck {
+		j.log.Warn("step was in flight when the previous process stopped; re-check before going on",
+			"round", j.roundID, "node", t.Node, "step", t.Step)
+	}
+	return nil
+}
+
+func (s *State) needsRecheck() []Target {
+	var out []Target
+	for _, n := range s.Nodes {
+		for _, st := range NodeSteps {
+			if r := n.Steps[st]; r != nil && r.NeedsRecheck {
+				out = append(out, Target{Node: n.Node, Step: st})
+			}
+		}
+	}
+	for _, st := range RoundSteps {
+		if r := s.RoundSteps[st]; r != nil && r.NeedsRecheck {
+			out = append(out, Target{Step: st})
+		}
+	}
+	return out
+}
+
+// Dir is the round's directory.
+func (j *Journal) Dir() string { return j.dir }
+
+// RoundID is the round's id (the directory name).
+func (j *Journal) RoundID() string { return j.roundID }
+
+// Opened says what Open found and repaired.
+func (j *Journal) Opened() OpenReport { return j.opened }
+
+// State returns a copy of the current state.
+func (j *Journal) State() *State {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.state.Clone()
+}
+
+// Close releases the lock and closes the files.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	err := j.closeFiles()
+	j.broken = errors.New("journal closed")
+	return err
+}
+
+func (j *Journal) closeFiles() error {
+	var errs []error
+	if j.f != nil {
+		errs = append(errs, j.f.Close())
+		j.f = nil
+	}
+	if j.audit != nil {
+		errs = append(errs, j.audit.Close())
+		j.audit = nil
+	}
+	return errors.Join(errs...)
+}
+
+func (j *Journal) now() time.Time { return j.clock().UTC().Round(0) }
+
+// Plan records the order and the soak length from the intent. It is
+// admitted until the first window opens.
+func (j *Journal) Plan(order Order, soak time.Duration, m Meta) (Record, error) {
+	if soak < 0 {
+		return Record{}, fmt.Errorf("plan round %s: negative soak %s", j.roundID, soak)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.state.Admit(StepPlan, "", j.now()); err != nil {
+		return Record{}, err
+	}
+	return j.appendLocked(withMeta(Record{Kind: KindPlan, Plan: &Plan{Order: order, Soak: Duration(soak)}}, m))
+}
+
+// StartStep records that step starts on node ("" for round-level steps),
+// if the standing rules admit it now; a refusal is a *RuleError and
+// records nothing. Call it before acting, so a crash leaves the step in
+// flight (and flagged NeedsRecheck) rather than unrecorded.
+func (j *Journal) StartStep(step Step, node string, m Meta) (Record, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.state.Admit(step, node, j.now()); err != nil {
+		return Record{}, err
+	}
+	return j.appendLocked(withMeta(Record{Kind: KindStepStarted, Step: step, Node: node}, m))
+}
+
+// FinishStep records that a step in flight finished green.
+func (j *Journal) FinishStep(step Step, node string, m Meta) (Record, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appendLocked(withMeta(Record{Kind: KindStepFinished, Step: step, Node: node, Outcome: OutcomeDone}, m))
+}
+
+// FailStep records that a step in flight failed; m.Detail says why. The
+// round stops until a person records resume or abort.
+func (j *Journal) FailStep(step Step, node string, m Meta) (Record, error) {
+	if strings.TrimSpace(m.Detail) == "" {
+		return Record{}, fmt.Errorf("record failure of %s on %q: say why (Meta.Detail)", step, node)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appendLocked(withMeta(Record{Kind: KindStepFailed, Step: step, Node: node, Outcome: OutcomeFailed}, m))
+}
+
+// Decide records a person's decision or attestation (the caller has
+// verified the signature; m.ApprovalID names it). A refusal is a
+// *RuleError and records nothing.
+func (j *Journal) Decide(d DecisionName, node string, step Step, m Meta) (Record, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.state.AdmitDecision(d, node, step); err != nil {
+		return Record{}, err
+	}
+	return j.appendLocked(withMeta(Record{Kind: KindDecision, Decision: d, Node: node, Step: step}, m))
+}
+
+// Lesson records something learned, for the report and the intent repo.
+func (j *Journal) Lesson(text string) (Record, error) {
+	if strings.TrimSpace(text) == "" {
+		return Record{}, fmt.Errorf("record lesson for round %s: empty text", j.roundID)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appendLocked(Record{Kind: KindLesson, Detail: text})
+}
+
+// FindingsCommitted records that the lessons and the report were committed
+// (commit names the Git commit). Close requires it after the last record.
+func (j *Journal) FindingsCommitted(commit string) (Record, error) {
+	if strings.TrimSpace(commit) == "" {
+		return Record{}, fmt.Errorf("record findings commit for round %s: empty commit id", j.roundID)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appendLocked(Record{Kind: KindFindings, Detail: commit})
+}
+
+func withMeta(r Record, m Meta) Record {
+	r.ApprovalID, r.ArgsDigest, r.Detail, r.Kernel = m.ApprovalID, m.ArgsDigest, m.Detail, m.Kernel
+	return r
+}
+
+// appendLocked applies rec to a copy of the state, writes it to the journal
+// and fsyncs, then keeps the new state and rewrites the state file. If the
+// record does not fit the state, nothing is written. j.mu must be held.
+func (j *Journal) appendLocked(rec Record) (Record, error) {
+	if j.broken != nil {
+		return Record{}, fmt.Errorf("append to round journal %s: %w", j.roundID, j.broken)
+	}
+	rec.Seq = j.state.LastSeq + 1
+	rec.Time = j.now()
+	next := j.state.Clone()
+	if err := next.Apply(rec); err != nil {
+		return Record{}, fmt.Errorf("append to round journal %s: %w", j.roundID, err)
+	}
+	line, err := json.Marshal(rec)
+	if err != nil {
+		return Record{}, fmt.Errorf("append to round journal %s: %w", j.roundID, err)
+	}
+	line = append(line, '\n')
+	if err := j.writeLine(line); err != nil {
+		// Undo a partial write so the file ends on a whole record.
+		if terr := j.f.Truncate(j.size); terr != nil {
+			j.broken = fmt.Errorf("write failed (%w) and could not be undone (%v); reopen the journal", err, terr)
+		} else if serr := j.f.Sync(); serr != nil {
+			j.broken = fmt.Errorf("write failed (%w) and the undo could not be synced (%v); reopen the journal", err, serr)
+		}
+		return Record{}, fmt.Errorf("append to round journal %s: %w", j.roundID, err)
+	}
+	j.size += int64(len(line))
+	j.state = next
+	if err := j.writeStateFile(); err != nil {
+		// The journal holds the record; the state file is only a cache.
+		j.log.Warn("could not rewrite the state file; the journal is intact", "round", j.roundID, "err", err)
+	}
+	return rec, nil
+}
+
+func (j *Journal) writeLine(line []byte) error {
+	if j.splitWrite > 0 && len(line) > 1 {
+		half := len(line) / 2
+		if _, err := j.f.Write(line[:half]); err != nil {
+			return err
+		}
+		time.Sleep(j.splitWrite)
+		line = line[half:]
+	}
+	if _, err := j.f.Write(line); err != nil {
+		return err
+	}
+	return j.f.Sync()
+}
+
+func (j *Journal) writeStateFile() error {
+	b, err := json.MarshalIndent(j.state, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(j.dir, StateFile, append(b, '\n'))
+}
+
+// stateFileDiffers reports whether state.json is missing or says something
+// other than st.
+func (j *Journal) stateFileDiffers(st *State) bool {
+	b, err := os.ReadFile(filepath.Join(j.dir, StateFile))
+	if err != nil {
+		return st.LastSeq > 0
+	}
+	want, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return true
+	}
+	return !bytes.Equal(bytes.TrimSpace(b), want)
+}
+
+func (j *Journal) removeStaleTemps() {
+	matches, _ := filepath.Glob(filepath.Join(j.dir, "."+StateFile+".tmp-*"))
+	for _, m := range matches {
+		if err := os.Remove(m); err == nil {
+			j.log.Info("removed a state file left half-written by a crash", "round", j.roundID, "file", filepath.Base(m))
+		}
+	}
+}
+
+// saveTorn keeps the torn bytes of file beside it, so nothing is dropped
+// without a trace, and returns the name it used.
+func (j *Journal) saveTorn(file string, offset int, torn []byte) (string, error) {
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("%s.torn-%d", file, offset)
+		if i > 0 {
+			name = fmt.Sprintf("%s.%d", name, i)
+		}
+		f, err := os.OpenFile(filepath.Join(j.dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+		if errors.Is(err, os.ErrExist) && i < 1000 {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("save torn tail of %s: %w", file, err)
+		}
+		_, werr := f.Write(torn)
+		serr := f.Sync()
+		cerr := f.Close()
+		if err := errors.Join(werr, serr, cerr); err != nil {
+			return "", fmt.Errorf("save torn tail of %s: %w", file, err)
+		}
+		if err := syncDir(j.dir); err != nil {
+			return "", err
+		}
+		return name, nil
+	}
+}
+
+// scanned is a journal file split into records.
+type scanned struct {
+	records []Record
+	// good is the length of the prefix made of whole records.
+	good int
+	// torn is a last line that does not parse (a crash mid-write).
+	torn []byte
+	// missingNewline: the last record parsed but its newline was not written.
+	missingNewline bool
+}
+
+// scanLines splits a JSONL journal into records. Only the last line may be
+// torn; a bad line followed by more data is corruption and an error, never
+// skipped.
+func scanLines(data []byte) (scanned, error) {
+	var sc scanned
+	pos, lineNo := 0, 0
+	for pos < len(data) {
+		lineNo++
+		end := bytes.IndexByte(data[pos:], '\n')
+		terminated := end >= 0
+		var line []byte
+		next := len(data)
+		if terminated {
+			line = data[pos : pos+end]
+			next = pos + end + 1
+		} else {
+			line = data[pos:]
+		}
+		var rec Record
+		if err := json.Unmarshal(line, &rec); err != nil {
+			if next == len(data) {
+				sc.torn = data[pos:]
+				return sc, nil
+			}
+			return sc, fmt.Errorf("line %d (byte %d) is not a record and is not the last line: %w", lineNo, pos, err)
+		}
+		sc.records = append(sc.records, rec)
+		sc.good = next
+		sc.missingNewline = !terminated
+		pos = next
+	}
+	return sc, nil
+}
+
+// ReplayInfo says what Replay read.
+type ReplayInfo struct {
+	Records int `json:"records"`
+	// TornBytes is the length of a torn last line that was not replayed.
+	TornBytes int `json:"torn_bytes,omitempty"`
+}
+
+// Replay rebuilds a round's state from journal bytes. A torn last line is
+// reported in ReplayInfo, not replayed; any other bad line or a record that
+// does not fit is an error.
+func Replay(data []byte) (*State, ReplayInfo, error) {
+	sc, err := scanLines(data)
+	if err != nil {
+		return nil, ReplayInfo{}, fmt.Errorf("replay round journal: %w", err)
+	}
+	info := ReplayInfo{Records: len(sc.records), TornBytes: len(sc.torn)}
+	st := NewState("")
+	for _, rec := range sc.records {
+		if err := st.Apply(rec); err != nil {
+			return nil, info, fmt.Errorf("replay round journal: %w", err)
+		}
+	}
+	return st, info, nil
+}
+
+// ReadState replays the journal in dir without locking or changing
+// anything, for status views while another process holds the journal.
+func ReadState(dir string) (*State, ReplayInfo, error) {
+	data, err := os.ReadFile(filepath.Join(dir, JournalFile))
+	if err != nil {
+		return nil, ReplayInfo{}, fmt.Errorf("read round journal %s: %w", dir, err)
+	}
+	st, info, err := Replay(data)
+	if err != nil {
+		return nil, info, fmt.Errorf("read round journal %s: %w", dir, err)
+	}
+	return st, info, nil
+}
+
+// mkdirSynced creates dir (and parents) and fsyncs each parent it added to.
+func mkdirSynced(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirSynced(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	return syncDir(parent)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	serr := d.Sync()
+	cerr := d.Close()
+	if err := errors.Join(serr, cerr); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// writeFileAtomic replaces dir/name with data: temp file, fsync, rename,
+// fsync of the directory. A reader sees the old or the new file, whole.
+func writeFileAtomic(dir, name string, data []byte) error {
+	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := os.Chmod(tmp, 0o640); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return syncDir(dir)
+}

@@ -1,0 +1,67 @@
+package round
+
+import (
+	"time"
+)
+
+// Kind says what a journal record is.
+type Kind string
+
+// Record kinds.
+const (
+	// KindSessionOpened is written each time a process opens the journal
+	// for writing. A step still in flight at that point was left by a
+	// process that died: it replays with NeedsRecheck.
+	KindSessionOpened Kind = "session_opened"
+	// KindPlan fixes the order and the soak length.
+	KindPlan          Kind = "plan"
+	KindStepStarted   Kind = "step_started"
+	KindStepFinished  Kind = "step_finished"
+	KindStepFailed    Kind = "step_failed"
+	KindDecision      Kind = "decision"
+	KindLesson        Kind = "lesson"
+	KindFindings      Kind = "findings_committed"
+	KindTornTail      Kind = "torn_tail"
+)
+
+// Record is one line of the journal.
+type Record struct {
+	Seq      uint64       `json:"seq"`
+	Time     time.Time    `json:"time"`
+	Kind     Kind         `json:"kind"`
+	Round    string       `json:"round,omitempty"` // session_opened only
+	Node     string       `json:"node,omitempty"`
+	Step     Step         `json:"step,omitempty"`
+	Outcome  Outcome      `json:"outcome,omitempty"`
+	Decision DecisionName `json:"decision,omitempty"`
+	Detail   string       `json:"detail,omitempty"`
+	// Kernel is the running kernel a finished step observed on its node.
+	Kernel     string `json:"kernel,omitempty"`
+	ApprovalID string `json:"approval_id,omitempty"`
+	// ArgsDigest is ArgsDigest of the tool call's arguments; never the
+	// arguments themselves.
+	ArgsDigest string `json:"args_digest,omitempty"`
+	Plan       *Plan  `json:"plan,omitempty"`
+}
+
+// Plan is what a plan record fixes: the order and the round settings taken
+// from the intent.
+type Plan struct {
+	Order Order `json:"order"`
+	// Soak is how long the fleet runs on the new kernels between a green
+	// fleet check and autoremove (the intent says, e.g. 48h).
+	Soak Duration `json:"soak"`
+}
+
+// Meta is what the caller attaches to a record.
+type Meta struct {
+	// ApprovalID names the person's approval that allowed the step, if any.
+	ApprovalID string
+	// ArgsDigest is ArgsDigest(arguments) of the tool call.
+	ArgsDigest string
+	// Detail is a short human-readable note (what was seen, why it failed).
+	Detail string
+	// Kernel is the running kernel the step observed on its node; the
+	// report shows the kernel before and after each window from it.
+	Kernel string
+}

@@ -1,0 +1,477 @@
+package round
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// State is the round as the journal tells it. It is rebuilt by replaying
+// the journal; state.json is this struct, written for people and as a
+// cache.
+type State struct {
+	RoundID string    `json:"round_id"`
+	LastSeq uint64    `json:"last_seq"`
+	Started time.Time `json:"started,omitzero"` // time of the first record
+	Updated time.Time `json:"updated,omitzero"` // time of the last record
+	// Sessions counts the processes that opened the journal for writing.
+	Sessions int   `json:"sessions"`
+	Plan     *Plan `json:"plan,omitempty"`
+	// Nodes are the round's nodes in order, with their windows.
+	Nodes []*NodeState `json:"nodes,omitempty"`
+	// RoundSteps are the round-level steps other than plan.
+	RoundSteps map[Step]*StepRun `json:"round_steps"`
+	// Current is the node whose window is open, "" when none.
+	Current         string    `json:"current_window,omitempty"`
+	BaselineTaken   bool      `json:"baseline_taken"`
+	FleetCheckGreen bool      `json:"fleet_check_green"`
+	SoakStarted     time.Time `json:"soak_started,omitzero"`
+	// Stop is set when a step fails and cleared by a resume decision.
+	Stop      *Stop      `json:"stop,omitempty"`
+	Aborted   bool       `json:"aborted,omitempty"`
+	Closed    bool       `json:"closed,omitempty"`
+	Failures  []Failure  `json:"failures,omitempty"`
+	Decisions []Decision `json:"decisions,omitempty"`
+	Lessons   []Lesson   `json:"lessons,omitempty"`
+	// FindingsCommitted says lessons and report were committed after the
+	// last thing that happened; any later step, decision or lesson clears
+	// it, so the committed report is never stale at close.
+	FindingsCommitted bool   `json:"findings_committed"`
+	FindingsCommit    string `json:"findings_commit,omitempty"`
+	// Recoveries are torn journal tails found and truncated on open.
+	Recoveries []Recovery `json:"recoveries,omitempty"`
+}
+
+// NodeState is one node's place in the order and its steps.
+type NodeState struct {
+	Position
+	Index    int         `json:"index"`
+	Window   WindowState `json:"window"`
+	Opened   time.Time   `json:"opened,omitzero"`
+	ClosedAt time.Time   `json:"closed_at,omitzero"`
+	// ClosedSeq is the seq of the record that closed the window.
+	ClosedSeq uint64            `json:"closed_seq,omitempty"`
+	Steps     map[Step]*StepRun `json:"steps"`
+	// KernelBefore is the last kernel seen before trial_boot started,
+	// KernelAfter the last one seen after.
+	KernelBefore       string `json:"kernel_before,omitempty"`
+	KernelAfter        string `json:"kernel_after,omitempty"`
+	HypervisorSnapshot bool   `json:"hypervisor_snapshot,omitempty"`
+}
+
+// StepRun is one step on one node (or of the round) and its attempts.
+type StepRun struct {
+	State StepState `json:"state"`
+	// NeedsRecheck: the step was in flight when the process that started
+	// it died. Re-check the host or cluster and record its outcome; never
+	// repeat it blindly.
+	NeedsRecheck bool `json:"needs_recheck,omitempty"`
+	// RiskAccepted: the step failed and a person accepted the residual
+	// risk; it counts as green.
+	RiskAccepted bool      `json:"risk_accepted,omitempty"`
+	Attempts     []Attempt `json:"attempts,omitempty"`
+}
+
+// Attempt is one start of a step and how it ended.
+type Attempt struct {
+	StartSeq   uint64    `json:"start_seq"`
+	EndSeq     uint64    `json:"end_seq,omitempty"`
+	Started    time.Time `json:"started"`
+	Ended      time.Time `json:"ended,omitzero"`
+	Outcome    Outcome   `json:"outcome,omitempty"` // "" while in flight
+	Detail     string    `json:"detail,omitempty"`
+	ApprovalID string    `json:"approval_id,omitempty"`
+}
+
+// Stop records the failure that stopped the round.
+type Stop struct {
+	Seq    uint64    `json:"seq"`
+	Node   string    `json:"node,omitempty"`
+	Step   Step      `json:"step"`
+	Reason string    `json:"reason"`
+	Time   time.Time `json:"time"`
+}
+
+// Failure is a failed step, kept for the report.
+type Failure struct {
+	Seq    uint64    `json:"seq"`
+	Time   time.Time `json:"time"`
+	Node   string    `json:"node,omitempty"`
+	Step   Step      `json:"step"`
+	Reason string    `json:"reason"`
+}
+
+// Decision is a decision or attestation a person recorded.
+type Decision struct {
+	Seq        uint64       `json:"seq"`
+	Time       time.Time    `json:"time"`
+	Name       DecisionName `json:"name"`
+	Node       string       `json:"node,omitempty"`
+	Step       Step         `json:"step,omitempty"`
+	Detail     string       `json:"detail,omitempty"`
+	ApprovalID string       `json:"approval_id,omitempty"`
+}
+
+// Lesson is something learned during the round, for the intent repo.
+type Lesson struct {
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+	Text string    `json:"text"`
+}
+
+// Recovery records a torn journal tail that was saved and truncated.
+type Recovery struct {
+	Seq    uint64    `json:"seq"`
+	Time   time.Time `json:"time"`
+	Detail string    `json:"detail"`
+}
+
+// NewState returns the empty state of a round.
+func NewState(roundID string) *State {
+	return &State{RoundID: roundID, RoundSteps: newRoundSteps()}
+}
+
+func newRoundSteps() map[Step]*StepRun {
+	m := map[Step]*StepRun{}
+	for _, s := range RoundSteps {
+		if s != StepPlan {
+			m[s] = &StepRun{State: Pending}
+		}
+	}
+	return m
+}
+
+// Node returns the state of a node in the order, or nil.
+func (s *State) Node(name string) *NodeState {
+	for _, n := range s.Nodes {
+		if n.Node == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// run returns the StepRun of step on node ("" for round-level), or nil.
+func (s *State) run(step Step, node string) *StepRun {
+	if step.NodeStep() {
+		if n := s.Node(node); n != nil {
+			return n.Steps[step]
+		}
+		return nil
+	}
+	return s.RoundSteps[step]
+}
+
+// Green reports whether the step counts as passed: done, or failed with the
+// residual risk accepted by a person.
+func (r *StepRun) Green() bool {
+	return r != nil && (r.State == Done || (r.State == Failed && r.RiskAccepted))
+}
+
+// greenSeq is the seq at which the step's last attempt ended, when green.
+func (r *StepRun) greenSeq() uint64 {
+	if !r.Green() || len(r.Attempts) == 0 {
+		return 0
+	}
+	return r.Attempts[len(r.Attempts)-1].EndSeq
+}
+
+// greenAfter reports whether r is green and its last attempt ended after
+// the last attempt of prev ended green.
+func (r *StepRun) greenAfter(prev *StepRun) bool {
+	return r.Green() && prev.Green() && r.greenSeq() > prev.greenSeq()
+}
+
+func (r *StepRun) last() *Attempt {
+	if r == nil || len(r.Attempts) == 0 {
+		return nil
+	}
+	return &r.Attempts[len(r.Attempts)-1]
+}
+
+// Apply folds one journal record into the state. It checks that the record
+// fits (sequence, known node and step, a finish only for a step in flight)
+// and leaves the state unchanged when it does not. It does not apply the
+// standing rules: those decide what may start (Admit), while a record says
+// what happened.
+func (s *State) Apply(rec Record) error {
+	if err := s.apply(rec); err != nil {
+		return fmt.Errorf("journal record %d (%s): %w", rec.Seq, rec.Kind, err)
+	}
+	s.LastSeq = rec.Seq
+	if s.Started.IsZero() {
+		s.Started = rec.Time
+	}
+	s.Updated = rec.Time
+	return nil
+}
+
+// maxText bounds free text in a record.
+const maxText = 8 << 10
+
+func (s *State) apply(rec Record) error {
+	if rec.Seq != s.LastSeq+1 {
+		return fmt.Errorf("sequence %d after %d", rec.Seq, s.LastSeq)
+	}
+	if rec.Time.IsZero() {
+		return errors.New("record has no time")
+	}
+	for _, t := range []string{rec.Detail, rec.Kernel, rec.ApprovalID, rec.ArgsDigest, rec.Node} {
+		if len(t) > maxText || !utf8.ValidString(t) {
+			return errors.New("record text too long or not UTF-8")
+		}
+	}
+	if s.RoundSteps == nil {
+		s.RoundSteps = newRoundSteps()
+	}
+	switch rec.Kind {
+	case KindSessionOpened:
+		if !ValidRoundID(rec.Round) {
+			return fmt.Errorf("bad round id %q", rec.Round)
+		}
+		if s.RoundID != "" && s.RoundID != rec.Round {
+			return fmt.Errorf("journal of round %s opened as round %s", s.RoundID, rec.Round)
+		}
+		s.RoundID = rec.Round
+		s.Sessions++
+		s.forEachRun(func(step Step, r *StepRun) {
+			if r.State == InFlight && step != StepSoak {
+				r.NeedsRecheck = true
+			}
+		})
+		return nil
+	case KindPlan:
+		return s.applyPlan(rec)
+	case KindStepStarted, KindStepFinished, KindStepFailed:
+		return s.applyStep(rec)
+	case KindDecision:
+		if err := s.AdmitDecision(rec.Decision, rec.Node, rec.Step); err != nil {
+			return err
+		}
+		s.applyDecision(rec)
+		s.FindingsCommitted = false
+		return nil
+	case KindLesson:
+		if strings.TrimSpace(rec.Detail) == "" {
+			return errors.New("empty lesson")
+		}
+		s.Lessons = append(s.Lessons, Lesson{Seq: rec.Seq, Time: rec.Time, Text: rec.Detail})
+		s.FindingsCommitted = false
+		return nil
+	case KindFindings:
+		s.FindingsCommitted = true
+		s.FindingsCommit = rec.Detail
+		return nil
+	case KindTornTail:
+		s.Recoveries = append(s.Recoveries, Recovery{Seq: rec.Seq, Time: rec.Time, Detail: rec.Detail})
+		return nil
+	}
+	return fmt.Errorf("unknown record kind %q", rec.Kind)
+}
+
+func (s *State) forEachRun(f func(Step, *StepRun)) {
+	for _, n := range s.Nodes {
+		for _, st := range NodeSteps {
+			if r := n.Steps[st]; r != nil {
+				f(st, r)
+			}
+		}
+	}
+	for _, st := range RoundSteps {
+		if r := s.RoundSteps[st]; r != nil {
+			f(st, r)
+		}
+	}
+}
+
+func (s *State) applyPlan(rec Record) error {
+	if rec.Plan == nil || len(rec.Plan.Order.Positions) == 0 {
+		return errors.New("plan without an order")
+	}
+	if rec.Plan.Soak < 0 {
+		return errors.New("negative soak")
+	}
+	if s.Closed || s.Aborted || s.anyWindowOpened() {
+		return errors.New("plan after the round started its windows")
+	}
+	seen := map[string]bool{}
+	nodes := make([]*NodeState, 0, len(rec.Plan.Order.Positions))
+	for i, p := range rec.Plan.Order.Positions {
+		if p.Node == "" || p.Node == FleetWide || len(p.Node) > 253 || seen[p.Node] {
+			return fmt.Errorf("plan: bad or repeated node %q", p.Node)
+		}
+		switch p.Role {
+		case RoleControlPlane, RoleGPU, RoleOther:
+		default:
+			return fmt.Errorf("plan: node %s has unknown role %q", p.Node, p.Role)
+		}
+		seen[p.Node] = true
+		n := s.Node(p.Node)
+		if n == nil {
+			n = &NodeState{Window: WindowPending, Steps: map[Step]*StepRun{}}
+		}
+		n.Position, n.Index = p, i
+		for _, st := range NodeSteps {
+			if st == StepGPUAcceptance && !p.GPU {
+				delete(n.Steps, st)
+				continue
+			}
+			if n.Steps[st] == nil {
+				n.Steps[st] = &StepRun{State: Pending}
+			}
+		}
+		nodes = append(nodes, n)
+	}
+	plan := *rec.Plan
+	plan.Order.Positions = slices.Clone(plan.Order.Positions)
+	plan.Order.Notes = slices.Clone(plan.Order.Notes)
+	s.Plan = &plan
+	s.Nodes = nodes
+	s.FindingsCommitted = false
+	return nil
+}
+
+func (s *State) anyWindowOpened() bool {
+	for _, n := range s.Nodes {
+		if n.Window != WindowPending {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *State) applyStep(rec Record) (err error) {
+	defer func() {
+		if err == nil && rec.Step != StepClose {
+			s.FindingsCommitted = false
+		}
+	}()
+	if !rec.Step.Valid() || rec.Step == StepPlan {
+		return fmt.Errorf("unknown step %q", rec.Step)
+	}
+	var n *NodeState
+	if rec.Step.NodeStep() {
+		if n = s.Node(rec.Node); n == nil {
+			return fmt.Errorf("step %s on node %q, which is not in the order", rec.Step, rec.Node)
+		}
+	} else if rec.Node != "" {
+		return fmt.Errorf("round step %s names node %s", rec.Step, rec.Node)
+	}
+	r := s.run(rec.Step, rec.Node)
+	if r == nil {
+		return fmt.Errorf("step %s does not apply to node %s", rec.Step, rec.Node)
+	}
+	if rec.Kind == KindStepStarted {
+		if r.State == InFlight {
+			if !rec.Step.ReadOnly() {
+				return fmt.Errorf("%s started again while in flight", rec.Step)
+			}
+			a := r.last()
+			a.Outcome, a.EndSeq, a.Ended = OutcomeAbandoned, rec.Seq, rec.Time
+		}
+		if rec.Step == StepDrain {
+			switch {
+			case n.Window == WindowClosed:
+				return fmt.Errorf("drain of %s after its window closed", n.Node)
+			case s.Current != "" && s.Current != n.Node:
+				return fmt.Errorf("drain of %s while the window of %s is open", n.Node, s.Current)
+			case n.Window == WindowPending:
+				n.Window, n.Opened = WindowOpen, rec.Time
+				s.Current = n.Node
+			}
+		}
+		if rec.Step == StepSoak {
+			s.SoakStarted = rec.Time
+		}
+		r.State, r.NeedsRecheck, r.RiskAccepted = InFlight, false, false
+		r.Attempts = append(r.Attempts, Attempt{StartSeq: rec.Seq, Started: rec.Time,
+			ApprovalID: rec.ApprovalID, Detail: rec.Detail})
+		return nil
+	}
+
+	if r.State != InFlight {
+		return fmt.Errorf("%s of %s, which is not in flight", rec.Kind, rec.Step)
+	}
+	a := r.last()
+	a.EndSeq, a.Ended = rec.Seq, rec.Time
+	if rec.Detail != "" {
+		a.Detail = rec.Detail
+	}
+	r.NeedsRecheck = false
+	if n != nil && rec.Kernel != "" {
+		if tb := n.Steps[StepTrialBoot]; len(tb.Attempts) > 0 && tb.Attempts[0].StartSeq < rec.Seq {
+			n.KernelAfter = rec.Kernel
+		} else {
+			n.KernelBefore = rec.Kernel
+		}
+	}
+	if rec.Kind == KindStepFailed {
+		a.Outcome, r.State = OutcomeFailed, Failed
+		s.Failures = append(s.Failures, Failure{Seq: rec.Seq, Time: rec.Time, Node: rec.Node, Step: rec.Step, Reason: rec.Detail})
+		if rec.Step == StepFleetCheck {
+			s.FleetCheckGreen = false
+		}
+		if s.Stop == nil && !s.Aborted && !s.Closed {
+			s.Stop = &Stop{Seq: rec.Seq, Node: rec.Node, Step: rec.Step, Reason: rec.Detail, Time: rec.Time}
+		}
+		return nil
+	}
+	a.Outcome, r.State = OutcomeDone, Done
+	switch rec.Step {
+	case StepBaseline:
+		s.BaselineTaken = true
+	case StepFleetCheck:
+		s.FleetCheckGreen = true
+	case StepClose:
+		s.Closed = true
+	case StepGate:
+		s.maybeCloseWindow(n, rec)
+	}
+	return nil
+}
+
+// maybeCloseWindow closes n's window when its gate is green after a green
+// promote.
+func (s *State) maybeCloseWindow(n *NodeState, rec Record) {
+	if n.Window != WindowOpen || !n.Steps[StepGate].greenAfter(n.Steps[StepPromote]) {
+		return
+	}
+	n.Window, n.ClosedAt, n.ClosedSeq = WindowClosed, rec.Time, rec.Seq
+	if s.Current == n.Node {
+		s.Current = ""
+	}
+}
+
+func (s *State) applyDecision(rec Record) {
+	s.Decisions = append(s.Decisions, Decision{Seq: rec.Seq, Time: rec.Time, Name: rec.Decision,
+		Node: rec.Node, Step: rec.Step, Detail: rec.Detail, ApprovalID: rec.ApprovalID})
+	switch rec.Decision {
+	case DecisionResume:
+		if r := s.run(s.Stop.Step, s.Stop.Node); r != nil && r.State == Failed && !r.RiskAccepted {
+			r.State = Pending
+		}
+		s.Stop = nil
+	case DecisionAbort:
+		s.Aborted = true
+	case DecisionHypervisorSnapshotTaken:
+		s.Node(rec.Node).HypervisorSnapshot = true
+	case DecisionResidualRiskAccepted:
+		if rec.Step == "" {
+			return
+		}
+		node := rec.Node
+		if !rec.Step.NodeStep() {
+			node = ""
+		}
+		s.run(rec.Step, node).RiskAccepted = true
+		switch rec.Step {
+		case StepFleetCheck:
+			s.FleetCheckGreen = true
+		case StepGate:
+			s.maybeCloseWindow(s.Node(rec.Node), rec)
+		}
+	}
+}
