@@ -1,0 +1,270 @@
+#!/bin/sh
+# install.sh — run the approved upgrade, detached from this SSH session.
+#
+# Runbook: run as root on a drained node, with ACTION=start and the plan
+# digest that was approved. start:
+#   1. refuses if an install for this round was already started;
+#   2. re-runs `apt-get -s full-upgrade` and refuses if the digest of the
+#      package set differs from EXPECTED_PLAN_DIGEST (the plan drifted);
+#   3. records the start, then runs
+#        apt-get -y -o Dpkg::Options::=--force-confdef \
+#          -o Dpkg::Options::=--force-confold full-upgrade
+#      with DEBIAN_FRONTEND=noninteractive and NEEDRESTART_MODE=l (list
+#      only), in its own session: a systemd transient unit when systemd is
+#      PID 1 (systemd-run), else setsid + nohup. A dropped SSH session cannot
+#      kill dpkg half-way.
+#   Log, pid and exit code go to $STATE_DIR/$ROUND/install.{log,pid,rc}.
+# ACTION=status reports running / finished (with the exit code) / lost (the
+# process is gone and left no exit code), and the end of the log.
+# The old kernel stays installed: full-upgrade never removes it by itself.
+#
+# Environment (default in brackets):
+#   ACTION                start | status (required)
+#   ROUND                 round id (required)
+#   EXPECTED_PLAN_DIGEST  sha256:<64 hex> (required for start)
+#   STATE_DIR             [/var/lib/mcp-patch]
+#   SYSTEMD_DIR           [/run/systemd/system]  present when systemd is PID 1
+#   LOG_TAIL_LINES        [40]
+#   APT_CONFIG, DPKG_ADMINDIR are honoured by apt and dpkg themselves.
+#
+# Output: one JSON object (README.md, "install").
+# Exit status: 0 ok, 1 error, 2 bad input, 3 refused.
+# shellcheck disable=SC2317 # shared helpers below: not every script calls each one
+set -eu
+STEP=install
+
+# ---- common: begin (identical in every host script; a test keeps them in sync) ----
+# Stdout carries exactly one JSON object: it is moved to fd 3 and everything
+# else (tool chatter, errors) goes to stderr.
+exec 3>&1 1>&2
+NL='
+'
+STAGE='starting'
+FIELDS=''
+EMITTED=0
+TMPD=''
+
+# json_awk MODE: read stdin and print JSON. MODE "value": one string, lines
+# joined by \n; "text": one string, every line ends with \n (a missing final
+# newline is added); "lines": an array of the non-empty lines.
+json_awk() {
+	LC_ALL=C awk -v mode="$1" '
+	function esc(s,    out, p, c) {
+		out = ""
+		while ((p = match(s, /[\\"\001-\037]/)) > 0) {
+			c = substr(s, p, 1)
+			if (c == "\\") c = "\\\\"
+			else if (c == "\"") c = "\\\""
+			else c = ctl[c]
+			out = out substr(s, 1, p - 1) c
+			s = substr(s, p + 1)
+		}
+		return out s
+	}
+	BEGIN {
+		for (i = 1; i < 32; i++) ctl[sprintf("%c", i)] = sprintf("\\u%04x", i)
+		ctl["\t"] = "\\t"; ctl["\r"] = "\\r"
+		printf "%s", (mode == "lines" ? "[" : "\"")
+		n = 0
+	}
+	mode == "lines" { if ($0 != "") printf "%s\"%s\"", (n++ ? "," : ""), esc($0); next }
+	mode == "text" { printf "%s\\n", esc($0); next }
+	{ printf "%s%s", (n++ ? "\\n" : ""), esc($0) }
+	END { printf "%s", (mode == "lines" ? "]" : "\"") }'
+}
+jstr() { printf '%s\n' "$1" | json_awk value; }
+jtext() { if [ -z "$1" ]; then printf '""'; else printf '%s\n' "$1" | json_awk text; fi; }
+jlines() { printf '%s\n' "$1" | json_awk lines; }
+
+# field NAME JSON: add a field to the result object.
+field() { FIELDS="$FIELDS,\"$1\":$2"; }
+field_str() { field "$1" "$(jstr "$2")"; }
+field_text() { field "$1" "$(jtext "$2")"; }
+field_lines() { field "$1" "$(jlines "$2")"; }
+field_int() {
+	case $2 in
+	'' | - | *[!0-9-]* | ?*-*) field "$1" null ;;
+	*) field "$1" "$2" ;;
+	esac
+}
+field_bool() { if [ "$2" = 1 ] || [ "$2" = true ]; then field "$1" true; else field "$1" false; fi; }
+
+# emit STATUS EXIT REASON: print the one result object and exit.
+emit() {
+	EMITTED=1
+	printf '{"step":"%s","status":"%s","reason":%s%s}\n' "$STEP" "$1" "$(jstr "$3")" "$FIELDS" >&3
+	exit "$2"
+}
+ok() { emit ok 0 "$1"; }
+fail() { emit error 1 "$1"; }
+bad_input() { emit bad_input 2 "$1"; }
+refuse() { emit refused 3 "$1"; }
+check_failed() { emit check_failed 4 "$1"; }
+
+on_exit() {
+	rc=$?
+	if [ -n "$TMPD" ]; then rm -rf "$TMPD"; fi
+	if [ "$EMITTED" = 0 ]; then
+		EMITTED=1
+		printf '{"step":"%s","status":"error","reason":%s%s}\n' "$STEP" \
+			"$(jstr "stopped unexpectedly while $STAGE (exit $rc)")" "$FIELDS" >&3
+		exit 1
+	fi
+}
+trap on_exit EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+make_tmpdir() { TMPD=$(mktemp -d); }
+yes_if() { if "$@"; then echo 1; else echo 0; fi; }
+true_if() { if "$@"; then echo true; else echo false; fi; }
+
+# check NAME VALUE ERE WHAT: refuse bad input before anything runs.
+check() {
+	case $2 in *"$NL"*) bad_input "$1 must be a single line" ;; esac
+	printf '%s\n' "$2" | grep -Eqx -- "$3" || bad_input "$1='$2' is not $4"
+}
+check_path() { check "$1" "$2" '/[^[:cntrl:]]*' 'an absolute path'; }
+check_round() { check "$1" "$2" '[A-Za-z0-9][A-Za-z0-9._-]{0,63}' 'a round id'; }
+check_kernel() {
+	check "$1" "$2" '[0-9]+\.[0-9]+(\.[0-9]+)?([.+~_-][A-Za-z0-9]+){0,12}' 'a kernel release'
+	[ "${#2}" -le 100 ] || bad_input "$1 is longer than 100 characters"
+}
+# ---- common: end ----
+
+# ---- plan-digest: begin (same in simulate.sh and install.sh) ----
+# plan_lines: read `apt-get -s` output, print the canonical package set: one
+# line per Inst, Remv or Purg line, "<op> <package> <old> <new> <arch>" with
+# "-" for a missing part. plan_digest: sha256 of those lines sorted
+# bytewise, each ending in a newline (the Go side computes the same).
+plan_lines() {
+	LC_ALL=C awk -F '[ \t]+' '
+	{ sub(/^[ \t]+/, "") }
+	$1 == "Inst" || $1 == "Remv" || $1 == "Purg" {
+		old = "-"; new = "-"; arch = "-"; i = 3
+		if (i <= NF && $i ~ /^\[.*\]$/) { old = substr($i, 2, length($i) - 2); i++ }
+		for (; i <= NF; i++) if (substr($i, 1, 1) == "(") { new = substr($i, 2); i++; break }
+		for (; i <= NF; i++) if ($i ~ /^\[.*\]\)$/) { arch = substr($i, 2, length($i) - 3); break }
+		if (old == "") old = "-"
+		if (new == "") new = "-"
+		if (arch == "") arch = "-"
+		print $1 " " $2 " " old " " new " " arch
+	}'
+}
+plan_digest() { plan_lines | LC_ALL=C sort | sha256sum | sed 's/ .*//; s/^/sha256:/'; }
+# ---- plan-digest: end ----
+
+: "${ACTION:=}"
+: "${ROUND:=}"
+: "${EXPECTED_PLAN_DIGEST:=}"
+: "${STATE_DIR:=/var/lib/mcp-patch}"
+: "${SYSTEMD_DIR:=/run/systemd/system}"
+: "${LOG_TAIL_LINES:=40}"
+
+STAGE='checking input'
+check ACTION "$ACTION" 'start|status' 'start or status'
+check_round ROUND "$ROUND"
+check_path STATE_DIR "$STATE_DIR"
+check_path SYSTEMD_DIR "$SYSTEMD_DIR"
+check LOG_TAIL_LINES "$LOG_TAIL_LINES" '[0-9]{1,4}' 'a line count'
+if [ "$ACTION" = start ]; then
+	check EXPECTED_PLAN_DIGEST "$EXPECTED_PLAN_DIGEST" 'sha256:[0-9a-f]{64}' 'a plan digest (sha256:<64 hex>)'
+fi
+
+dir="$STATE_DIR/$ROUND"
+log="$dir/install.log"
+rcfile="$dir/install.rc"
+pidfile="$dir/install.pid"
+unit="mcp-patch-install-$ROUND"
+field_str state_dir "$dir"
+field_str action "$ACTION"
+
+# report: add the state of the install to the result; sets STATE.
+report() {
+	pid=''
+	if [ -f "$pidfile" ]; then pid=$(cat "$pidfile"); fi
+	if [ -f "$rcfile" ]; then
+		STATE=finished
+		field_int exit_code "$(cat "$rcfile")"
+	elif [ -n "$pid" ] && tr '\000' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q mcp-patch-install; then
+		STATE=running
+	elif [ -f "$dir/install.started" ]; then
+		STATE=lost
+	else
+		STATE=not_started
+	fi
+	field_str state "$STATE"
+	field_int pid "$pid"
+	if [ -f "$dir/install.started" ]; then field_str started_at "$(cat "$dir/install.started")"; fi
+	if [ -f "$dir/install.launcher" ]; then field_str launcher "$(cat "$dir/install.launcher")"; fi
+	if [ -f "$log" ]; then field_text log_tail "$(tail -n "$LOG_TAIL_LINES" "$log")"; else field_text log_tail ''; fi
+}
+
+if [ "$ACTION" = status ]; then
+	STAGE='reading the install state'
+	report
+	case $STATE in
+	finished)
+		if [ "$(cat "$rcfile")" = 0 ]; then ok 'done'; fi
+		fail "apt-get full-upgrade exited $(cat "$rcfile"); see the log"
+		;;
+	lost) fail "the install process is gone and left no exit code; check dpkg (dpkg --audit) and $log" ;;
+	*) ok 'done' ;;
+	esac
+fi
+
+STAGE='checking for an earlier start'
+if [ -f "$dir/install.started" ]; then
+	report
+	refuse "an install for round $ROUND was already started at $(cat "$dir/install.started") (state: $STATE); it is never started twice"
+fi
+
+make_tmpdir
+STAGE='re-simulating the upgrade (apt-get -s full-upgrade)'
+rc=0
+LC_ALL=C apt-get -s full-upgrade >"$TMPD/sim" 2>"$TMPD/sim.err" || rc=$?
+if [ "$rc" != 0 ]; then
+	field_text apt_stderr "$(cat "$TMPD/sim.err")"
+	fail "apt-get -s full-upgrade exited $rc"
+fi
+digest=$(plan_digest <"$TMPD/sim")
+field_str plan_digest "$digest"
+field_str expected_plan_digest "$EXPECTED_PLAN_DIGEST"
+if [ "$digest" != "$EXPECTED_PLAN_DIGEST" ]; then
+	field_lines plan_lines "$(plan_lines <"$TMPD/sim" | LC_ALL=C sort)"
+	refuse "the plan drifted: apt-get -s full-upgrade now gives $digest, the approved plan is $EXPECTED_PLAN_DIGEST; simulate again and get a new approval"
+fi
+
+STAGE="recording the start in $dir"
+mkdir -p "$dir"
+date -u +%Y-%m-%dT%H:%M:%SZ >"$dir/install.started"
+rm -f "$rcfile" "$pidfile"
+
+# The detached job: records its pid, runs apt-get, records the exit code.
+# Arguments: log file, rc file, pid file.
+# shellcheck disable=SC2016 # expanded by the job's own shell
+job='echo $$ >"$3"; rc=0; apt-get -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold full-upgrade >"$1" 2>&1 </dev/null || rc=$?; echo "$rc" >"$2.part" && mv "$2.part" "$2"'
+
+STAGE='starting apt-get full-upgrade detached'
+if [ -d "$SYSTEMD_DIR" ] && command -v systemd-run >/dev/null 2>&1; then
+	echo "systemd-run --unit=$unit" >"$dir/install.launcher"
+	set -- --unit="$unit" --collect --quiet --setenv=DEBIAN_FRONTEND=noninteractive --setenv=NEEDRESTART_MODE=l
+	if [ -n "${APT_CONFIG:-}" ]; then set -- "$@" --setenv=APT_CONFIG="$APT_CONFIG"; fi
+	if [ -n "${DPKG_ADMINDIR:-}" ]; then set -- "$@" --setenv=DPKG_ADMINDIR="$DPKG_ADMINDIR"; fi
+	systemd-run "$@" sh -c "$job" mcp-patch-install "$log" "$rcfile" "$pidfile"
+else
+	echo "setsid nohup" >"$dir/install.launcher"
+	DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l \
+		setsid nohup sh -c "$job" mcp-patch-install "$log" "$rcfile" "$pidfile" >/dev/null 2>&1 </dev/null &
+fi
+
+STAGE='waiting for the install to record its pid'
+i=0
+while [ ! -s "$pidfile" ] && [ ! -f "$rcfile" ] && [ "$i" -lt 10 ]; do
+	sleep 1
+	i=$((i + 1))
+done
+report
+[ -s "$pidfile" ] || fail "the detached install did not start within 10 s; see $log"
+ok "started"

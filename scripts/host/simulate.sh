@@ -1,0 +1,162 @@
+#!/bin/sh
+# simulate.sh — what would `apt-get full-upgrade` do on this node? Read-only.
+#
+# Runbook: run as root on the node. Nothing is installed or removed. It
+# reports the Kubernetes packages that must stay held (containerd, kubelet,
+# kubeadm, kubectl, cri-tools: installed or not, held or not), the output of
+# `apt-get -s full-upgrade`, and the plan digest: the sha256 of the canonical
+# package set (see plan_lines below and README.md). install.sh refuses to
+# run when the digest on the node no longer matches the one approved.
+#
+# Environment: APT_CONFIG and DPKG_ADMINDIR are honoured by apt and dpkg.
+#
+# Output: one JSON object (README.md, "simulate").
+# Exit status: 0 ok (whatever the plan says), 1 apt-get failed.
+# shellcheck disable=SC2317 # shared helpers below: not every script calls each one
+set -eu
+STEP=simulate
+
+# ---- common: begin (identical in every host script; a test keeps them in sync) ----
+# Stdout carries exactly one JSON object: it is moved to fd 3 and everything
+# else (tool chatter, errors) goes to stderr.
+exec 3>&1 1>&2
+NL='
+'
+STAGE='starting'
+FIELDS=''
+EMITTED=0
+TMPD=''
+
+# json_awk MODE: read stdin and print JSON. MODE "value": one string, lines
+# joined by \n; "text": one string, every line ends with \n (a missing final
+# newline is added); "lines": an array of the non-empty lines.
+json_awk() {
+	LC_ALL=C awk -v mode="$1" '
+	function esc(s,    out, p, c) {
+		out = ""
+		while ((p = match(s, /[\\"\001-\037]/)) > 0) {
+			c = substr(s, p, 1)
+			if (c == "\\") c = "\\\\"
+			else if (c == "\"") c = "\\\""
+			else c = ctl[c]
+			out = out substr(s, 1, p - 1) c
+			s = substr(s, p + 1)
+		}
+		return out s
+	}
+	BEGIN {
+		for (i = 1; i < 32; i++) ctl[sprintf("%c", i)] = sprintf("\\u%04x", i)
+		ctl["\t"] = "\\t"; ctl["\r"] = "\\r"
+		printf "%s", (mode == "lines" ? "[" : "\"")
+		n = 0
+	}
+	mode == "lines" { if ($0 != "") printf "%s\"%s\"", (n++ ? "," : ""), esc($0); next }
+	mode == "text" { printf "%s\\n", esc($0); next }
+	{ printf "%s%s", (n++ ? "\\n" : ""), esc($0) }
+	END { printf "%s", (mode == "lines" ? "]" : "\"") }'
+}
+jstr() { printf '%s\n' "$1" | json_awk value; }
+jtext() { if [ -z "$1" ]; then printf '""'; else printf '%s\n' "$1" | json_awk text; fi; }
+jlines() { printf '%s\n' "$1" | json_awk lines; }
+
+# field NAME JSON: add a field to the result object.
+field() { FIELDS="$FIELDS,\"$1\":$2"; }
+field_str() { field "$1" "$(jstr "$2")"; }
+field_text() { field "$1" "$(jtext "$2")"; }
+field_lines() { field "$1" "$(jlines "$2")"; }
+field_int() {
+	case $2 in
+	'' | - | *[!0-9-]* | ?*-*) field "$1" null ;;
+	*) field "$1" "$2" ;;
+	esac
+}
+field_bool() { if [ "$2" = 1 ] || [ "$2" = true ]; then field "$1" true; else field "$1" false; fi; }
+
+# emit STATUS EXIT REASON: print the one result object and exit.
+emit() {
+	EMITTED=1
+	printf '{"step":"%s","status":"%s","reason":%s%s}\n' "$STEP" "$1" "$(jstr "$3")" "$FIELDS" >&3
+	exit "$2"
+}
+ok() { emit ok 0 "$1"; }
+fail() { emit error 1 "$1"; }
+bad_input() { emit bad_input 2 "$1"; }
+refuse() { emit refused 3 "$1"; }
+check_failed() { emit check_failed 4 "$1"; }
+
+on_exit() {
+	rc=$?
+	if [ -n "$TMPD" ]; then rm -rf "$TMPD"; fi
+	if [ "$EMITTED" = 0 ]; then
+		EMITTED=1
+		printf '{"step":"%s","status":"error","reason":%s%s}\n' "$STEP" \
+			"$(jstr "stopped unexpectedly while $STAGE (exit $rc)")" "$FIELDS" >&3
+		exit 1
+	fi
+}
+trap on_exit EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+make_tmpdir() { TMPD=$(mktemp -d); }
+yes_if() { if "$@"; then echo 1; else echo 0; fi; }
+true_if() { if "$@"; then echo true; else echo false; fi; }
+
+# check NAME VALUE ERE WHAT: refuse bad input before anything runs.
+check() {
+	case $2 in *"$NL"*) bad_input "$1 must be a single line" ;; esac
+	printf '%s\n' "$2" | grep -Eqx -- "$3" || bad_input "$1='$2' is not $4"
+}
+check_path() { check "$1" "$2" '/[^[:cntrl:]]*' 'an absolute path'; }
+check_round() { check "$1" "$2" '[A-Za-z0-9][A-Za-z0-9._-]{0,63}' 'a round id'; }
+check_kernel() {
+	check "$1" "$2" '[0-9]+\.[0-9]+(\.[0-9]+)?([.+~_-][A-Za-z0-9]+){0,12}' 'a kernel release'
+	[ "${#2}" -le 100 ] || bad_input "$1 is longer than 100 characters"
+}
+# ---- common: end ----
+
+# ---- plan-digest: begin (same in simulate.sh and install.sh) ----
+# plan_lines: read `apt-get -s` output, print the canonical package set: one
+# line per Inst, Remv or Purg line, "<op> <package> <old> <new> <arch>" with
+# "-" for a missing part. plan_digest: sha256 of those lines sorted
+# bytewise, each ending in a newline (the Go side computes the same).
+plan_lines() {
+	LC_ALL=C awk -F '[ \t]+' '
+	{ sub(/^[ \t]+/, "") }
+	$1 == "Inst" || $1 == "Remv" || $1 == "Purg" {
+		old = "-"; new = "-"; arch = "-"; i = 3
+		if (i <= NF && $i ~ /^\[.*\]$/) { old = substr($i, 2, length($i) - 2); i++ }
+		for (; i <= NF; i++) if (substr($i, 1, 1) == "(") { new = substr($i, 2); i++; break }
+		for (; i <= NF; i++) if ($i ~ /^\[.*\]\)$/) { arch = substr($i, 2, length($i) - 3); break }
+		if (old == "") old = "-"
+		if (new == "") new = "-"
+		if (arch == "") arch = "-"
+		print $1 " " $2 " " old " " new " " arch
+	}'
+}
+plan_digest() { plan_lines | LC_ALL=C sort | sha256sum | sed 's/ .*//; s/^/sha256:/'; }
+# ---- plan-digest: end ----
+
+make_tmpdir
+
+STAGE='listing Kubernetes packages and holds'
+k8s=$(dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' \
+	containerd containerd.io kubelet kubeadm kubectl cri-tools 2>/dev/null) || true
+field_text packages "$k8s"
+field_lines holds "$(apt-mark showhold)"
+
+STAGE='simulating the upgrade (apt-get -s full-upgrade)'
+rc=0
+LC_ALL=C apt-get -s full-upgrade >"$TMPD/sim" 2>"$TMPD/sim.err" || rc=$?
+field_text apt_output "$(cat "$TMPD/sim")"
+field_text apt_stderr "$(cat "$TMPD/sim.err")"
+field_int apt_exit "$rc"
+if [ "$rc" != 0 ]; then
+	fail "apt-get -s full-upgrade exited $rc: $(tail -n 3 "$TMPD/sim.err")"
+fi
+
+STAGE='computing the plan digest'
+field_lines plan_lines "$(plan_lines <"$TMPD/sim" | LC_ALL=C sort)"
+field_str plan_digest "$(plan_digest <"$TMPD/sim")"
+ok 'done'
