@@ -282,6 +282,9 @@ func parseSignerOptions(opts string, s *AllowedSigner) error {
 				seenBefore, s.ValidBefore = true, t
 			}
 		default:
+			if strings.HasPrefix(name, "ssh-") || strings.HasPrefix(name, "ecdsa-") || strings.HasPrefix(name, "sk-") {
+				return fmt.Errorf("unknown key type %q", name)
+			}
 			return fmt.Errorf("options: unknown option %q", name)
 		}
 	}
