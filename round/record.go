@@ -14,14 +14,14 @@ const (
 	// process that died: it replays with NeedsRecheck.
 	KindSessionOpened Kind = "session_opened"
 	// KindPlan fixes the order and the soak length.
-	KindPlan          Kind = "plan"
-	KindStepStarted   Kind = "step_started"
-	KindStepFinished  Kind = "step_finished"
-	KindStepFailed    Kind = "step_failed"
-	KindDecision      Kind = "decision"
-	KindLesson        Kind = "lesson"
-	KindFindings      Kind = "findings_committed"
-	KindTornTail      Kind = "torn_tail"
+	KindPlan         Kind = "plan"
+	KindStepStarted  Kind = "step_started"
+	KindStepFinished Kind = "step_finished"
+	KindStepFailed   Kind = "step_failed"
+	KindDecision     Kind = "decision"
+	KindLesson       Kind = "lesson"
+	KindFindings     Kind = "findings_committed"
+	KindTornTail     Kind = "torn_tail"
 )
 
 // Record is one line of the journal.
