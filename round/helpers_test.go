@@ -15,13 +15,13 @@ var base = time.Date(2026, 11, 3, 8, 0, 0, 0, time.UTC)
 // a VM.
 func fleetNodes() ([]NodeInfo, Placement) {
 	return []NodeInfo{
-			{Name: "cp-1", ControlPlane: true},
-			{Name: "cp-2", ControlPlane: true},
-			{Name: "cp-3", ControlPlane: true},
-			{Name: "gpu-a", GPU: true, Canary: true, RunningGPUPods: 2},
-			{Name: "gpu-b", GPU: true, RunningGPUPods: 1},
-			{Name: "vm-1", VM: true},
-		}, Placement{PostgresPrimaryNodes: []string{"cp-2"}, VIPNode: "cp-2"}
+		{Name: "cp-1", ControlPlane: true},
+		{Name: "cp-2", ControlPlane: true},
+		{Name: "cp-3", ControlPlane: true},
+		{Name: "gpu-a", GPU: true, Canary: true, RunningGPUPods: 2},
+		{Name: "gpu-b", GPU: true, RunningGPUPods: 1},
+		{Name: "vm-1", VM: true},
+	}, Placement{PostgresPrimaryNodes: []string{"cp-2"}, VIPNode: "cp-2"}
 }
 
 func fleetOrder(t testing.TB) Order {
