@@ -207,6 +207,7 @@ const (
 	colourInFlight  = "#f9a825"
 	colourAbandoned = "#9e9e9e"
 	colourWindow    = "#e3f2fd"
+	colourSoak      = "#a5d6a7"
 )
 
 // RenderTimeline writes the round as an SVG picture: one row per node (and
@@ -275,7 +276,7 @@ func RenderTimeline(w io.Writer, s *State) error {
 			end = t1
 		}
 		x0, x1 := x(a.Started), x(end)
-		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.0f" fill="%s"><title>%s</title></rect>`+"\n",
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.0f" fill="%s" stroke="#ffffff" stroke-width="0.5"><title>%s</title></rect>`+"\n",
 			x0, y+5, max(x1-x0, 2), rowH-10, colour, esc(tip))
 	}
 	steps := func(y float64, node string, runs map[Step]*StepRun, order []Step) {
@@ -286,6 +287,9 @@ func RenderTimeline(w io.Writer, s *State) error {
 			}
 			for i, a := range r.Attempts {
 				colour := colourFor(r, i)
+				if step == StepSoak && colour == colourDone {
+					colour = colourSoak
+				}
 				end := a.Ended
 				if end.IsZero() {
 					end = t1
@@ -335,7 +339,7 @@ func RenderTimeline(w io.Writer, s *State) error {
 	lx := labelW
 	for _, item := range []struct{ colour, text string }{
 		{colourDone, "done"}, {colourFailed, "failed"}, {colourAccepted, "failed, risk accepted"},
-		{colourInFlight, "in flight"}, {colourAbandoned, "abandoned"}, {colourWindow, "window open"},
+		{colourInFlight, "in flight"}, {colourAbandoned, "abandoned"}, {colourSoak, "soak"}, {colourWindow, "window open"},
 	} {
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="14" height="10" fill="%s" stroke="#999999" stroke-width="0.5"/>`+"\n", lx, ly-9, item.colour)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f">%s</text>`+"\n", lx+18, ly, esc(item.text))

@@ -386,6 +386,12 @@ func (s *State) applyStep(rec Record) (err error) {
 		if rec.Step == StepSoak {
 			s.SoakStarted = rec.Time
 		}
+		if soak := s.RoundSteps[StepSoak]; rec.Step == StepAutoremove && soak.State == InFlight {
+			// The soak ends when autoremove starts.
+			a := soak.last()
+			a.Outcome, a.EndSeq, a.Ended = OutcomeDone, rec.Seq, rec.Time
+			soak.State = Done
+		}
 		r.State, r.NeedsRecheck, r.RiskAccepted = InFlight, false, false
 		r.Attempts = append(r.Attempts, Attempt{StartSeq: rec.Seq, Started: rec.Time,
 			ApprovalID: rec.ApprovalID, Detail: rec.Detail})

@@ -1,0 +1,118 @@
+package round
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// Following next_action alone takes a round from plan to close in the
+// right order, with the VM attestation and GPU acceptance where they belong.
+func TestStatusNextActionWalksTheRound(t *testing.T) {
+	clk := newClock()
+	j := openJournal(t, roundDir(t), clk)
+	st := j.Status()
+	if st.Phase != PhaseNotPlanned || st.Next == nil || st.Next.Step != StepPlan {
+		t.Fatalf("fresh round: %+v", st)
+	}
+	if _, err := j.Plan(fleetOrder(t), soak48, Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	d := &driver{t: t, j: j, advance: clk.Advance}
+	end := d.until(phaseIs(PhaseClosed))
+	if end.NextAction != "Round 2026-11 is closed; nothing is left to do." {
+		t.Errorf("closed next_action = %q", end.NextAction)
+	}
+
+	var drains, gpuAcceptance, attested []string
+	for i, nx := range d.seen {
+		switch {
+		case nx.Step == StepDrain:
+			drains = append(drains, nx.Node)
+			if !nx.NeedsApproval || nx.Tool != "drain_node" {
+				t.Errorf("drain next step %+v lacks its tool or approval", nx)
+			}
+		case nx.Step == StepGPUAcceptance:
+			gpuAcceptance = append(gpuAcceptance, nx.Node)
+		case nx.Decision == DecisionHypervisorSnapshotTaken:
+			attested = append(attested, nx.Node)
+			if next := d.seen[i+1]; next.Step != StepInstall || next.Node != nx.Node {
+				t.Errorf("after the attestation came %+v, want install on %s", next, nx.Node)
+			}
+		}
+	}
+	if diff := cmp.Diff([]string{"cp-1", "cp-3", "cp-2", "gpu-a", "gpu-b", "vm-1"}, drains); diff != "" {
+		t.Errorf("drain order (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"gpu-a", "gpu-b"}, gpuAcceptance); diff != "" {
+		t.Errorf("gpu_acceptance on (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"vm-1"}, attested); diff != "" {
+		t.Errorf("attestation asked for (-want +got):\n%s", diff)
+	}
+	tail := func(n int) []Step {
+		var out []Step
+		for _, nx := range d.seen[len(d.seen)-n:] {
+			out = append(out, nx.Step)
+		}
+		return out
+	}
+	if diff := cmp.Diff([]Step{StepFleetCheck, StepSoak, StepAutoremove, StepAutoremove, StepClose, StepClose}, tail(6)); diff != "" {
+		t.Errorf("closing steps (-want +got):\n%s", diff)
+	}
+	checkConsistent(t, j)
+}
+
+func TestStatusWhenStopped(t *testing.T) {
+	clk := newClock()
+	j := openJournal(t, roundDir(t), clk)
+	if _, err := j.Plan(fleetOrder(t), soak48, Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	d := &driver{t: t, j: j, advance: clk.Advance, fail: canaryPanics}
+	st := d.until(phaseIs(PhaseStopped))
+	if st.Stop == nil || st.Stop.Node != "gpu-a" || st.Stop.Step != StepTrialBoot {
+		t.Fatalf("stop = %+v", st.Stop)
+	}
+	if st.Next == nil || st.Next.Decision != DecisionResume {
+		t.Fatalf("next = %+v", st.Next)
+	}
+	if !strings.Contains(st.NextAction, "a person records a signed resume") {
+		t.Errorf("next_action = %q", st.NextAction)
+	}
+	var b bytes.Buffer
+	if err := RenderStatusText(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "status_stopped.txt", b.Bytes())
+}
+
+// canaryPanics fails the canary's first trial boot.
+func canaryPanics(step Step, node string, attempt int) string {
+	if step == StepTrialBoot && node == "gpu-a" && attempt == 1 {
+		return "booted 6.8.0-45-generic again: the trial kernel panicked and GRUB fell back to the old entry"
+	}
+	return ""
+}
+
+func TestStatusSoakWaitsAndSaysUntilWhen(t *testing.T) {
+	clk := newClock()
+	j := openJournal(t, roundDir(t), clk)
+	if _, err := j.Plan(fleetOrder(t), soak48, Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	d := &driver{t: t, j: j, advance: clk.Advance}
+	st := d.until(func(st Status) bool { return st.Next != nil && !st.Next.WaitUntil.IsZero() })
+	if !strings.HasPrefix(st.NextAction, "Soak until ") || !strings.Contains(st.NextAction, "(48h0m0s left)") {
+		t.Errorf("next_action = %q", st.NextAction)
+	}
+	if !slices.ContainsFunc(st.RoundSteps, func(s StepStatus) bool { return s.Step == StepSoak && s.State == InFlight }) {
+		t.Errorf("soak not shown in flight: %+v", st.RoundSteps)
+	}
+	if st.SoakEndsAt.IsZero() || st.Next.WaitUntil != st.SoakEndsAt {
+		t.Errorf("soak end %v, wait until %v", st.SoakEndsAt, st.Next.WaitUntil)
+	}
+}
