@@ -244,7 +244,7 @@ func GPUUsage(ctx context.Context, kc kubernetes.Interface) (map[string]NodeGPUU
 	usage := map[string]NodeGPUUsage{}
 	for i := range pods {
 		p := &pods[i]
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		req := PodRequest(p, ResourceGPU)
@@ -270,7 +270,7 @@ func GPUUsageOn(ctx context.Context, kc kubernetes.Interface, node string) (Node
 	var u NodeGPUUsage
 	for i := range pods {
 		p := &pods[i]
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Spec.NodeName != node || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		if req := PodRequest(p, ResourceGPU); req > 0 {
