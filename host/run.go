@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,17 +30,21 @@ func (e *SudoError) Error() string {
 }
 
 // The remote command. The script arrives on the standard input of `sh -s`;
-// around it sits a guard so that ending the session ends the whole script,
-// children included: the guard runs `sh -s` as a background job (reading
-// the real stdin through fd 3, since a background job's stdin would be
-// /dev/null) and waits for it, and on SIGTERM/SIGHUP/SIGINT it signals its
-// whole process group. A foreground `sh -s` could not do that: a shell runs
-// traps only after its foreground child finishes. The signal reaches the
-// guard from sshd (a "signal" request kills the session's process group)
-// or, under sudo, relayed by sudo to its command. A script that must outlive
-// its session (a detached apt run) starts it with setsid and redirects its
-// output.
-const scriptGuard = `trap 'trap - TERM HUP INT; kill -TERM 0' TERM HUP INT; exec 3<&0; sh -s <&3 3<&- & wait $!`
+// around it sits a guard so that ending a cancelled script ends all of it,
+// children included. sshd cannot be relied on for that: closing a session
+// leaves its processes running, and OpenSSH refuses "signal" requests on
+// root logins. So the guard
+//   - announces its pid as the first line of stderr (guardMarker, stripped
+//     from Output.Stderr), for the client to kill it from a second session;
+//   - runs `sh -s` as a background job (reading the real stdin through fd 3,
+//     since a background job's stdin would be /dev/null) and waits for it,
+//     because a shell runs traps only after a foreground child finishes;
+//   - on SIGTERM/SIGHUP/SIGINT signals its whole process group.
+// A script that must outlive its session (a detached apt run) starts that
+// work with setsid and redirects its output.
+const scriptGuard = `trap 'trap - TERM HUP INT; kill -TERM 0' TERM HUP INT; echo "` + guardMarker + `$$" >&2; exec 3<&0; sh -s <&3 3<&- & wait $!`
+
+const guardMarker = "mcp-patch-guard-pid="
 
 func remoteCommand(viaSudo bool) string {
 	cmd := "sh -c " + shellQuote(scriptGuard)
@@ -127,7 +132,7 @@ func (p *Pool) RunScript(ctx context.Context, node string, script []byte, env ma
 
 func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Session, payload []byte) (Output, error) {
 	stdout := &capBuffer{max: p.cfg.MaxOutputBytes}
-	stderr := &capBuffer{max: p.cfg.MaxOutputBytes}
+	stderr := &guardStderr{out: &capBuffer{max: p.cfg.MaxOutputBytes}}
 	sess.Stdin = bytes.NewReader(payload)
 	sess.Stdout = stdout
 	sess.Stderr = stderr
@@ -147,7 +152,7 @@ func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Sess
 	case waitErr = <-done:
 	case <-ctx.Done():
 		cause := context.Cause(ctx)
-		p.endSession(c, sess, done)
+		p.endSession(c, sess, viaSudo, stderr, done)
 		out := collect(stdout, stderr)
 		out.ExitCode = -1
 		return out, fmt.Errorf("run script on node %s: ended the remote script: %w", t.Name, cause)
@@ -170,7 +175,7 @@ func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Sess
 		}
 		return out, fmt.Errorf("run script on node %s: %w", t.Name, err)
 	}
-	if viaSudo {
+	if _, started := stderr.guardPID(); !started && viaSudo {
 		if reason, ok := sudoRefusal(out); ok {
 			return out, &SudoError{Node: t.Name, User: t.LoginUser(), Reason: reason}
 		}
@@ -178,13 +183,31 @@ func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Sess
 	return out, nil
 }
 
-// endSession stops a remote script whose context ended: SIGTERM (see
-// scriptGuard), a short grace for the exit report, then the session is
-// closed; if even that gets no answer the connection is dropped, which
-// is bounded in all cases.
-func (p *Pool) endSession(c *conn, sess *ssh.Session, done <-chan error) {
-	if err := sess.Signal(ssh.SIGTERM); err != nil {
-		p.log.Debug("ssh signal failed", "node", c.node, "err", err)
+// endSession stops a remote script whose context ended: it kills the guard
+// from a second session on the same connection (see scriptGuard), also
+// sends a "signal" request (honoured by sshd for non-root logins), waits
+// a short grace for the exit report and closes the session. If the
+// connection does not answer within the grace it is dropped, so this is
+// bounded in every case.
+func (p *Pool) endSession(c *conn, sess *ssh.Session, viaSudo bool, stderr *guardStderr, done <-chan error) {
+	_ = sess.Signal(ssh.SIGTERM) // best effort; refused for root logins
+	// The guard announces its pid before the script starts, but the line
+	// may still be in flight when a script is cancelled early.
+	announceWait := time.NewTimer(p.cfg.CancelGrace)
+	select {
+	case <-stderr.announced():
+	case <-done:
+	case <-announceWait.C:
+	}
+	announceWait.Stop()
+	if pid, ok := stderr.guardPID(); ok {
+		if err := p.killRemote(c, pid, viaSudo); err != nil {
+			p.log.Warn("could not end cancelled remote script", "node", c.node, "pid", pid, "err", err)
+		} else {
+			p.log.Debug("ended cancelled remote script", "node", c.node, "pid", pid)
+		}
+	} else {
+		p.log.Warn("cancelled remote script never announced its pid", "node", c.node)
 	}
 	grace := time.NewTimer(p.cfg.CancelGrace)
 	defer grace.Stop()
@@ -201,6 +224,32 @@ func (p *Pool) endSession(c *conn, sess *ssh.Session, done <-chan error) {
 	case <-closeWait.C:
 		p.drop(c, "session did not close after cancellation")
 		<-done
+	}
+}
+
+// killRemote sends SIGTERM to the guard pid from a new session, bounded by
+// CancelGrace.
+func (p *Pool) killRemote(c *conn, pid int, viaSudo bool) error {
+	sess, err := c.client.NewSession()
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	// Success also when the guard is already gone (the signal request
+	// got there first).
+	cmd := fmt.Sprintf("kill -TERM %d 2>/dev/null || test ! -d /proc/%d", pid, pid)
+	if viaSudo {
+		cmd = "sudo -n sh -c " + shellQuote(cmd)
+	}
+	result := make(chan error, 1)
+	go func() { result <- sess.Run(cmd) }()
+	timer := time.NewTimer(p.cfg.CancelGrace)
+	defer timer.Stop()
+	select {
+	case err := <-result:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("kill -TERM %d: no answer within %s", pid, p.cfg.CancelGrace)
 	}
 }
 
@@ -239,7 +288,7 @@ func signalExitCode(sig ssh.Signal) int {
 	return 128 + n
 }
 
-func collect(stdout, stderr *capBuffer) Output {
+func collect(stdout *capBuffer, stderr *guardStderr) Output {
 	o, oTrunc := stdout.snapshot()
 	e, eTrunc := stderr.snapshot()
 	return Output{Stdout: o, Stderr: e, Truncated: oTrunc || eTrunc}
@@ -271,4 +320,78 @@ func (b *capBuffer) snapshot() ([]byte, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return bytes.Clone(b.buf), b.truncated
+}
+
+// guardStderr passes the remote stderr to out, minus the guard's pid line
+// (the first line carrying guardMarker). Lines before it (sshd's own
+// notices, sudo's refusal) pass through; if no marker shows up within the
+// first 4 KiB, everything passes through.
+type guardStderr struct {
+	mu      sync.Mutex
+	out     *capBuffer
+	pending []byte
+	pid     int
+	found   bool
+	gaveUp  bool
+	once    sync.Once
+	seen    chan struct{} // closed once the pid line was read
+}
+
+func (g *guardStderr) announced() <-chan struct{} { return g.seenChan() }
+
+func (g *guardStderr) seenChan() chan struct{} {
+	g.once.Do(func() { g.seen = make(chan struct{}) })
+	return g.seen
+}
+
+const guardSearchLimit = 4 << 10
+
+func (g *guardStderr) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.found || g.gaveUp {
+		return g.out.Write(p)
+	}
+	g.pending = append(g.pending, p...)
+	for {
+		i := bytes.IndexByte(g.pending, '\n')
+		if i < 0 {
+			if len(g.pending) > guardSearchLimit {
+				g.gaveUp = true
+				g.out.Write(g.pending)
+				g.pending = nil
+			}
+			return len(p), nil
+		}
+		line := g.pending[:i]
+		if rest, ok := bytes.CutPrefix(line, []byte(guardMarker)); ok {
+			if pid, err := strconv.Atoi(string(rest)); err == nil && pid > 1 {
+				g.found, g.pid = true, pid
+				close(g.seenChan())
+				g.out.Write(g.pending[i+1:])
+				g.pending = nil
+				return len(p), nil
+			}
+		}
+		g.out.Write(g.pending[:i+1])
+		g.pending = g.pending[i+1:]
+	}
+}
+
+func (g *guardStderr) guardPID() (int, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pid, g.found
+}
+
+// snapshot returns what was kept, including a partial line still waiting
+// for its newline.
+func (g *guardStderr) snapshot() ([]byte, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.pending) > 0 {
+		g.out.Write(g.pending)
+		g.pending = nil
+	}
+	return g.out.snapshot()
 }
