@@ -238,7 +238,7 @@ func cutToken(s string) (tok, rest string, err error) {
 func isKeyTypeName(s string) bool {
 	switch s {
 	case ssh.KeyAlgoED25519, ssh.KeyAlgoECDSA256, ssh.KeyAlgoECDSA384, ssh.KeyAlgoECDSA521,
-		ssh.KeyAlgoSKED25519, ssh.KeyAlgoSKECDSA256, ssh.KeyAlgoRSA, ssh.KeyAlgoDSA:
+		ssh.KeyAlgoSKED25519, ssh.KeyAlgoSKECDSA256, ssh.KeyAlgoRSA, "ssh-dss":
 		return true
 	}
 	return strings.HasSuffix(s, "-cert-v01@openssh.com")

@@ -54,4 +54,3 @@ func BenchmarkSign(b *testing.B) {
 		}
 	}
 }
-

@@ -131,7 +131,7 @@ func TestNewRequestRefuses(t *testing.T) {
 		{"empty round", func(_, _, round, _ *string, _ *[]string, _ *time.Duration) { *round = "" }, "round"},
 		{"digest upper hex", func(_, _, _, d *string, _ *[]string, _ *time.Duration) { *d = strings.ToUpper(*d) }, "plan-digest"},
 		{"summary newline", func(_, _, _, _ *string, s *[]string, _ *time.Duration) { *s = []string{"a\nnonce: x"} }, "summary"},
-		{"summary non-ascii", func(_, _, _, _ *string, s *[]string, _ *time.Duration) { *s = []string{"evict pod ‮gnp.exe"} }, "summary"},
+		{"summary non-ascii", func(_, _, _, _ *string, s *[]string, _ *time.Duration) { *s = []string{"evict pod \u202egnp.exe"} }, "summary"},
 		{"summary empty line", func(_, _, _, _ *string, s *[]string, _ *time.Duration) { *s = []string{""} }, "summary"},
 		{"summary too long", func(_, _, _, _ *string, s *[]string, _ *time.Duration) {
 			*s = []string{strings.Repeat("x", MaxSummaryLength+1)}
