@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -619,8 +620,10 @@ func TestJumpHost(t *testing.T) {
 			if len(fields) != 4 || fields[2] != "127.0.0.1" || fields[3] != fmt.Sprint(target.Port) {
 				t.Fatalf("SSH_CONNECTION = %q", out.Stdout)
 			}
-			if owner := socketOwner(t, fields[1]); owner == os.Getpid() {
-				t.Errorf("the target's peer socket (port %s) belongs to this process: no hop", fields[1])
+			owner := socketOwner(t, fields[1])
+			if !slices.Contains(jump.ConnectionPIDs(), owner) {
+				t.Errorf("the target's peer socket (port %s) belongs to pid %d, not to the jump host's sshd %v (this process is %d)",
+					fields[1], owner, jump.ConnectionPIDs(), os.Getpid())
 			}
 			if _, err := p.RunScript(ctx, "gpu-01", []byte("true\n"), nil); err != nil {
 				t.Fatal(err)

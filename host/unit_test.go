@@ -1,0 +1,421 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseInventory(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		want    map[string]Target
+		wantErr string
+	}{
+		{
+			name: "defaults fill what nodes leave empty",
+			yaml: `
+defaults:
+  user: ubuntu
+  port: 2222
+  jump: bastion
+  identity_files: [/etc/mcp-patch/id_ed25519]
+nodes:
+  bastion:
+    address: 203.0.113.10
+    port: 22
+  gpu-01:
+    address: 10.0.0.11
+  cp-1:
+    address: cp-1.example.internal
+    user: root
+    jump: ""
+    host_key_alias: cp-1
+`,
+			want: map[string]Target{
+				"bastion": {Name: "bastion", Address: "203.0.113.10", Port: 22, User: "ubuntu", IdentityFiles: []string{"/etc/mcp-patch/id_ed25519"}},
+				"gpu-01":  {Name: "gpu-01", Address: "10.0.0.11", Port: 2222, User: "ubuntu", Jump: "bastion", IdentityFiles: []string{"/etc/mcp-patch/id_ed25519"}},
+				"cp-1":    {Name: "cp-1", Address: "cp-1.example.internal", Port: 2222, User: "root", Jump: "bastion", HostKeyAlias: "cp-1", IdentityFiles: []string{"/etc/mcp-patch/id_ed25519"}},
+			},
+		},
+		{name: "unknown field", yaml: "nodes:\n  a: {address: 10.0.0.1, pasword: x}\n", wantErr: "unknown field"},
+		{name: "jump to nowhere", yaml: "nodes:\n  a: {address: 10.0.0.1, jump: b}\n", wantErr: `jump "b" is not a node`},
+		{name: "address with shell", yaml: "nodes:\n  a: {address: '10.0.0.1;reboot'}\n", wantErr: "neither an IP"},
+		{name: "address with option", yaml: "nodes:\n  a: {address: '-oProxyCommand=x'}\n", wantErr: "neither an IP"},
+		{name: "missing address", yaml: "nodes:\n  a: {user: root}\n", wantErr: "address is required"},
+		{name: "bad node name", yaml: "nodes:\n  'a b': {address: 10.0.0.1}\n", wantErr: "invalid node name"},
+		{name: "bad user", yaml: "nodes:\n  a: {address: 10.0.0.1, user: 'root;x'}\n", wantErr: "not a valid login name"},
+		{name: "bad port", yaml: "nodes:\n  a: {address: 10.0.0.1, port: 70000}\n", wantErr: "out of range"},
+		{name: "defaults with address", yaml: "defaults: {address: 10.0.0.1}\nnodes: {}\n", wantErr: "defaults may not set address"},
+		{name: "self jump", yaml: "nodes:\n  a: {address: 10.0.0.1, jump: a}\n", wantErr: "jump names the node itself"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			inv, err := ParseInventory([]byte(tc.yaml))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]Target{}
+			for _, n := range inv.Nodes() {
+				got[n], _ = inv.Lookup(n)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("targets (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLoadInventoryFileAndSetAddress(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "inventory.yaml")
+	if err := os.WriteFile(path, []byte("defaults: {user: ubuntu}\nnodes:\n  gpu-01: {address: 10.0.0.11}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := LoadInventory(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cluster side feeds InternalIPs: one for a known node, one new.
+	if err := inv.SetAddress("gpu-01", "10.1.0.11"); err != nil {
+		t.Fatal(err)
+	}
+	if err := inv.SetAddress("gpu-02", "10.1.0.12"); err != nil {
+		t.Fatal(err)
+	}
+	if err := inv.SetAddress("gpu-03", "10.1.0.13 ; reboot"); err == nil {
+		t.Error("SetAddress accepted an address with a shell command")
+	}
+	var got []Target
+	for _, n := range inv.Nodes() {
+		tg, _ := inv.Lookup(n)
+		got = append(got, tg)
+	}
+	want := []Target{
+		{Name: "gpu-01", Address: "10.1.0.11", User: "ubuntu"},
+		{Name: "gpu-02", Address: "10.1.0.12", User: "ubuntu"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("targets (-want +got):\n%s", diff)
+	}
+	if _, err := inv.Lookup("gpu-09"); !errors.Is(err, ErrUnknownNode) {
+		t.Errorf("Lookup(gpu-09) err = %v, want ErrUnknownNode", err)
+	}
+	if _, err := LoadInventory(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Error("LoadInventory of a missing file succeeded")
+	}
+}
+
+func TestScriptWithEnv(t *testing.T) {
+	got, err := scriptWithEnv([]byte("echo hi\n"), map[string]string{"B": "it's", "A": "x y", "C": ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "export A='x y'\nexport B='it'\\''s'\nexport C=''\necho hi\n"
+	if diff := cmp.Diff(want, string(got)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// The quoting is checked against a real shell with hostile values.
+func TestShellQuoteRoundTrip(t *testing.T) {
+	values := []string{"", "'", "''", `\'`, "$(id)", "`id`", "a\nb", "\"; exit 1; \"", "ü", "*", "-n", "$$"}
+	for i, v := range values {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			script, err := scriptWithEnv([]byte(`printf '%s' "$V"`), map[string]string{"V": v})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("sh", "-s")
+			cmd.Stdin = strings.NewReader(string(script))
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(v, string(out)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The guard itself, run by a local sh: exit codes pass through, the pid
+// line comes first on stderr, and SIGTERM to the guard ends the whole
+// script including a foreground child.
+func TestScriptGuardLocally(t *testing.T) {
+	run := func(script string) (string, string, int) {
+		cmd := exec.Command("sh", "-c", scriptGuard)
+		cmd.Stdin = strings.NewReader(script)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		}
+		return stdout.String(), stderr.String(), code
+	}
+	stdout, stderr, code := run("echo a; echo b >&2; exit 7\n")
+	if stdout != "a\n" || code != 7 || !strings.HasPrefix(stderr, guardMarker) || !strings.HasSuffix(stderr, "\nb\n") {
+		t.Errorf("got stdout %q stderr %q code %d", stdout, stderr, code)
+	}
+
+	dir := t.TempDir()
+	cmd := exec.Command("sh", "-c", scriptGuard)
+	// Its own process group, as under sshd: the guard signals its group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdin = strings.NewReader(cancelScript(dir))
+	g := &guardStderr{out: &capBuffer{max: 1 << 20}}
+	cmd.Stderr = g
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	sleepPID := readPID(t, filepath.Join(dir, "sleep.pid"))
+	shPID := readPID(t, filepath.Join(dir, "sh.pid"))
+	pid, ok := g.guardPID()
+	if !ok || pid != cmd.Process.Pid {
+		t.Fatalf("guard pid = %d, %v; want %d", pid, ok, cmd.Process.Pid)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("guard did not end")
+	}
+	waitGone(t, map[string]int{"sh": shPID, "sleep": sleepPID})
+}
+
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			var pid int
+			if _, err := fmt.Sscan(string(b), &pid); err == nil {
+				return pid
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not written", path)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestGuardStderr(t *testing.T) {
+	tests := []struct {
+		name    string
+		writes  []string
+		want    string
+		wantPID int
+	}{
+		{name: "marker first", writes: []string{guardMarker + "123\nerr\n"}, want: "err\n", wantPID: 123},
+		{name: "marker split across writes", writes: []string{"mcp-pa", "tch-guard-pid=4", "5\nx", "y\n"}, want: "xy\n", wantPID: 45},
+		{name: "sshd notice before marker", writes: []string{"Could not chdir to home directory /home/u\n" + guardMarker + "9\n"}, want: "Could not chdir to home directory /home/u\n", wantPID: 9},
+		{name: "no marker: sudo refusal", writes: []string{"sudo: a password is required\n"}, want: "sudo: a password is required\n"},
+		{name: "partial line without marker", writes: []string{"oops"}, want: "oops"},
+		{name: "later marker-like line is script output", writes: []string{guardMarker + "9\n" + guardMarker + "10\n"}, want: guardMarker + "10\n", wantPID: 9},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &guardStderr{out: &capBuffer{max: 1 << 10}}
+			for _, w := range tc.writes {
+				g.Write([]byte(w))
+			}
+			got, _ := g.snapshot()
+			pid, _ := g.guardPID()
+			if diff := cmp.Diff(tc.want, string(got)); diff != "" {
+				t.Errorf("stderr (-want +got):\n%s", diff)
+			}
+			if pid != tc.wantPID {
+				t.Errorf("pid = %d, want %d", pid, tc.wantPID)
+			}
+		})
+	}
+}
+
+func TestSudoRefusal(t *testing.T) {
+	tests := []struct {
+		name   string
+		out    Output
+		want   string
+		wantOK bool
+	}{
+		{name: "password required", out: Output{ExitCode: 1, Stderr: []byte("sudo: a password is required\n")}, want: "sudo: a password is required", wantOK: true},
+		{name: "sudo missing", out: Output{ExitCode: 127, Stderr: []byte("sh: 1: sudo: not found\n")}, want: "sudo is not installed", wantOK: true},
+		{name: "script failure", out: Output{ExitCode: 1, Stdout: []byte("x"), Stderr: []byte("sudo: x\n")}},
+		{name: "other exit", out: Output{ExitCode: 2, Stderr: []byte("sudo: x\n")}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := sudoRefusal(tc.out)
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("sudoRefusal = %q, %v; want %q, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestCapBuffer(t *testing.T) {
+	b := &capBuffer{max: 5}
+	for _, w := range []string{"ab", "cd", "ef", "gh"} {
+		if n, err := b.Write([]byte(w)); n != len(w) || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	}
+	got, trunc := b.snapshot()
+	if string(got) != "abcde" || !trunc {
+		t.Errorf("snapshot = %q, %v; want abcde, true", got, trunc)
+	}
+}
+
+func TestKeepaliveLoop(t *testing.T) {
+	t.Run("answered keepalives run until done", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			done := make(chan struct{})
+			var sent atomic.Int32
+			result := make(chan error, 1)
+			go func() {
+				result <- keepaliveLoop(done, 30*time.Second, 15*time.Second, func() error { sent.Add(1); return nil })
+			}()
+			time.Sleep(95 * time.Second)
+			synctest.Wait()
+			if got := sent.Load(); got != 3 {
+				t.Errorf("sent %d keepalives in 95s at 30s, want 3", got)
+			}
+			close(done)
+			if err := <-result; err != nil {
+				t.Errorf("loop ended with %v, want nil", err)
+			}
+		})
+	})
+	t.Run("no reply within the timeout", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			done := make(chan struct{})
+			block := make(chan struct{})
+			start := time.Now()
+			err := keepaliveLoop(done, 30*time.Second, 15*time.Second, func() error { <-block; return nil })
+			if err == nil || !strings.Contains(err.Error(), "no reply within 15s") {
+				t.Errorf("err = %v", err)
+			}
+			if d := time.Since(start); d != 45*time.Second {
+				t.Errorf("gave up after %s, want 45s (one interval plus the timeout)", d)
+			}
+			close(block)
+		})
+	})
+	t.Run("failed request", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			err := keepaliveLoop(make(chan struct{}), time.Second, time.Second, func() error { return errors.New("EOF") })
+			if err == nil || !strings.Contains(err.Error(), "EOF") {
+				t.Errorf("err = %v", err)
+			}
+		})
+	})
+}
+
+func TestFanOut(t *testing.T) {
+	t.Run("order, per-node errors and bounded concurrency", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			nodes := []string{"a", "b", "c", "d", "e", "f", "g"}
+			var running, peak atomic.Int32
+			results := FanOut(t.Context(), nodes, 3, func(ctx context.Context, node string) (string, error) {
+				n := running.Add(1)
+				for {
+					p := peak.Load()
+					if n <= p || peak.CompareAndSwap(p, n) {
+						break
+					}
+				}
+				time.Sleep(time.Duration(len(nodes)-strings.Index("abcdefg", node)) * time.Second)
+				running.Add(-1)
+				if node == "c" {
+					return "", errors.New("c is down")
+				}
+				return strings.ToUpper(node), nil
+			})
+			var got []string
+			for _, r := range results {
+				got = append(got, fmt.Sprintf("%s=%s/%v/%s", r.Node, r.Value, r.Err, r.Duration))
+			}
+			want := []string{"a=A/<nil>/7s", "b=B/<nil>/6s", "c=/c is down/5s", "d=D/<nil>/4s", "e=E/<nil>/3s", "f=F/<nil>/2s", "g=G/<nil>/1s"}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("results (-want +got):\n%s", diff)
+			}
+			if peak.Load() != 3 {
+				t.Errorf("peak concurrency %d, want 3", peak.Load())
+			}
+		})
+	})
+	t.Run("cancelled context skips nodes not started", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		var calls atomic.Int32
+		results := FanOut(ctx, []string{"a", "b", "c"}, 1, func(ctx context.Context, node string) (int, error) {
+			calls.Add(1)
+			cancel()
+			return 1, nil
+		})
+		if calls.Load() != 1 {
+			t.Errorf("fn called %d times, want 1", calls.Load())
+		}
+		if results[0].Err != nil || !errors.Is(results[1].Err, context.Canceled) || !errors.Is(results[2].Err, context.Canceled) {
+			t.Errorf("results = %+v", results)
+		}
+	})
+	t.Run("empty and zero concurrency", func(t *testing.T) {
+		if r := FanOut(t.Context(), nil, 0, func(context.Context, string) (int, error) { return 0, nil }); len(r) != 0 {
+			t.Errorf("got %d results for no nodes", len(r))
+		}
+		r := FanOut(t.Context(), []string{"a"}, 0, func(context.Context, string) (int, error) { return 1, nil })
+		if len(r) != 1 || r[0].Value != 1 {
+			t.Errorf("got %+v", r)
+		}
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{KnownHostsFiles: []string{"/k"}}
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{name: "valid", mod: func(*Config) {}},
+		{name: "no known_hosts", mod: func(c *Config) { c.KnownHostsFiles = nil }, want: "KnownHostsFiles is required"},
+		{name: "negative timeout", mod: func(c *Config) { c.CommandTimeout = -1 }, want: "CommandTimeout"},
+		{name: "negative cap", mod: func(c *Config) { c.MaxOutputBytes = -1 }, want: "MaxOutputBytes"},
+		{name: "empty identity path", mod: func(c *Config) { c.IdentityFiles = []string{""} }, want: "IdentityFiles"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.mod(&c)
+			err := c.Validate()
+			if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("Validate = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
