@@ -1,0 +1,172 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Environment variables that steer FindBinaries.
+const (
+	// EnvBinDir names a directory that already holds every binary in
+	// RequiredBinaries (and kwok's stages in ../stages); no build is run.
+	EnvBinDir = "MCP_PATCH_CONTROLPLANE_BIN"
+	// EnvRepo names the repository root holding scripts/build-controlplane.sh,
+	// for callers whose working directory is outside the repository.
+	EnvRepo = "MCP_PATCH_REPO"
+)
+
+// buildScript is the script, relative to the repository root, that builds
+// the binaries into the cache and prints their directory on its last line.
+const buildScript = "scripts/build-controlplane.sh"
+
+// buildTimeout bounds a build from nothing on a slow, shared machine.
+const buildTimeout = 40 * time.Minute
+
+// RequiredBinaries are the executables a Binaries directory must hold.
+var RequiredBinaries = []string{"etcd", "etcdctl", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"}
+
+// Binaries is a directory of control-plane executables built by
+// scripts/build-controlplane.sh.
+type Binaries struct {
+	// Dir holds the executables named in RequiredBinaries.
+	Dir string
+}
+
+// Path returns the path of the named executable.
+func (b Binaries) Path(name string) string { return filepath.Join(b.Dir, name) }
+
+// StagesDir holds kwok's stage files, beside the bin directory.
+func (b Binaries) StagesDir() string { return filepath.Join(filepath.Dir(b.Dir), "stages") }
+
+// check reports the first missing executable or an empty stages directory.
+func (b Binaries) check() error {
+	for _, name := range RequiredBinaries {
+		info, err := os.Stat(b.Path(name))
+		if err != nil {
+			return fmt.Errorf("control-plane binaries in %s: %w", b.Dir, err)
+		}
+		if info.Mode()&0o111 == 0 {
+			return fmt.Errorf("control-plane binaries in %s: %s is not executable", b.Dir, name)
+		}
+	}
+	stages, err := filepath.Glob(filepath.Join(b.StagesDir(), "*.yaml"))
+	if err != nil || len(stages) == 0 {
+		return fmt.Errorf("control-plane binaries in %s: no kwok stage files in %s", b.Dir, b.StagesDir())
+	}
+	return nil
+}
+
+var (
+	foundMu sync.Mutex
+	found   *Binaries
+)
+
+// FindBinaries returns the control-plane binaries, building them when they
+// are not in the cache yet (minutes on first use; the build script holds a
+// lock so parallel callers wait for one build). $MCP_PATCH_CONTROLPLANE_BIN
+// short-circuits the search. The build's progress lines go to logger.
+func FindBinaries(ctx context.Context, logger *slog.Logger) (Binaries, error) {
+	foundMu.Lock()
+	defer foundMu.Unlock()
+	if found != nil {
+		return *found, nil
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	var bins Binaries
+	if dir := os.Getenv(EnvBinDir); dir != "" {
+		bins = Binaries{Dir: dir}
+	} else {
+		repo, err := findRepo()
+		if err != nil {
+			return Binaries{}, err
+		}
+		dir, err := runBuildScript(ctx, logger, repo)
+		if err != nil {
+			return Binaries{}, err
+		}
+		bins = Binaries{Dir: dir}
+	}
+	if err := bins.check(); err != nil {
+		return Binaries{}, err
+	}
+	found = &bins
+	return bins, nil
+}
+
+// findRepo locates the repository root: $MCP_PATCH_REPO, or the nearest
+// directory above the working directory that holds the build script.
+func findRepo() (string, error) {
+	if repo := os.Getenv(EnvRepo); repo != "" {
+		if _, err := os.Stat(filepath.Join(repo, buildScript)); err != nil {
+			return "", fmt.Errorf("find build script via $%s: %w", EnvRepo, err)
+		}
+		return repo, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find build script: %w", err)
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, buildScript)); err == nil {
+			return dir, nil
+		}
+		if filepath.Dir(dir) == dir {
+			return "", fmt.Errorf("find build script: no %s above %s; set $%s or $%s", buildScript, wd, EnvRepo, EnvBinDir)
+		}
+	}
+}
+
+// runBuildScript runs the build script and returns the bin directory it
+// prints last. Its stderr lines are logged as they come.
+func runBuildScript(ctx context.Context, logger *slog.Logger, repo string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", filepath.Join(repo, buildScript))
+	cmd.Dir = repo
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return "", fmt.Errorf("build control plane: %w", err)
+	}
+	// Killing the script's whole group on cancel also ends the go build under it.
+	cmd.SysProcAttr = childAttributes()
+	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("build control plane: %w", err)
+	}
+	var lastLines []string
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		line := sc.Text()
+		logger.Info("build control plane", "progress", line)
+		lastLines = append(lastLines, line)
+		if len(lastLines) > 30 {
+			lastLines = lastLines[1:]
+		}
+	}
+	_, _ = io.Copy(io.Discard, stderr)
+	if err := cmd.Wait(); err != nil {
+		return "", fmt.Errorf("build control plane with %s: %w\n%s", buildScript, err, strings.Join(lastLines, "\n"))
+	}
+	out := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	dir := strings.TrimSpace(out[len(out)-1])
+	if dir == "" {
+		return "", errors.New("build control plane: the script printed no bin directory")
+	}
+	return dir, nil
+}

@@ -1,0 +1,168 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// memberView is what a client sees of one member.
+type memberView struct {
+	Answers   bool // Status succeeded
+	HasLeader bool // the member knows a leader
+}
+
+// viewMember asks one member for its status, bounded by a short timeout.
+func viewMember(ctx context.Context, t *testing.T, e *EtcdCluster, i int) memberView {
+	t.Helper()
+	tlsConf, err := e.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Members[i].ClientURL}, TLS: tlsConf, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, e.Members[i].ClientURL)
+	if err != nil {
+		return memberView{}
+	}
+	return memberView{Answers: true, HasLeader: st.Leader != 0}
+}
+
+// canWrite reports whether a write through the running members commits.
+func canWrite(ctx context.Context, t *testing.T, e *EtcdCluster) bool {
+	t.Helper()
+	tlsConf, err := e.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eps []string
+	for i := range e.Members {
+		if e.Running(i) {
+			eps = append(eps, e.Members[i].ClientURL)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tlsConf, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err = cli.Put(ctx, "/lab/quorum-probe", time.Now().String())
+	return err == nil
+}
+
+func TestEtcdClusterQuorum(t *testing.T) {
+	e := StartEtcdClusterT(t, EtcdOptions{Members: 3})
+
+	// Steps run in order on one cluster; each names the member it stops or
+	// starts and what the running members must show afterwards.
+	steps := []struct {
+		name      string
+		stop      int // -1: none
+		start     int // -1: none
+		wantView  map[int]memberView
+		wantWrite bool
+	}{
+		{"all three up", -1, -1, map[int]memberView{0: {true, true}, 1: {true, true}, 2: {true, true}}, true},
+		{"one member lost keeps quorum", 0, -1, map[int]memberView{1: {true, true}, 2: {true, true}}, true},
+		{"two members lost: no leader", 1, -1, map[int]memberView{2: {true, false}}, false},
+		{"one back: quorum again", -1, 1, map[int]memberView{1: {true, true}, 2: {true, true}}, true},
+		{"all back", -1, 0, map[int]memberView{0: {true, true}, 1: {true, true}, 2: {true, true}}, true},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			if st.stop >= 0 {
+				if err := e.StopMember(st.stop); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if st.start >= 0 {
+				if err := e.StartMember(t.Context(), st.start); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Leadership settles within a few election timeouts (1 s each).
+			var got map[int]memberView
+			err := pollUntil(t.Context(), 30*time.Second, "member views", func(ctx context.Context) (bool, error) {
+				got = map[int]memberView{}
+				for i := range st.wantView {
+					got[i] = viewMember(ctx, t, e, i)
+				}
+				return cmp.Equal(st.wantView, got), nil
+			})
+			if err != nil {
+				t.Fatalf("%v (-want +got):\n%s", err, cmp.Diff(st.wantView, got))
+			}
+			if gotWrite := canWrite(t.Context(), t, e); gotWrite != st.wantWrite {
+				t.Errorf("write commits = %t, want %t", gotWrite, st.wantWrite)
+			}
+		})
+	}
+}
+
+// The gate and the host scripts use etcdctl with kubeadm-style certificate
+// flags; the lab's certificates must work with the real CLI.
+func TestEtcdctlEndpointStatusWithClientCert(t *testing.T) {
+	e := StartEtcdClusterT(t, EtcdOptions{Members: 3})
+	bins, err := FindBinaries(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		base := []string{"--endpoints=" + strings.Join(e.Endpoints(), ","), "--cacert=" + e.CAFile, "--cert=" + e.ClientCertFile, "--key=" + e.ClientKeyFile, "--dial-timeout=2s", "--command-timeout=3s"}
+		out, err := exec.CommandContext(ctx, bins.Path("etcdctl"), append(base, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("endpoint", "status", "-w", "json")
+	if err != nil {
+		t.Fatalf("etcdctl endpoint status: %v\n%s", err, out)
+	}
+	var statuses []struct {
+		Endpoint string `json:"Endpoint"`
+		Status   struct {
+			Header struct {
+				MemberID uint64 `json:"member_id"`
+			} `json:"header"`
+			Leader uint64 `json:"leader"`
+		} `json:"Status"`
+	}
+	if err := json.Unmarshal([]byte(out), &statuses); err != nil {
+		t.Fatalf("parse etcdctl output: %v\n%s", err, out)
+	}
+	if len(statuses) != 3 {
+		t.Fatalf("etcdctl reported %d endpoints, want 3:\n%s", len(statuses), out)
+	}
+	leaders := map[uint64]bool{}
+	isLeader := 0
+	for _, s := range statuses {
+		leaders[s.Status.Leader] = true
+		if s.Status.Leader == s.Status.Header.MemberID {
+			isLeader++
+		}
+	}
+	if len(leaders) != 1 || leaders[0] || isLeader != 1 {
+		t.Errorf("want one agreed leader among 3 members, got %s", out)
+	}
+
+	// Without a client certificate the member refuses the client.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	noCert, err := exec.CommandContext(ctx, bins.Path("etcdctl"), "--endpoints="+e.Members[0].ClientURL, "--cacert="+e.CAFile, "--dial-timeout=2s", "--command-timeout=3s", "endpoint", "health").CombinedOutput()
+	if err == nil {
+		t.Errorf("etcdctl without a client certificate succeeded:\n%s", noCert)
+	}
+}

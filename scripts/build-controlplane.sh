@@ -1,0 +1,117 @@
+#!/bin/sh
+# build-controlplane.sh — build the lab's Kubernetes control plane once.
+#
+# Builds etcd, etcdctl, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl and kwok from the Go modules pinned under
+# lab/controlplane/, into
+#
+#   ${MCP_PATCH_CACHE:-$HOME/.cache/mcp-patch}/controlplane/<key>/bin
+#
+# and copies kwok's stage files (node and pod lifecycle) to <key>/stages.
+# <key> is a hash of the pinning modules and of this script, so a second run
+# with the same pins is instant, and changing a pin builds a new set beside
+# the old one. Only the Go module proxy has to be reachable.
+#
+# Run by hand:   sh scripts/build-controlplane.sh
+# Progress goes to stderr; the last line on stdout is the bin directory.
+set -eu
+
+say() { printf 'build-controlplane: %s\n' "$*" >&2; }
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+src=$repo/lab/controlplane
+self=$repo/scripts/build-controlplane.sh
+cache=${MCP_PATCH_CACHE:-$HOME/.cache/mcp-patch}/controlplane
+
+command -v go >/dev/null 2>&1 || { say "go is not on PATH"; exit 1; }
+if [ ! -f "$src/kube/go.mod" ] || [ ! -f "$src/etcd/go.mod" ]; then
+	say "missing pinning modules under $src"
+	exit 1
+fi
+
+# The key covers everything that decides what gets built.
+key=$(
+	cd "$src"
+	{
+		find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) | LC_ALL=C sort | xargs sha256sum
+		sha256sum <"$self"
+	} | sha256sum | cut -c1-16
+)
+dest=$cache/$key
+
+if [ -x "$dest/bin/kube-apiserver" ] && [ -f "$dest/COMPLETE" ]; then
+	say "cached: $dest"
+	printf '%s\n' "$dest/bin"
+	exit 0
+fi
+
+mkdir -p "$cache"
+
+# One build at a time per cache: tests in several packages may ask at once,
+# and two parallel Kubernetes builds only slow each other down.
+if command -v flock >/dev/null 2>&1 && [ -z "${MCP_PATCH_CONTROLPLANE_LOCKED:-}" ]; then
+	say "waiting for the build lock $cache/.lock"
+	MCP_PATCH_CONTROLPLANE_LOCKED=1
+	export MCP_PATCH_CONTROLPLANE_LOCKED
+	exec flock "$cache/.lock" sh "$self" "$@"
+fi
+if [ -x "$dest/bin/kube-apiserver" ] && [ -f "$dest/COMPLETE" ]; then
+	say "cached (built meanwhile): $dest"
+	printf '%s\n' "$dest/bin"
+	exit 0
+fi
+
+work=$cache/.build-$key-$$
+trap 'rm -rf "$work"' EXIT INT TERM
+rm -rf "$work"
+mkdir -p "$work/bin" "$work/stages"
+
+export GOWORK=off GOFLAGS="${GOFLAGS:-} -mod=readonly -trimpath"
+kube_version=v1.37.2
+ld_kube="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	ld_kube="$ld_kube -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=37 -X $pkg.gitTreeState=clean"
+done
+
+start=$(date +%s)
+say "key $key; building into $dest (the first build takes several minutes)"
+
+say "etcd, etcdctl (go.etcd.io/etcd v3.6.16)"
+(cd "$src/etcd" && go build -ldflags="-s -w" -o "$work/bin/etcd" . &&
+	go build -ldflags="-s -w" -o "$work/bin/etcdctl" go.etcd.io/etcd/etcdctl/v3)
+say "etcd done after $(($(date +%s) - start))s"
+
+say "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl ($kube_version), kwok"
+(cd "$src/kube" && go build -ldflags="$ld_kube" -o "$work/bin/" \
+	k8s.io/kubernetes/cmd/kube-apiserver \
+	k8s.io/kubernetes/cmd/kube-controller-manager \
+	k8s.io/kubernetes/cmd/kube-scheduler \
+	k8s.io/kubernetes/cmd/kubectl \
+	sigs.k8s.io/kwok/cmd/kwok)
+say "kubernetes done after $(($(date +%s) - start))s"
+
+# kwok's own stage files: nodes become Ready and keep a heartbeat, pods
+# bound to kwok nodes become Running (and go away when deleted).
+kwok_dir=$(cd "$src/kube" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+for stage in node/fast node/heartbeat pod/fast; do
+	for f in "$kwok_dir/kustomize/stage/$stage"/*.yaml; do
+		case $(basename "$f") in kustomization.yaml) continue ;; esac
+		cp "$f" "$work/stages/$(basename "$f")"
+	done
+done
+chmod -R u+w "$work/stages"
+
+{
+	printf 'key %s\n' "$key"
+	printf 'built %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	printf 'go %s\n' "$(go env GOVERSION)"
+	printf 'kubernetes %s\netcd v3.6.16\nkwok %s\n' "$kube_version" "$(cd "$src/kube" && go list -m -f '{{.Version}}' sigs.k8s.io/kwok)"
+	printf 'seconds %s\n' "$(($(date +%s) - start))"
+} >"$work/BUILD-INFO"
+touch "$work/COMPLETE"
+
+rm -rf "$dest"
+mv "$work" "$dest"
+trap - EXIT INT TERM
+say "built in $(($(date +%s) - start))s: $(du -sh "$dest/bin" | cut -f1) in $dest/bin"
+printf '%s\n' "$dest/bin"
