@@ -149,7 +149,14 @@ func parseSignerLine(line string) (AllowedSigner, error) {
 		return s, fmt.Errorf("principals: %w", err)
 	}
 	if strings.HasPrefix(principals, "\"") {
-		principals = strings.Trim(principals, "\"")
+		// ssh-keygen takes a quoted field as the whole principals list.
+		inner, ok := strings.CutSuffix(principals[1:], "\"")
+		if !ok || strings.ContainsAny(inner, "\"\\") {
+			return s, fmt.Errorf("principals %s: quote the whole list, as in \"a@x,b y@x\"", principals)
+		}
+		principals = inner
+	} else if strings.ContainsAny(principals, "\"\\") {
+		return s, fmt.Errorf("principals %s: quote the whole list, as in \"a@x,b y@x\"", principals)
 	}
 	if principals == "" {
 		return s, errors.New("empty principals")

@@ -107,6 +107,9 @@ func TestParseAllowedSignersRefuses(t *testing.T) {
 		{"DSA", "a@b " + strings.TrimSpace(string(dsaPub)), "ssh-dss"},
 		{"CR", "a@b " + ed + "\r", "carriage return"},
 		{"empty principal", "a@b,,c " + ed, "empty principal"},
+		{"quote inside principals", `"carol x@example.com",dave@example.com ` + ed, "quote the whole list"},
+		{"stray quote", `carol"x" ` + ed, "quote the whole list"},
+		{"unterminated quote in principals", `"carol ` + ed, "unterminated quote"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,6 +161,32 @@ func TestAllowedSignerValidity(t *testing.T) {
 	} {
 		if got := s.ValidAt(tt.at); got != tt.want {
 			t.Errorf("ValidAt(%s) = %v, want %v", tt.at, got, tt.want)
+		}
+	}
+}
+
+// TestPrincipalMatchingAgreesWithSSHKeygen asks ssh-keygen -Y verify -I
+// about the same names and patterns as MatchesPrincipal.
+func TestPrincipalMatchingAgreesWithSSHKeygen(t *testing.T) {
+	ed := keys["ed25519"]
+	msg := []byte("hello\n")
+	sig, err := sshKeygen(t, msg, nil, "-Y", "sign", "-n", Namespace, "-f", ed.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigPath := writeFile(t, "sig", sig)
+	for _, line := range []string{
+		`alice@example.com,*@ops,!mallory@ops ` + keyOnly(ed),
+		`"carol x@example.com,?ave@example.com" ` + keyOnly(ed),
+	} {
+		a := mustSigners(t, []byte(line+"\n"))
+		path := writeFile(t, "allowed_signers", []byte(line+"\n"))
+		for _, name := range []string{"alice@example.com", "bob@ops", "mallory@ops", "alice@example.org", "carol x@example.com", "dave@example.com", "ddave@example.com"} {
+			_, err := sshKeygen(t, msg, nil, "-Y", "verify", "-f", path, "-I", name, "-n", Namespace, "-s", sigPath)
+			theirs := err == nil
+			if ours := a.Signers[0].MatchesPrincipal(name); ours != theirs {
+				t.Errorf("%q against %q: ours %v, ssh-keygen %v (%v)", name, line, ours, theirs, err)
+			}
 		}
 	}
 }
