@@ -1,0 +1,15 @@
+// Command labtool is the multi-call program behind the emulated system
+// commands of a lab host (apt-get, systemctl, update-grub, nvidia-smi, ...):
+// the lab links each command name to it in the host's bin directory and
+// it dispatches on argv[0]. See package emul.
+package main
+
+import (
+	"os"
+
+	"mcp-patch/lab/fleet/emul"
+)
+
+func main() {
+	os.Exit(emul.Main(os.Args))
+}
