@@ -286,7 +286,7 @@ func printObject(tw *tabwriter.Writer, m map[string]any, indent string) {
 				for _, o := range objs {
 					cells := make([]string, len(cols))
 					for i, c := range cols {
-						cells[i] = scalar(o[c])
+						cells[i] = cell(scalar(o[c]))
 					}
 					fmt.Fprintf(tw, "%s  %s\n", indent, strings.Join(cells, "\t"))
 				}
@@ -325,6 +325,15 @@ func objectRows(xs []any) ([]map[string]any, []string) {
 	}
 	sort.Strings(cols)
 	return rows, cols
+}
+
+// cell keeps a table cell on one line and readable.
+func cell(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > 60 {
+		return string(r[:59]) + "…"
+	}
+	return s
 }
 
 func scalar(v any) string {

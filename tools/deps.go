@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"mcp-patch/config"
+	"mcp-patch/intent"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -31,6 +32,13 @@ type Deps struct {
 	Log    *slog.Logger
 	Now    func() time.Time
 	Mode   Mode
+
+	// Intent opens the intent repository for a round ("" when only reading).
+	Intent func(round string) (*intent.Repo, error)
+	// VerifyEnv is passed to every verify.sh (KUBECONFIG and the like).
+	VerifyEnv map[string]string
+	// CurrentRound returns the id of the open round, or "".
+	CurrentRound func() string
 
 	// Approvals verifies signed approvals; nil refuses every destructive step.
 	Approvals Approvals

@@ -8,5 +8,5 @@ func Builtin() *Registry {
 }
 
 func builtin() []Tool {
-	return []Tool{}
+	return []Tool{ReadIntent(), RecordLesson(), RunVerify()}
 }
