@@ -190,3 +190,35 @@ func TestPrincipalMatchingAgreesWithSSHKeygen(t *testing.T) {
 		}
 	}
 }
+
+// TestSignerOptionsAgreeWithSSHKeygen: for the same allowed_signers line,
+// our Verifier and ssh-keygen -Y verify accept and refuse alike (both at
+// the real current time).
+func TestSignerOptionsAgreeWithSSHKeygen(t *testing.T) {
+	ed := keys["ed25519"]
+	now := time.Now()
+	req := newTestRequest(t, now)
+	sig, err := sshKeygen(t, req.Canonical(), nil, "-Y", "sign", "-n", Namespace, "-f", ed.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigPath := writeFile(t, "sig", sig)
+	for _, opts := range []string{
+		``,
+		`namespaces="git"`,
+		`namespaces="mcp-*,git"`,
+		`namespaces="*,!mcp-patch"`,
+		`valid-before="20200101"`,
+		`valid-after="20200101Z"`,
+		`valid-after="202001011200",valid-before="29991231235959Z"`,
+		`valid-after="29990101"`,
+	} {
+		line := "p@test " + opts + " " + keyOnly(ed) + "\n"
+		_, theirErr := sshKeygen(t, req.Canonical(), nil, "-Y", "verify", "-f", writeFile(t, "allowed_signers", []byte(line)), "-I", "p@test", "-n", Namespace, "-s", sigPath)
+		v := &Verifier{AllowedSigners: mustSigners(t, []byte(line)), NonceStore: openStore(t)}
+		_, ourErr := v.Verify(FormatApproval(req, sig), expectFor(req))
+		if (ourErr == nil) != (theirErr == nil) {
+			t.Errorf("%s: ours %v, ssh-keygen %v", opts, ourErr, theirErr)
+		}
+	}
+}

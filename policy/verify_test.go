@@ -111,6 +111,7 @@ func TestVerifyRefusals(t *testing.T) {
 		{name: "request changed after signing", approval: tampered, want: with(func(e *Expectation) { e.Summary = nil }), reason: ReasonBadSignature},
 		{name: "signature bit flipped", approval: flipSig(good), want: wantOK, reason: ReasonBadSignature},
 		{name: "signature from another request", approval: req.String() + signReq(t, ed.Signer, otherRound)[len(otherRound.String()):], want: wantOK, reason: ReasonBadSignature},
+		{name: "RSA with SHA-1", signers: "rsa@test " + keys["rsa"].PubLine, approval: FormatApproval(req, armorRSASHA1(t, req.Canonical())), want: wantOK, reason: ReasonBadSignature, contains: "rsa-sha2-512"},
 		{name: "unknown hash", approval: FormatApproval(req, armorWithHash(t, ed.Signer, "md5", req.Canonical())), want: wantOK, reason: ReasonBadSignature, contains: "md5"},
 
 		{name: "namespace not allowed", signers: `ed25519@test namespaces="git,file" ` + keyOnly(ed), approval: good, want: wantOK, reason: ReasonNamespaceNotAllowed, contains: "git,file"},
@@ -148,7 +149,7 @@ func TestVerifyRefusals(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Verify: %v", err)
 				}
-				if got.Nonce == "" || got.ApprovalID == "" || got.KeyFingerprint != ssh.FingerprintSHA256(ed.Pub) {
+				if got.Nonce != req.Nonce || got.ApprovalID != req.ID() || got.KeyFingerprint != ssh.FingerprintSHA256(ed.Pub) {
 					t.Errorf("Verified = %+v", got)
 				}
 				return
@@ -377,4 +378,20 @@ func TestExpiryOverTime(t *testing.T) {
 			t.Fatalf("at expiry: got %v, want expired", err)
 		}
 	})
+}
+
+// armorRSASHA1 signs with the legacy ssh-rsa (SHA-1) algorithm, which
+// ssh-keygen refuses for SSHSIG and so do we.
+func armorRSASHA1(t testing.TB, msg []byte) []byte {
+	t.Helper()
+	data, err := signedData(Namespace, hashSHA512, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer := keys["rsa"].Signer.(ssh.AlgorithmSigner)
+	sig, err := signer.SignWithAlgorithm(rand.Reader, data, ssh.KeyAlgoRSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return armor(marshalSigBlob(signer.PublicKey(), Namespace, hashSHA512, sig))
 }
