@@ -70,8 +70,8 @@ func CheckPostgres(ctx context.Context, dc dynamic.Interface, cfg PostgresConfig
 // problem.
 func judgeCNPG(u *unstructured.Unstructured) (evidence, problem string) {
 	name := u.GetNamespace() + "/" + u.GetName()
-	instances, _, _ := unstructured.NestedInt64(u.Object, "spec", "instances")
-	ready, _, _ := unstructured.NestedInt64(u.Object, "status", "readyInstances")
+	instances := nestedInt(u, "spec", "instances")
+	ready := nestedInt(u, "status", "readyInstances")
 	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
 	current, _, _ := unstructured.NestedString(u.Object, "status", "currentPrimary")
 	target, _, _ := unstructured.NestedString(u.Object, "status", "targetPrimary")
@@ -94,4 +94,24 @@ func judgeCNPG(u *unstructured.Unstructured) (evidence, problem string) {
 		problem = name + ": " + strings.Join(why, ", ")
 	}
 	return evidence, problem
+}
+
+// nestedInt reads a number whatever way it was decoded: int64 from the API
+// server's JSON, float64 from YAML or encoding/json.
+func nestedInt(u *unstructured.Unstructured, path ...string) int64 {
+	v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...)
+	if !found || err != nil {
+		return 0
+	}
+	switch n := v.(type) {
+	case int64:
+		return n
+	case int:
+		return int64(n)
+	case int32:
+		return int64(n)
+	case float64:
+		return int64(n)
+	}
+	return 0
 }
