@@ -206,11 +206,11 @@ func Describe(req Request) string {
 	}
 	switch req.Kind {
 	case KindApproval:
-		what, ok := toolWords[req.Tool]
-		if !ok {
-			what = "run the tool " + req.Tool + " on node %s"
+		what := fmt.Sprintf("run the tool %q on node %s", req.Tool, req.Node)
+		if words, ok := toolWords[req.Tool]; ok {
+			what = fmt.Sprintf(words, req.Node)
 		}
-		fmt.Fprintf(&b, "You approve: "+what+".\n", req.Node)
+		fmt.Fprintf(&b, "You approve: %s.\n", what)
 		fmt.Fprintf(&b, "Patch round: %s.\n", req.Round)
 		fmt.Fprintf(&b, "Bound to plan %s: the server refuses it if the live plan no longer matches.\n", req.PlanDigest)
 	case KindHypervisorSnapshotTaken:
