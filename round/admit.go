@@ -162,15 +162,12 @@ func (s *State) Admit(step Step, node string, now time.Time) error {
 	if step.ReadOnly() {
 		return nil
 	}
-	if step != StepPlan && s.Plan == nil {
-		return refuse(RuleNoPlan, "no order is recorded yet: plan the round first")
-	}
 	if s.Closed {
 		return refuse(RuleRoundClosed, "round %s is closed", s.RoundID)
 	}
 	if s.Aborted {
 		switch {
-		case step == StepUncordon && n.Window == WindowOpen:
+		case step == StepUncordon && n != nil && n.Window == WindowOpen:
 			return nil // hand back a node this round cordoned
 		case step == StepClose:
 			if !s.FindingsCommitted {
@@ -179,6 +176,9 @@ func (s *State) Admit(step Step, node string, now time.Time) error {
 			return nil
 		}
 		return refuse(RuleRoundAborted, "round %s was aborted; only uncordon of a node whose window is open and close remain", s.RoundID)
+	}
+	if step != StepPlan && s.Plan == nil {
+		return refuse(RuleNoPlan, "no order is recorded yet: plan the round first")
 	}
 	if s.Stop != nil {
 		where := string(s.Stop.Step)

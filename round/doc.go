@@ -40,5 +40,22 @@
 // recorded. Each Open appends a session_opened record, so a step that was in
 // flight when an earlier process died replays as in flight with
 // NeedsRecheck set: the caller re-checks the host or cluster and records the
-// outcome, it never repeats the step blindly.
+// outcome, it never repeats the step blindly. A second process opening the
+// same journal for writing gets ErrLocked (flock); ReadState reads without
+// locking. audit.jsonl beside it holds one fsync'd line per tool call with
+// the digest of its arguments (ArgsDigest), never the arguments.
+//
+// # Use
+//
+//	order, err := round.PlanOrder(nodes, placement)   // the tool layer maps inventory in
+//	j, err := round.Open("rounds/2026-11", round.WithLogger(log))
+//	_, err = j.Plan(order, 48*time.Hour, round.Meta{})
+//	_, err = j.StartStep(round.StepDrain, "cp-1", round.Meta{ApprovalID: id, ArgsDigest: d})
+//	// err is a *round.RuleError when a standing rule refuses: nothing was recorded
+//	_, err = j.FinishStep(round.StepDrain, "cp-1", round.Meta{})   // or FailStep: the round stops
+//	st := j.Status()                                               // round_status, NextAction
+//	report, timeline, err := j.WriteReport()                       // report.md, timeline.svg
+//
+// ETA estimates when every node will be patched against the deadline the
+// intent gives.
 package round
