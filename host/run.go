@@ -40,6 +40,7 @@ func (e *SudoError) Error() string {
 //     since a background job's stdin would be /dev/null) and waits for it,
 //     because a shell runs traps only after a foreground child finishes;
 //   - on SIGTERM/SIGHUP/SIGINT signals its whole process group.
+//
 // A script that must outlive its session (a detached apt run) starts that
 // work with setsid and redirects its output.
 const scriptGuard = `trap 'trap - TERM HUP INT; kill -TERM 0' TERM HUP INT; echo "` + guardMarker + `$$" >&2; exec 3<&0; sh -s <&3 3<&- & wait $!`

@@ -326,7 +326,9 @@ func TestCancelEndsRemoteProcesses(t *testing.T) {
 				t.Error("the script went on after cancellation")
 			}
 			waitGone(t, map[string]int{"remote sh": shPID, "remote sleep": sleepPID})
-			if t.Failed() { t.Log(srvLog()) }
+			if t.Failed() {
+				t.Log(srvLog())
+			}
 
 			// The connection stays usable after a cancelled command.
 			if _, err := p.RunScript(ctxFor(t, 30*time.Second), "node-1", []byte("true\n"), nil); err != nil {
@@ -722,4 +724,3 @@ func slicesRepeat(s string, n int) []string {
 	}
 	return out
 }
-

@@ -232,8 +232,13 @@ type inventoryFile struct {
 	Nodes    map[string]Target `json:"nodes"`
 }
 
+// noJump in a node's jump field overrides a default jump host: the node is
+// dialled directly.
+const noJump = "-"
+
 // LoadInventory reads an inventory file (YAML). Fields a node leaves empty
-// are taken from `defaults`; a jump that names no entry in the file, unknown
+// are taken from `defaults` (`jump: "-"` means no jump host even when the
+// defaults name one); a jump that names no entry in the file, unknown
 // fields and invalid values are errors naming the node.
 func LoadInventory(path string) (*MapInventory, error) {
 	data, err := os.ReadFile(path)
@@ -271,7 +276,10 @@ func ParseInventory(data []byte) (*MapInventory, error) {
 		if t.User == "" {
 			t.User = f.Defaults.User
 		}
-		if t.Jump == "" && f.Defaults.Jump != name {
+		switch {
+		case t.Jump == noJump:
+			t.Jump = ""
+		case t.Jump == "" && f.Defaults.Jump != name:
 			t.Jump = f.Defaults.Jump
 		}
 		if len(t.IdentityFiles) == 0 {

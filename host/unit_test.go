@@ -41,13 +41,16 @@ nodes:
   cp-1:
     address: cp-1.example.internal
     user: root
-    jump: ""
     host_key_alias: cp-1
+  direct:
+    address: 10.0.0.12
+    jump: "-"
 `,
 			want: map[string]Target{
 				"bastion": {Name: "bastion", Address: "203.0.113.10", Port: 22, User: "ubuntu", IdentityFiles: []string{"/etc/mcp-patch/id_ed25519"}},
 				"gpu-01":  {Name: "gpu-01", Address: "10.0.0.11", Port: 2222, User: "ubuntu", Jump: "bastion", IdentityFiles: []string{"/etc/mcp-patch/id_ed25519"}},
 				"cp-1":    {Name: "cp-1", Address: "cp-1.example.internal", Port: 2222, User: "root", Jump: "bastion", HostKeyAlias: "cp-1", IdentityFiles: []string{"/etc/mcp-patch/id_ed25519"}},
+				"direct":  {Name: "direct", Address: "10.0.0.12", Port: 2222, User: "ubuntu", IdentityFiles: []string{"/etc/mcp-patch/id_ed25519"}},
 			},
 		},
 		{name: "unknown field", yaml: "nodes:\n  a: {address: 10.0.0.1, pasword: x}\n", wantErr: "unknown field"},
@@ -417,5 +420,29 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate = %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestLoadInventoryExample(t *testing.T) {
+	inv, err := LoadInventory("testdata/inventory.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"/etc/mcp-patch/id_ed25519"}
+	want := map[string]Target{
+		"bastion-1": {Name: "bastion-1", Address: "203.0.113.10", Port: 2222, User: "patcher", IdentityFiles: keys},
+		"cp-1":      {Name: "cp-1", Address: "10.20.0.11", Port: 22, User: "patcher", Jump: "bastion-1", IdentityFiles: keys, HostKeyAlias: "cp-1.cluster.internal"},
+		"cp-2":      {Name: "cp-2", Address: "10.20.0.12", Port: 22, User: "patcher", Jump: "bastion-1", IdentityFiles: keys},
+		"gpu-01":    {Name: "gpu-01", Address: "10.20.1.21", Port: 22, User: "root", Jump: "bastion-1", IdentityFiles: keys},
+	}
+	got := map[string]Target{}
+	for _, n := range inv.Nodes() {
+		got[n], _ = inv.Lookup(n)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if got := got["cp-1"].knownHostsAddr(); got != "cp-1.cluster.internal:22" {
+		t.Errorf("cp-1 known_hosts name = %q", got)
 	}
 }
