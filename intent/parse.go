@@ -97,6 +97,13 @@ type line struct {
 }
 
 func splitLines(src string) []line {
+	lines, _ := scanLines(src)
+	return lines
+}
+
+// scanLines splits src into lines and reports whether a code fence is still
+// open at the end.
+func scanLines(src string) ([]line, bool) {
 	var out []line
 	var fence string
 	for start := 0; start < len(src); {
@@ -124,7 +131,7 @@ func splitLines(src string) []line {
 		out = append(out, l)
 		start = end
 	}
-	return out
+	return out, fence != ""
 }
 
 // section is the span of one "## " section.
@@ -437,6 +444,9 @@ func appendOpenQuestion(src, id, property, date, round, text string) (string, er
 	}
 	if open == nil {
 		return "", fmt.Errorf("%w: no %q section", ErrMalformed, SectionOpenQuestions)
+	}
+	if _, unclosed := scanLines(src); unclosed && open.end == len(src) {
+		return "", fmt.Errorf("%w: a code block in %q is never closed", ErrMalformed, SectionOpenQuestions)
 	}
 	item := fmt.Sprintf("- `%s` against `%s` (%s, round %s): %s\n", id, property, date, round, indentContinuation(text))
 	head := strings.TrimRight(src[:open.end], " \t\r\n")
