@@ -91,11 +91,16 @@ func Complete(ctx context.Context, req CompletionRequest) (CompletionResult, err
 	defer cancel()
 
 	var res CompletionResult
+	var earlier []string
 	for _, route := range routes {
 		res = post(ctx, hc, base, route, req)
 		if res.OK || (res.HTTPStatus != http.StatusNotFound && res.HTTPStatus != http.StatusMethodNotAllowed) {
-			return res, nil
+			break
 		}
+		earlier = append(earlier, res.Reason)
+	}
+	if !res.OK && len(earlier) > 1 {
+		res.Reason = strings.Join(earlier, "; then ")
 	}
 	return res, nil
 }

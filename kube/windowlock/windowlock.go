@@ -350,6 +350,9 @@ func (k *Lock) Keep(ctx context.Context) error {
 				break
 			}
 			log.Warn("window lock renewal failed", "try", try+1, "err", err)
+			if try == k.cfg.RenewRetries-1 {
+				break
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(retryPause):
