@@ -324,6 +324,10 @@ func verifyAfterCrash(t *testing.T, dir string, acks []ack) (tornFound bool, rec
 			t.Fatalf("%v: %+v, want in flight with NeedsRecheck", tg, r)
 		}
 	}
+	tornFiles, _ := filepath.Glob(filepath.Join(dir, "*.torn-*"))
+	if n := len(j.State().Recoveries); n != len(tornFiles) {
+		t.Fatalf("%d torn tails saved, %d recorded in the journal", len(tornFiles), n)
+	}
 	checkConsistent(t, j)
 	return len(sc.torn) > 0, len(got)
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -142,7 +143,6 @@ func (j *Journal) open() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	var tornDetail string
 	if len(sc.torn) > 0 {
 		saved, err := j.saveTorn(JournalFile, sc.good, sc.torn)
 		if err != nil {
@@ -155,8 +155,6 @@ func (j *Journal) open() error {
 			return fmt.Errorf("sync %s: %w", path, err)
 		}
 		j.opened.TornBytes, j.opened.TornSavedAs = len(sc.torn), saved
-		tornDetail = fmt.Sprintf("torn last line of %d bytes at offset %d (a crash mid-write; never acknowledged) saved to %s and truncated",
-			len(sc.torn), sc.good, saved)
 		j.log.Warn("round journal had a torn last line", "round", j.roundID, "bytes", len(sc.torn), "saved_as", saved)
 	}
 	if sc.missingNewline {
@@ -192,10 +190,8 @@ func (j *Journal) open() error {
 
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if tornDetail != "" {
-		if _, err := j.appendLocked(Record{Kind: KindTornTail, Detail: tornDetail}); err != nil {
-			return err
-		}
+	if err := j.recordTornFiles(); err != nil {
+		return err
 	}
 	if _, err := j.appendLocked(Record{Kind: KindSessionOpened, Round: j.roundID,
 		Detail: fmt.Sprintf("pid %d", os.Getpid())}); err != nil {
@@ -457,6 +453,40 @@ func (j *Journal) saveTorn(file string, offset int, torn []byte) (string, error)
 		}
 		return name, nil
 	}
+}
+
+// recordTornFiles appends a torn_tail record for every saved torn tail
+// (journal or audit log) that no record mentions yet: the one this Open
+// saved, or one saved by an Open that died before recording it.
+func (j *Journal) recordTornFiles() error {
+	var names []string
+	for _, file := range []string{JournalFile, AuditFile} {
+		m, err := filepath.Glob(filepath.Join(j.dir, file+".torn-*"))
+		if err != nil {
+			return err
+		}
+		names = append(names, m...)
+	}
+	slices.Sort(names)
+	for _, path := range names {
+		name := filepath.Base(path)
+		mention := "saved to " + name + " and truncated"
+		if slices.ContainsFunc(j.state.Recoveries, func(r Recovery) bool { return strings.Contains(r.Detail, mention) }) {
+			continue
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		file, offset, _ := strings.Cut(name, ".torn-")
+		offset, _, _ = strings.Cut(offset, ".")
+		detail := fmt.Sprintf("torn last line of %s (%d bytes at offset %s: a crash mid-write, never acknowledged) %s",
+			file, fi.Size(), offset, mention)
+		if _, err := j.appendLocked(Record{Kind: KindTornTail, Detail: detail}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // scanned is a journal file split into records.

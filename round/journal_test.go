@@ -442,6 +442,29 @@ func TestAuditLog(t *testing.T) {
 	if err != nil || rec3.Seq != 3 {
 		t.Fatalf("audit after torn tail: %+v %v", rec3, err)
 	}
+	if r := j2.State().Recoveries; len(r) != 1 || !strings.Contains(r[0].Detail, "audit.jsonl.torn-413 and truncated") {
+		t.Fatalf("journal does not record the torn audit line: %+v", r)
+	}
+}
+
+// A torn tail saved by an Open that died before recording it is recorded
+// by the next Open, once.
+func TestJournalRecordsATornTailSavedButNotRecorded(t *testing.T) {
+	dir := roundDir(t)
+	clk := newClock()
+	j := openJournal(t, dir, clk)
+	j.Close()
+	if err := os.WriteFile(filepath.Join(dir, JournalFile+".torn-1210"), []byte(`{"seq":9,"ti`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		j := openJournal(t, dir, clk)
+		r := j.State().Recoveries
+		if len(r) != 1 || r[0].Detail != "torn last line of journal.jsonl (12 bytes at offset 1210: a crash mid-write, never acknowledged) saved to journal.jsonl.torn-1210 and truncated" {
+			t.Fatalf("recoveries = %+v", r)
+		}
+		j.Close()
+	}
 }
 
 func appendBytes(t *testing.T, path string, b []byte) {
