@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
-		"strings"
+	"strings"
 
 	"mcp-patch/host/parse"
 )

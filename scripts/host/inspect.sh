@@ -182,8 +182,11 @@ done
 make_tmpdir
 
 STAGE='reading the running kernel'
-field_str kernel "$(uname -r)"
-field_str boot_id "$(cat "$BOOT_ID_FILE")"
+kernel=$(uname -r)
+field_str kernel "$kernel"
+STAGE="reading $BOOT_ID_FILE"
+boot_id=$(cat "$BOOT_ID_FILE")
+field_str boot_id "$boot_id"
 up=$(cat "$PROC_UPTIME" 2>/dev/null || true)
 field_int uptime_seconds "${up%%.*}"
 
@@ -195,8 +198,9 @@ pkgs=$(dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' \
 	'containerd*' kubelet kubeadm kubectl cri-tools 2>/dev/null) || true
 field_text packages "$pkgs"
 
-STAGE='listing apt holds'
-field_lines holds "$(apt-mark showhold)"
+STAGE='listing apt holds (apt-mark showhold)'
+holds=$(apt-mark showhold)
+field_lines holds "$holds"
 
 STAGE='simulating the upgrade (apt-get -s full-upgrade)'
 rc=0
@@ -207,8 +211,13 @@ field_int apt_simulate_exit "$rc"
 
 STAGE='reading GRUB configuration'
 if [ -r "$GRUB_CFG" ]; then field_text grub_cfg "$(cat "$GRUB_CFG")"; else field_text grub_cfg ''; fi
-field_bool grub_cfg_present "$([ -r "$GRUB_CFG" ] && echo 1 || echo 0)"
-if [ -r "$GRUB_DIR/grubenv" ]; then field_text grubenv "$(cat "$GRUB_DIR/grubenv")"; else field_text grubenv ''; fi
+field_bool grub_cfg_present "$(yes_if [ -r "$GRUB_CFG" ])"
+if [ -r "$GRUB_DIR/grubenv" ]; then
+	field_text grubenv "$(cat "$GRUB_DIR/grubenv")"
+	field_int grubenv_size "$(stat -c %s "$GRUB_DIR/grubenv")"
+else
+	field_text grubenv ''
+fi
 defaults=''
 for f in "$GRUB_DEFAULTS" "$GRUB_DEFAULTS".d/*.cfg; do
 	[ -r "$f" ] || continue
@@ -249,7 +258,7 @@ STAGE='reading the unattended-upgrades blacklist'
 field_text unattended_blacklist "$(apt-config dump | grep '^Unattended-Upgrade::Package-Blacklist' || true)"
 
 STAGE='reading reboot-required'
-field_bool reboot_required "$([ -e "$REBOOT_REQUIRED" ] && echo 1 || echo 0)"
+field_bool reboot_required "$(yes_if [ -e "$REBOOT_REQUIRED" ])"
 if [ -r "$REBOOT_REQUIRED.pkgs" ]; then field_text reboot_required_pkgs "$(cat "$REBOOT_REQUIRED.pkgs")"; else field_text reboot_required_pkgs ''; fi
 
 STAGE='reading the NVIDIA driver version'
@@ -267,7 +276,7 @@ fi
 if [ -n "$TARGET_KERNEL" ]; then
 	STAGE="looking for NVIDIA modules for $TARGET_KERNEL"
 	field_str target_kernel "$TARGET_KERNEL"
-	field_bool target_modules_dir "$([ -d "$MODULES_DIR/$TARGET_KERNEL" ] && echo 1 || echo 0)"
+	field_bool target_modules_dir "$(yes_if [ -d "$MODULES_DIR/$TARGET_KERNEL" ])"
 	mods=''
 	if [ -d "$MODULES_DIR/$TARGET_KERNEL" ]; then
 		mods=$(cd "$MODULES_DIR/$TARGET_KERNEL" && find . -name 'nvidia*.ko*' | sed 's|^\./||' | LC_ALL=C sort)

@@ -113,7 +113,9 @@ check_kernel() {
 STAGE='checking input'
 check_path BOOT_ID_FILE "$BOOT_ID_FILE"
 STAGE='reading the running kernel'
-field_str kernel "$(uname -r)"
+kernel=$(uname -r)
+field_str kernel "$kernel"
 STAGE="reading $BOOT_ID_FILE"
-field_str boot_id "$(cat "$BOOT_ID_FILE")"
+boot_id=$(cat "$BOOT_ID_FILE")
+field_str boot_id "$boot_id"
 ok 'done'

@@ -144,7 +144,9 @@ STAGE='listing Kubernetes packages and holds'
 k8s=$(dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' \
 	containerd containerd.io kubelet kubeadm kubectl cri-tools 2>/dev/null) || true
 field_text packages "$k8s"
-field_lines holds "$(apt-mark showhold)"
+STAGE='listing apt holds (apt-mark showhold)'
+holds=$(apt-mark showhold)
+field_lines holds "$holds"
 
 STAGE='simulating the upgrade (apt-get -s full-upgrade)'
 rc=0
@@ -157,6 +159,8 @@ if [ "$rc" != 0 ]; then
 fi
 
 STAGE='computing the plan digest'
-field_lines plan_lines "$(plan_lines <"$TMPD/sim" | LC_ALL=C sort)"
-field_str plan_digest "$(plan_digest <"$TMPD/sim")"
+lines=$(plan_lines <"$TMPD/sim" | LC_ALL=C sort)
+digest=$(plan_digest <"$TMPD/sim")
+field_lines plan_lines "$lines"
+field_str plan_digest "$digest"
 ok 'done'
