@@ -45,31 +45,31 @@ const (
 
 // LessonInput is what RecordLesson records.
 type LessonInput struct {
-	Kind      LessonKind `json:"kind"`
-	Component string     `json:"component"`
+	Kind      LessonKind `json:"kind" jsonschema:"lesson (appended to lessons.md) or open_question (appended under Open questions in intent.md)"`
+	Component string     `json:"component" jsonschema:"component folder name, a DNS-1123 label such as os-layer"`
 	// Property is a property id of the component's intent.md; required for
 	// an open question, optional for a lesson.
-	Property string `json:"property,omitempty"`
+	Property string `json:"property,omitempty" jsonschema:"property id from the component intent.md such as P3; required for open_question"`
 	// Text is the lesson or question: UTF-8, at most MaxTextBytes, no
 	// control characters but newline and tab, no line starting with '#' or
 	// a code fence (so it cannot break the document's structure).
-	Text string `json:"text"`
+	Text string `json:"text" jsonschema:"the lesson or question as plain text; no line may start with # or a code fence"`
 	// RoundID is the round it comes from; default the Repo's RoundID. When
 	// both are set they must be equal.
-	RoundID string `json:"round_id,omitempty"`
+	RoundID string `json:"round_id,omitempty" jsonschema:"round id; defaults to the current round"`
 }
 
 // Commit is a commit made on the working branch.
 type Commit struct {
-	Hash    string `json:"hash"`
-	Branch  string `json:"branch"`
+	Hash    string `json:"hash" jsonschema:"commit id"`
+	Branch  string `json:"branch" jsonschema:"working branch the commit is on (never a protected branch)"`
 	Message string `json:"message"`
 	// Author is "Name <email>".
 	Author string `json:"author"`
 	// When is the commit time, RFC 3339.
 	When string `json:"when"`
 	// Files are the repository paths the commit changed, and nothing else.
-	Files []string `json:"files"`
+	Files []string `json:"files" jsonschema:"repository paths the commit changed and nothing else"`
 	// Parent is the commit the branch pointed at before.
 	Parent string `json:"parent"`
 	// CreatedBranch is true when this commit's call created the branch.
@@ -78,12 +78,12 @@ type Commit struct {
 	// working branch by this call.
 	SwitchedBranch bool `json:"switched_branch"`
 	// OpenQuestionID is the id given to a recorded open question.
-	OpenQuestionID string `json:"open_question_id,omitempty"`
+	OpenQuestionID string `json:"open_question_id,omitempty" jsonschema:"id given to a recorded open question such as Q2"`
 	// Pushed is true when the branch was pushed to the configured remote;
 	// PushError says why not when a push was attempted and failed (the
 	// commit stands either way).
 	Pushed    bool   `json:"pushed"`
-	PushError string `json:"push_error,omitempty"`
+	PushError string `json:"push_error,omitempty" jsonschema:"why the push failed; the commit stands"`
 }
 
 // RecordLesson appends a lesson to lessons.md, or an open question to
@@ -307,42 +307,58 @@ const (
 // and compute everything (refusals change nothing), then write objects,
 // move onto the branch, write the files, advance the branch with
 // compare-and-swap, and refresh the index entries of the touched paths.
+// The push, when a remote is configured, runs after the index lock is
+// released, so a slow remote never blocks a person's git commands.
 func (r *Repo) commit(ctx context.Context, plan commitPlan) (Commit, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	out, repo, err := r.commitLocked(ctx, plan)
+	if err != nil || r.opts.Remote == "" {
+		return out, err
+	}
+	if _, err := r.push(ctx, repo); err != nil {
+		out.PushError = err.Error()
+		r.log.WarnContext(ctx, "push failed; the commit stands", "remote", r.opts.Remote, "err", err)
+	} else {
+		out.Pushed = true
+	}
+	return out, nil
+}
+
+func (r *Repo) commitLocked(ctx context.Context, plan commitPlan) (Commit, *git.Repository, error) {
 	if err := ctx.Err(); err != nil {
-		return Commit{}, err
+		return Commit{}, nil, err
 	}
 	branch := r.opts.WorkingBranch
 	if branch == "" {
-		return Commit{}, fmt.Errorf("%w: no working branch (open the repository with a round id or a working branch)", ErrInvalid)
+		return Commit{}, nil, fmt.Errorf("%w: no working branch (open the repository with a round id or a working branch)", ErrInvalid)
 	}
 	if slices.Contains(r.opts.Protected, branch) {
-		return Commit{}, fmt.Errorf("working branch %q: %w", branch, ErrProtectedBranch)
+		return Commit{}, nil, fmt.Errorf("working branch %q: %w", branch, ErrProtectedBranch)
 	}
 	branchRef := plumbing.NewBranchReferenceName(branch)
 
 	repo, err := git.PlainOpenWithOptions(r.root, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
 	if err != nil {
-		return Commit{}, fmt.Errorf("%w: %w", ErrNotRepo, err)
+		return Commit{}, nil, fmt.Errorf("%w: %w", ErrNotRepo, err)
 	}
 	fsStorage, ok := repo.Storer.(*filesystem.Storage)
 	if !ok {
-		return Commit{}, fmt.Errorf("%w: unexpected storage", ErrNotRepo)
+		return Commit{}, nil, fmt.Errorf("%w: unexpected storage", ErrNotRepo)
 	}
 	lock, err := lockIndex(fsStorage.Filesystem().Root())
 	if err != nil {
-		return Commit{}, err
+		return Commit{}, nil, err
 	}
 	defer lock.release()
 
 	headSym, err := repo.Storer.Reference(plumbing.HEAD)
 	if err != nil {
-		return Commit{}, fmt.Errorf("read HEAD: %w", err)
+		return Commit{}, nil, fmt.Errorf("read HEAD: %w", err)
 	}
 	head, err := repo.Head()
 	if err != nil {
-		return Commit{}, fmt.Errorf("%w: the repository has no commit to branch from (%w)", ErrInvalid, err)
+		return Commit{}, nil, fmt.Errorf("%w: the repository has no commit to branch from (%w)", ErrInvalid, err)
 	}
 	move := moveNone
 	baseHash := head.Hash()
@@ -352,7 +368,7 @@ func (r *Repo) commit(ctx context.Context, plan commitPlan) (Commit, error) {
 		case errors.Is(err, plumbing.ErrReferenceNotFound):
 			move = moveCreate
 		case err != nil:
-			return Commit{}, fmt.Errorf("read branch %s: %w", branch, err)
+			return Commit{}, nil, fmt.Errorf("read branch %s: %w", branch, err)
 		case existing.Hash() == head.Hash():
 			move = moveSwitch
 		default:
@@ -362,40 +378,40 @@ func (r *Repo) commit(ctx context.Context, plan commitPlan) (Commit, error) {
 	}
 	baseCommit, err := repo.CommitObject(baseHash)
 	if err != nil {
-		return Commit{}, fmt.Errorf("read commit %s: %w", baseHash, err)
+		return Commit{}, nil, fmt.Errorf("read commit %s: %w", baseHash, err)
 	}
 	baseTree, err := baseCommit.Tree()
 	if err != nil {
-		return Commit{}, fmt.Errorf("read tree of %s: %w", baseHash, err)
+		return Commit{}, nil, fmt.Errorf("read tree of %s: %w", baseHash, err)
 	}
 
 	idx, err := repo.Storer.Index()
 	if err != nil {
-		return Commit{}, fmt.Errorf("read index: %w", err)
+		return Commit{}, nil, fmt.Errorf("read index: %w", err)
 	}
 	wt, err := repo.Worktree()
 	if err != nil {
-		return Commit{}, fmt.Errorf("%w: %w", ErrNotRepo, err)
+		return Commit{}, nil, fmt.Errorf("%w: %w", ErrNotRepo, err)
 	}
 	if move == moveCheckout {
 		st, err := wt.Status()
 		if err != nil {
-			return Commit{}, fmt.Errorf("read status: %w", err)
+			return Commit{}, nil, fmt.Errorf("read status: %w", err)
 		}
 		if !st.IsClean() {
-			return Commit{}, fmt.Errorf("%w: the working copy is on %s, the working branch %s is at another commit, and the working copy is not clean enough to switch (%s); commit or stash, or check out %s yourself",
+			return Commit{}, nil, fmt.Errorf("%w: the working copy is on %s, the working branch %s is at another commit, and the working copy is not clean enough to switch (%s); commit or stash, or check out %s yourself",
 				ErrDirty, headSym.Target().Short(), branch, clip(strings.TrimSpace(st.String()), 300), branch)
 		}
 	} else if err := r.checkTouchedClean(baseTree, idx, plan); err != nil {
-		return Commit{}, err
+		return Commit{}, nil, err
 	}
 
 	contents, err := plan.edit(baseTree)
 	if err != nil {
-		return Commit{}, err
+		return Commit{}, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Commit{}, err
+		return Commit{}, nil, err
 	}
 
 	// Objects first: unreachable objects are harmless if anything below fails.
@@ -404,7 +420,7 @@ func (r *Repo) commit(ctx context.Context, plan commitPlan) (Commit, error) {
 	for p, data := range contents {
 		h, err := writeBlob(repo.Storer, data)
 		if err != nil {
-			return Commit{}, fmt.Errorf("write blob %s: %w", p, err)
+			return Commit{}, nil, fmt.Errorf("write blob %s: %w", p, err)
 		}
 		changes[p] = object.TreeEntry{Name: path.Base(p), Mode: r.fileMode(baseTree, p), Hash: h}
 		files = append(files, p)
@@ -412,7 +428,7 @@ func (r *Repo) commit(ctx context.Context, plan commitPlan) (Commit, error) {
 	sort.Strings(files)
 	treeHash, err := writeTree(repo.Storer, baseTree, changes)
 	if err != nil {
-		return Commit{}, fmt.Errorf("write tree: %w", err)
+		return Commit{}, nil, fmt.Errorf("write tree: %w", err)
 	}
 	when := r.opts.Now()
 	sig := object.Signature{Name: r.opts.AuthorName, Email: r.opts.AuthorEmail, When: when}
@@ -420,32 +436,32 @@ func (r *Repo) commit(ctx context.Context, plan commitPlan) (Commit, error) {
 	commitObj := &object.Commit{Author: sig, Committer: sig, Message: msg, TreeHash: treeHash, ParentHashes: []plumbing.Hash{baseHash}}
 	enc := repo.Storer.NewEncodedObject()
 	if err := commitObj.Encode(enc); err != nil {
-		return Commit{}, fmt.Errorf("encode commit: %w", err)
+		return Commit{}, nil, fmt.Errorf("encode commit: %w", err)
 	}
 	newHash, err := repo.Storer.SetEncodedObject(enc)
 	if err != nil {
-		return Commit{}, fmt.Errorf("write commit: %w", err)
+		return Commit{}, nil, fmt.Errorf("write commit: %w", err)
 	}
 
 	// Onto the working branch.
 	switch move {
 	case moveCreate:
 		if err := repo.Storer.CheckAndSetReference(plumbing.NewHashReference(branchRef, baseHash), nil); err != nil {
-			return Commit{}, fmt.Errorf("create branch %s: %w", branch, err)
+			return Commit{}, nil, fmt.Errorf("create branch %s: %w", branch, err)
 		}
 		if err := repo.Storer.SetReference(plumbing.NewSymbolicReference(plumbing.HEAD, branchRef)); err != nil {
-			return Commit{}, fmt.Errorf("switch to branch %s: %w", branch, err)
+			return Commit{}, nil, fmt.Errorf("switch to branch %s: %w", branch, err)
 		}
 	case moveSwitch:
 		if err := repo.Storer.SetReference(plumbing.NewSymbolicReference(plumbing.HEAD, branchRef)); err != nil {
-			return Commit{}, fmt.Errorf("switch to branch %s: %w", branch, err)
+			return Commit{}, nil, fmt.Errorf("switch to branch %s: %w", branch, err)
 		}
 	case moveCheckout:
 		if err := wt.Checkout(&git.CheckoutOptions{Branch: branchRef}); err != nil {
-			return Commit{}, fmt.Errorf("check out %s: %w", branch, err)
+			return Commit{}, nil, fmt.Errorf("check out %s: %w", branch, err)
 		}
 		if idx, err = repo.Storer.Index(); err != nil {
-			return Commit{}, fmt.Errorf("read index after checkout: %w", err)
+			return Commit{}, nil, fmt.Errorf("read index after checkout: %w", err)
 		}
 	}
 	r.log.InfoContext(ctx, "on working branch", "branch", branch, "move", int(move))
@@ -456,7 +472,7 @@ func (r *Repo) commit(ctx context.Context, plan commitPlan) (Commit, error) {
 	if !plan.fromDisk {
 		restore, err = r.writeFiles(contents)
 		if err != nil {
-			return Commit{}, err
+			return Commit{}, nil, err
 		}
 	}
 	newRef := plumbing.NewHashReference(branchRef, newHash)
@@ -464,25 +480,17 @@ func (r *Repo) commit(ctx context.Context, plan commitPlan) (Commit, error) {
 		if restore != nil {
 			restore()
 		}
-		return Commit{}, fmt.Errorf("%w: advance %s from %s: %w", ErrBusy, branch, baseHash, err)
+		return Commit{}, nil, fmt.Errorf("%w: advance %s from %s: %w", ErrBusy, branch, baseHash, err)
 	}
 	out := Commit{Hash: newHash.String(), Branch: branch, Message: msg,
 		Author: r.opts.AuthorName + " <" + r.opts.AuthorEmail + ">", When: when.Format(time.RFC3339),
 		Files: files, Parent: baseHash.String(), CreatedBranch: move == moveCreate, SwitchedBranch: move != moveNone}
 
 	if err := r.refreshIndex(idx, changes, lock); err != nil {
-		return out, fmt.Errorf("commit %s is made on %s, but the index was not refreshed (git status will show the touched files as changed until `git reset -q -- %s`): %w",
+		return out, nil, fmt.Errorf("commit %s is made on %s, but the index was not refreshed (git status will show the touched files as changed until `git reset -q -- %s`): %w",
 			newHash, branch, strings.Join(files, " "), err)
 	}
-	if r.opts.Remote != "" {
-		if _, err := r.push(ctx, repo); err != nil {
-			out.PushError = err.Error()
-			r.log.WarnContext(ctx, "push failed; the commit stands", "remote", r.opts.Remote, "err", err)
-		} else {
-			out.Pushed = true
-		}
-	}
-	return out, nil
+	return out, repo, nil
 }
 
 // checkTouchedClean refuses when a touched path differs between the branch

@@ -424,3 +424,20 @@ func readFile(t testing.TB, path string) string {
 	}
 	return string(b)
 }
+
+func TestDetachedHeadGetsTheWorkingBranch(t *testing.T) {
+	dir := newExampleRepo(t)
+	gitCLI(t, dir, "checkout", "-q", "--detach")
+	head := gitCLI(t, dir, "rev-parse", "HEAD")
+	r := openRepo(t, dir, nil)
+	c, err := r.RecordLesson(t.Context(), LessonInput{Kind: KindLesson, Component: "os-layer", Text: "from a detached HEAD"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.CreatedBranch || c.Parent != head {
+		t.Errorf("%+v", c)
+	}
+	if got := gitCLI(t, dir, "symbolic-ref", "--short", "HEAD"); got != "mcp-patch/round-2025-11" {
+		t.Errorf("HEAD on %s", got)
+	}
+}

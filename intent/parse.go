@@ -31,23 +31,23 @@ type Intent struct {
 	// Why is the prose of "Why it exists".
 	Why string `json:"why"`
 	// Properties are the bullets of "Properties it must keep", in order.
-	Properties []Property `json:"properties"`
+	Properties []Property `json:"properties" jsonschema:"what the component must keep true, each with a stable id"`
 	// OutOfScope are the bullets of "Out of scope".
 	OutOfScope []string `json:"out_of_scope"`
 	// OpenQuestions are the bullets of "Open questions".
-	OpenQuestions []OpenQuestion `json:"open_questions"`
+	OpenQuestions []OpenQuestion `json:"open_questions" jsonschema:"contradictions or doubts flagged against a property; the round must not work around them"`
 }
 
 // Property is one property a component must keep.
 type Property struct {
 	// ID is the stable id the bullet starts with (`P3` or **P3**).
-	ID string `json:"id"`
+	ID string `json:"id" jsonschema:"stable property id such as P3"`
 	// Title is the bold lead sentence, when the bullet has one.
 	Title string `json:"title,omitempty"`
 	// Text is the bullet after the id, lines joined.
 	Text string `json:"text"`
 	// Retired is true when the property is struck out (~~…~~).
-	Retired bool `json:"retired"`
+	Retired bool `json:"retired" jsonschema:"the property is struck out and no longer holds"`
 }
 
 // OpenQuestion is one bullet of "Open questions".
@@ -56,7 +56,7 @@ type OpenQuestion struct {
 	ID string `json:"id,omitempty"`
 	// Property is the id of the first property of this component the
 	// question names (in backticks or bold); empty when it names none.
-	Property string `json:"property,omitempty"`
+	Property string `json:"property,omitempty" jsonschema:"id of the property the question is about"`
 	// Date and Round are set for questions in the form record_lesson writes:
 	// "against `P1` (2025-11-12, round 2025-11): …".
 	Date  string `json:"date,omitempty"`
@@ -73,7 +73,7 @@ type Lesson struct {
 	// "2025-10-09 · round 2025-10 · `P4`"; each may be empty.
 	Date     string `json:"date,omitempty"`
 	Round    string `json:"round,omitempty"`
-	Property string `json:"property,omitempty"`
+	Property string `json:"property,omitempty" jsonschema:"id of the property the lesson bears on"`
 	// Text is the entry's body.
 	Text string `json:"text"`
 }

@@ -263,7 +263,7 @@ type ComponentSummary struct {
 	Documents []string `json:"documents"`
 	HasVerify bool     `json:"has_verify"`
 	// Problems are format problems found in intent.md or settings.yaml.
-	Problems []string `json:"problems"`
+	Problems []string `json:"problems" jsonschema:"format problems in intent.md or settings.yaml; empty when well formed"`
 }
 
 // Component is everything one component folder holds.
@@ -278,12 +278,12 @@ type Component struct {
 	// Documents are the text of every document present.
 	Documents []Document `json:"documents"`
 	// Problems are format problems found in intent.md or settings.yaml.
-	Problems []string `json:"problems"`
+	Problems []string `json:"problems" jsonschema:"format problems in intent.md or settings.yaml; empty when well formed"`
 }
 
 // DocumentRef names a document without its text (the resource list).
 type DocumentRef struct {
-	URI       string `json:"uri"`
+	URI       string `json:"uri" jsonschema:"resource URI intent://<component>/<file>"`
 	Component string `json:"component"`
 	Name      string `json:"name"`
 	MIMEType  string `json:"mime_type"`
@@ -292,14 +292,14 @@ type DocumentRef struct {
 
 // Document is one document's text.
 type Document struct {
-	URI       string `json:"uri"`
+	URI       string `json:"uri" jsonschema:"resource URI intent://<component>/<file>"`
 	Component string `json:"component"`
 	Name      string `json:"name"`
 	MIMEType  string `json:"mime_type"`
 	Text      string `json:"text"`
 	// Size is the file's size in bytes; Text holds at most MaxDocumentBytes.
 	Size      int64 `json:"size"`
-	Truncated bool  `json:"truncated"`
+	Truncated bool  `json:"truncated" jsonschema:"the text was cut at the size limit"`
 }
 
 // URIScheme is the scheme of document URIs: intent://<component>/<file>.

@@ -26,23 +26,23 @@ const (
 type VerifyResult struct {
 	Component string `json:"component"`
 	// Passed is true when the script exited 0 within its time.
-	Passed bool `json:"passed"`
+	Passed bool `json:"passed" jsonschema:"true when verify.sh exited 0 within its time"`
 	// ExitCode is the script's exit status; -1 when it was killed.
-	ExitCode int `json:"exit_code"`
+	ExitCode int `json:"exit_code" jsonschema:"exit status of verify.sh: 0 pass, 1 a check failed, 3 live checks required but not possible; -1 killed"`
 	// TimedOut is true when the time ran out and the script's process
 	// group was killed.
-	TimedOut bool `json:"timed_out"`
+	TimedOut bool `json:"timed_out" jsonschema:"the time limit ran out and the script was killed"`
 	// DurationMS is how long it ran, in milliseconds.
-	DurationMS int64 `json:"duration_ms"`
+	DurationMS int64 `json:"duration_ms" jsonschema:"run time in milliseconds"`
 	// Output is stdout and stderr interleaved, the last
 	// MaxVerifyOutputBytes of it when longer.
-	Output string `json:"output"`
+	Output string `json:"output" jsonschema:"stdout and stderr interleaved (the tail when truncated)"`
 	// OutputBytes is the full output's size; Truncated says Output is its tail.
 	OutputBytes int64 `json:"output_bytes"`
 	Truncated   bool  `json:"truncated"`
 	// Summary is the script's last output line when it is the JSON summary
 	// the repository's verify scripts print; nil otherwise.
-	Summary *VerifySummary `json:"summary,omitempty"`
+	Summary *VerifySummary `json:"summary,omitempty" jsonschema:"the JSON summary line verify.sh printed last, when present"`
 }
 
 // VerifySummary is the one-line JSON a verify.sh prints last.
