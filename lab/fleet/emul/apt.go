@@ -706,8 +706,12 @@ func dpkgQuery(c *ctx) int {
 		return 2
 	}
 	format := "${binary:Package}\t${Version}\n"
-	if v, ok := f.get("-f", "--showformat"); ok {
+	if v, ok := f.get("--showformat"); ok {
 		format = v
+	}
+	if v, ok := f.get("-f"); ok {
+		// dpkg's option parser takes "-f=FORMAT" as "-f FORMAT".
+		format = strings.TrimPrefix(v, "=")
 	}
 	known := func(p *machine.Package) bool { return p.Installed() || p.ConfigOnly }
 	patterns := f.operands

@@ -264,6 +264,8 @@ var (
 	reSetDefault = regexp.MustCompile(`^set default="(.*)"$`)
 	reIDOption   = regexp.MustCompile(`\$menuentry_id_option\s+'([^']*)'`)
 	reTitle      = regexp.MustCompile(`^(?:menuentry|submenu)\s+'([^']*)'`)
+	reIf         = regexp.MustCompile(`(?:^|[;\s])if\s`)
+	reFi         = regexp.MustCompile(`(?:^|[;\s])fi(?:;|\s|$)`)
 )
 
 // ParseGrubCfg reads menu entries (with their nesting, titles, ids and
@@ -294,10 +296,9 @@ func ParseGrubCfg(data []byte) (*GrubMenu, error) {
 			stack = append(stack, e)
 		case line == "}" && len(stack) > 0:
 			stack = stack[:len(stack)-1]
-		case strings.HasPrefix(line, "if ") && len(stack) == 0:
-			ifDepth++
-		case line == "fi" && len(stack) == 0 && ifDepth > 0:
-			ifDepth--
+		case len(stack) == 0 && (reIf.MatchString(line) || reFi.MatchString(line)):
+			ifDepth += len(reIf.FindAllString(line, -1)) - len(reFi.FindAllString(line, -1))
+			ifDepth = max(ifDepth, 0)
 		case strings.HasPrefix(line, "linux") && len(stack) > 0:
 			f := strings.Fields(line)
 			if len(f) > 1 && (f[0] == "linux" || f[0] == "linuxefi") {

@@ -194,6 +194,9 @@ func Populate(h *Host, path string) error {
 			}
 		}
 		env := &GrubEnv{}
+		if err := os.MkdirAll(filepath.Join(root, "boot/grub"), 0o755); err != nil {
+			return err
+		}
 		if err := WriteGrubEnv(filepath.Join(root, "boot/grub/grubenv"), env); err != nil {
 			return err
 		}
