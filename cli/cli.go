@@ -230,8 +230,8 @@ func runConfig(g *globals, args []string, stdio IO) error {
 }
 
 // deps builds the tool dependencies from the effective configuration.
-func buildDeps(ctx context.Context, c *config.Config, log *slog.Logger) (*tools.Deps, func(), error) {
-	d := &tools.Deps{Config: c, Log: log, Now: time.Now, Mode: c.Mode}
+func buildDeps(ctx context.Context, c *config.Config, log *slog.Logger, getenv func(string) string) (*tools.Deps, func(), error) {
+	d := &tools.Deps{Config: c, Log: log, Now: time.Now, Mode: c.Mode, Getenv: getenv}
 	cleanup, err := wire(ctx, d)
 	if err != nil {
 		return nil, nil, err

@@ -238,7 +238,7 @@ func untyped(s map[string]any, path string) string {
 func inMemory(t *testing.T, repo string) *mcp.ClientSession {
 	t.Helper()
 	c := mustConfig(t, repo)
-	d, cleanup, err := buildDeps(context.Background(), &c, discardLog())
+	d, cleanup, err := buildDeps(context.Background(), &c, discardLog(), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}

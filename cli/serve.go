@@ -56,7 +56,7 @@ func runServe(ctx context.Context, g *globals, args []string, stdio IO) error {
 	if err != nil {
 		return usageError{err}
 	}
-	d, cleanup, err := buildDeps(ctx, &c, log)
+	d, cleanup, err := buildDeps(ctx, &c, log, stdio.Getenv)
 	if err != nil {
 		return err
 	}

@@ -79,7 +79,7 @@ func runTool(ctx context.Context, g *globals, args []string, stdio IO) int {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch:", err)
 		return ExitUsage
 	}
-	d, cleanup, err := buildDeps(ctx, &c, log)
+	d, cleanup, err := buildDeps(ctx, &c, log, stdio.Getenv)
 	if err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch:", err)
 		return ExitNotOK

@@ -123,6 +123,9 @@ type Approvals struct {
 	AllowedSigners string `json:"allowed_signers,omitempty"`
 	// TTL is how long an approval request stays valid. Default 30m.
 	TTL Duration `json:"ttl,omitempty"`
+	// AllowLabOnly accepts keys whose allowed_signers line is labelled
+	// lab-only. Only the lab sets it; production refuses them.
+	AllowLabOnly bool `json:"allow_lab_only,omitempty"`
 }
 
 // Git configures how findings are committed to the intent repository.

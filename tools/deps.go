@@ -10,6 +10,7 @@ import (
 
 	"mcp-patch/config"
 	"mcp-patch/intent"
+	"mcp-patch/kube"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -31,6 +32,8 @@ type Deps struct {
 	Config *config.Config
 	Log    *slog.Logger
 	Now    func() time.Time
+	// Getenv reads the environment (SSH_AUTH_SOCK and the like).
+	Getenv func(string) string
 	Mode   Mode
 
 	// Intent opens the intent repository for a round ("" when only reading).
@@ -39,6 +42,15 @@ type Deps struct {
 	VerifyEnv map[string]string
 	// CurrentRound returns the id of the open round, or "".
 	CurrentRound func() string
+
+	// Cluster returns the Kubernetes clients, connecting on first use.
+	Cluster func(ctx context.Context) (*kube.Clients, error)
+	// Hosts returns the host steps over the SSH pool, built on first use.
+	Hosts func(ctx context.Context) (*HostAccess, error)
+	// Book keeps the rounds' journals in the intent repository.
+	Book *RoundBook
+	// Identity names this server in the window Lease and cordon records.
+	Identity string
 
 	// Approvals verifies signed approvals; nil refuses every destructive step.
 	Approvals Approvals

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"mcp-patch/policy"
 )
 
 // ApprovalArg is embedded in the input of every destructive tool.
@@ -27,9 +29,12 @@ type Plan struct {
 
 // Approved identifies a verified approval.
 type Approved struct {
-	ID          string // nonce
+	ID          string // the request's id
 	Principal   string
 	Fingerprint string
+	LabOnly     bool // signed with a key labelled lab-only
+
+	verified policy.Verified
 }
 
 // Approvals issues requests and checks signed approvals (policy package).
@@ -42,6 +47,10 @@ type Approvals interface {
 	Verify(approval, tool string, p Plan) (Approved, error)
 	// Consume makes the approval single-use, durably, just before acting.
 	Consume(a Approved) error
+	// Attestation and VerifyAttestation do the same for statements of
+	// decisions that belong to people (resume, abort, accepted risk …).
+	Attestation(kind policy.Kind, f policy.AttestationFields, summary []string) (string, time.Time, error)
+	VerifyAttestation(text string, kind policy.Kind, node, round string) (Approved, policy.Request, error)
 }
 
 // needApproval is returned by the chokepoint when no approval was given.
@@ -96,7 +105,7 @@ func NewDestructive[In approvable, Out any, PO interface {
 				Request:    text,
 				Summary:    plan.Summary,
 				Command:    "mcp-patch approve request.txt   (save the request text as request.txt; prints the approval to hand back)",
-				AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 request.txt && cat request.txt request.txt.sig",
+				AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 request.txt && cat request.txt request.txt.sig   (hand back the whole output)",
 				ExpiresAt:  exp.UTC().Format(time.RFC3339),
 			}}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"mcp-patch/config"
+	"mcp-patch/policy"
 )
 
 type echoIn struct {
@@ -69,6 +70,12 @@ func (f *fakeApprovals) Verify(a, tool string, p Plan) (Approved, error) {
 	return Approved{ID: a}, nil
 }
 func (f *fakeApprovals) Consume(a Approved) error { f.used[a.ID] = true; return nil }
+func (f *fakeApprovals) Attestation(policy.Kind, policy.AttestationFields, []string) (string, time.Time, error) {
+	return "", time.Time{}, errors.New("not in this fake")
+}
+func (f *fakeApprovals) VerifyAttestation(string, policy.Kind, string, string) (Approved, policy.Request, error) {
+	return Approved{}, policy.Request{}, errors.New("not in this fake")
+}
 
 func stepTool(executed *int, digest *string) Tool {
 	return NewDestructive[stepIn, stepOut](Spec{Name: "step", Title: "Step", Description: "a destructive step"},

@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"golang.org/x/term"
+
+	"mcp-patch/policy"
+)
+
+func init() { extraCommands["approve"] = runApprove }
+
+// runApprove is `mcp-patch approve FILE|-`: a person reads the request in
+// plain words and signs it with their SSH key (ssh-agent, hardware keys
+// included, or a key file). The approval goes to stdout, to hand back.
+func runApprove(ctx context.Context, g *globals, args []string, stdio IO) int {
+	fs := subFlags("approve", g, stdio)
+	keyFile := fs.String("key", "", "sign with this private key file instead of ssh-agent")
+	keyFP := fs.String("key-fingerprint", "", "with ssh-agent: the SHA256 fingerprint of the key to use (when it holds several)")
+	yes := fs.Bool("yes", false, "do not ask for confirmation (you have read the request)")
+	out := fs.String("o", "", "write the approval to this file instead of stdout")
+	fs.Usage = func() {
+		fmt.Fprintln(stdio.Stderr, "usage: mcp-patch approve [flags] REQUEST-FILE|-\n\nShows an approval request in plain words and signs it with your SSH key (namespace mcp-patch).")
+		fs.PrintDefaults()
+	}
+	if err := parseSub(fs, g, args); err != nil {
+		return ExitUsage
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return ExitUsage
+	}
+	var text []byte
+	var err error
+	if fs.Arg(0) == "-" {
+		text, err = io.ReadAll(io.LimitReader(stdio.Stdin, policy.MaxRequestBytes+1))
+	} else {
+		text, err = os.ReadFile(fs.Arg(0))
+	}
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch approve: read request:", err)
+		return ExitUsage
+	}
+	req, err := policy.ParseRequest(normalizeRequest(text))
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch approve: this is not a valid request; do not sign it:", err)
+		return ExitNotOK
+	}
+	fmt.Fprint(stdio.Stderr, policy.Describe(req))
+	if !*yes {
+		ok, err := confirm(stdio)
+		if err != nil {
+			fmt.Fprintln(stdio.Stderr, "mcp-patch approve:", err)
+			return ExitUsage
+		}
+		if !ok {
+			fmt.Fprintln(stdio.Stderr, "mcp-patch approve: not signed.")
+			return ExitNotOK
+		}
+	}
+	var res policy.SignResult
+	if *keyFile != "" {
+		res, err = policy.SignWithKeyFile(*keyFile, ttyPassphrase(stdio), req.Canonical())
+	} else {
+		sock := stdio.Getenv("SSH_AUTH_SOCK")
+		if sock == "" {
+			fmt.Fprintln(stdio.Stderr, "mcp-patch approve: no ssh-agent (SSH_AUTH_SOCK is empty); use --key FILE")
+			return ExitUsage
+		}
+		res, err = policy.SignWithAgent(ctx, sock, *keyFP, req.Canonical())
+	}
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch approve: sign:", err)
+		return ExitNotOK
+	}
+	approval := policy.FormatApproval(req, res.Signature)
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(approval), 0o600); err != nil {
+			fmt.Fprintln(stdio.Stderr, "mcp-patch approve:", err)
+			return ExitNotOK
+		}
+	} else {
+		fmt.Fprint(stdio.Stdout, approval)
+	}
+	fmt.Fprintf(stdio.Stderr, "Signed with %s %s. Hand the approval back to the operator.\n", res.KeyType, res.Fingerprint)
+	return ExitOK
+}
+
+// normalizeRequest tolerates what copy and paste does to a request: CRLF
+// line ends and a missing final newline. Anything else must be exact.
+func normalizeRequest(b []byte) []byte {
+	s := strings.ReplaceAll(string(b), "\r\n", "\n")
+	if !strings.HasSuffix(s, "\n") {
+		s += "\n"
+	}
+	return []byte(s)
+}
+
+func confirm(stdio IO) (bool, error) {
+	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
+	if err != nil {
+		return false, fmt.Errorf("cannot ask for confirmation without a terminal (%v); read the request above and pass --yes", err)
+	}
+	defer tty.Close()
+	fmt.Fprint(tty, "Sign this request? [y/N] ")
+	line, _ := bufio.NewReader(tty).ReadString('\n')
+	line = strings.TrimSpace(strings.ToLower(line))
+	return line == "y" || line == "yes", nil
+}
+
+func ttyPassphrase(stdio IO) policy.PassphraseFunc {
+	return func() ([]byte, error) {
+		tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
+		if err != nil {
+			return nil, fmt.Errorf("the key is encrypted and there is no terminal to ask for its passphrase; load it into ssh-agent instead")
+		}
+		defer tty.Close()
+		fmt.Fprint(tty, "Passphrase for the key: ")
+		p, err := term.ReadPassword(int(tty.Fd()))
+		fmt.Fprintln(tty)
+		return p, err
+	}
+}

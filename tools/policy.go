@@ -1,0 +1,74 @@
+package tools
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"mcp-patch/policy"
+)
+
+// PolicyApprovals is the Approvals the server uses: SSHSIG approvals checked
+// against an allowed_signers file, nonces kept in a store on disk.
+type PolicyApprovals struct {
+	Verifier *policy.Verifier
+	TTL      time.Duration
+	Clock    func() time.Time
+}
+
+var _ Approvals = (*PolicyApprovals)(nil)
+
+// Request builds the canonical request for one destructive call.
+func (p *PolicyApprovals) Request(tool string, plan Plan) (string, time.Time, error) {
+	r, err := policy.NewRequest(tool, plan.Node, plan.Round, plan.Digest, plan.Summary, p.TTL, p.Clock, nil)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return r.String(), r.Expires, nil
+}
+
+// Verify checks an approval against the plan computed now.
+func (p *PolicyApprovals) Verify(approval, tool string, plan Plan) (Approved, error) {
+	v, err := p.Verifier.Verify(approval, policy.Expectation{Tool: tool, Node: plan.Node, Round: plan.Round,
+		PlanDigest: plan.Digest, Summary: plan.Summary})
+	if err != nil {
+		return Approved{}, explainRefusal(err)
+	}
+	return Approved{ID: v.ApprovalID, Principal: v.Principal, Fingerprint: v.KeyFingerprint, LabOnly: v.LabOnly, verified: v}, nil
+}
+
+// Consume uses the approval up, durably.
+func (p *PolicyApprovals) Consume(a Approved) error {
+	return explainRefusal(p.Verifier.Consume(a.verified))
+}
+
+// Attestation builds a statement of a decision that belongs to a person.
+func (p *PolicyApprovals) Attestation(kind policy.Kind, f policy.AttestationFields, summary []string) (string, time.Time, error) {
+	r, err := policy.NewAttestation(kind, f, summary, p.TTL, p.Clock, nil)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return r.String(), r.Expires, nil
+}
+
+// VerifyAttestation checks a signed statement of the given kind.
+func (p *PolicyApprovals) VerifyAttestation(text string, kind policy.Kind, node, round string) (Approved, policy.Request, error) {
+	v, err := p.Verifier.Verify(text, policy.Expectation{Kind: kind, Node: node, Round: round})
+	if err != nil {
+		return Approved{}, policy.Request{}, explainRefusal(err)
+	}
+	return Approved{ID: v.ApprovalID, Principal: v.Principal, Fingerprint: v.KeyFingerprint, LabOnly: v.LabOnly, verified: v}, v.Request, nil
+}
+
+func explainRefusal(err error) error {
+	if err == nil {
+		return nil
+	}
+	var r *policy.RefusalError
+	if errors.As(err, &r) {
+		if h := r.Hint(); h != "" {
+			return fmt.Errorf("%s (%s)", err.Error(), h)
+		}
+	}
+	return err
+}

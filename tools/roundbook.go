@@ -1,0 +1,176 @@
+package tools
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"mcp-patch/round"
+)
+
+// RoundBook keeps the rounds' journals in the intent repository under
+// rounds/<round-id>/. The server holds the open round's journal for
+// writing; a second process gets round.ErrLocked.
+type RoundBook struct {
+	// Root is the intent repository's working copy.
+	Root  string
+	Clock func() time.Time
+
+	mu   sync.Mutex
+	open map[string]*round.Journal
+}
+
+// NewRoundBook returns a book over an intent repository working copy.
+func NewRoundBook(root string, clock func() time.Time) *RoundBook {
+	return &RoundBook{Root: root, Clock: clock, open: map[string]*round.Journal{}}
+}
+
+func (b *RoundBook) dir(id string) string { return filepath.Join(b.Root, "rounds", id) }
+
+// Journal opens (creating when create is set) the journal of round id.
+func (b *RoundBook) Journal(id string, create bool) (*round.Journal, error) {
+	if !round.ValidRoundID(id) {
+		return nil, Refuse("Use a round id such as 2026-11 (letters, digits, '.', '_', '-').", fmt.Sprintf("round id %q is not valid", id))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if j, ok := b.open[id]; ok {
+		return j, nil
+	}
+	dir := b.dir(id)
+	if _, err := os.Stat(filepath.Join(dir, round.JournalFile)); err != nil && !create {
+		return nil, Refuse("Plan the round first (plan_round).", fmt.Sprintf("round %s has no journal in the intent repository", id))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	opts := []round.Option{}
+	if b.Clock != nil {
+		opts = append(opts, round.WithClock(b.Clock))
+	}
+	j, err := round.Open(dir, opts...)
+	if errors.Is(err, round.ErrLocked) {
+		return nil, Refuse("Another mcp-patch process holds this round's journal (a running server?). Use that one, or stop it.",
+			fmt.Sprintf("round %s: %v", id, err))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open journal of round %s: %w", id, err)
+	}
+	b.open[id] = j
+	return j, nil
+}
+
+// OpenRounds lists the rounds that are not closed, newest id last.
+func (b *RoundBook) OpenRounds() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(b.Root, "rounds"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		if !e.IsDir() || !round.ValidRoundID(e.Name()) {
+			continue
+		}
+		b.mu.Lock()
+		j, held := b.open[e.Name()]
+		b.mu.Unlock()
+		var st *round.State
+		if held {
+			st = j.State()
+		} else {
+			s, _, err := round.ReadState(b.dir(e.Name()))
+			if err != nil {
+				continue
+			}
+			st = s
+		}
+		if !st.Closed {
+			ids = append(ids, e.Name())
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// Current returns the journal of the one open round.
+func (b *RoundBook) Current() (*round.Journal, error) {
+	ids, err := b.OpenRounds()
+	if err != nil {
+		return nil, fmt.Errorf("list rounds: %w", err)
+	}
+	switch len(ids) {
+	case 0:
+		return nil, Refuse("Plan a round first: plan_round with round set to this month, e.g. 2026-11.", "no round is open")
+	case 1:
+		return b.Journal(ids[0], false)
+	}
+	return nil, Refuse("Close or abort the older rounds first.", fmt.Sprintf("several rounds are open: %v", ids))
+}
+
+// CurrentID returns the open round's id, or "".
+func (b *RoundBook) CurrentID() string {
+	ids, err := b.OpenRounds()
+	if err != nil || len(ids) != 1 {
+		return ""
+	}
+	return ids[0]
+}
+
+// Files returns the repository paths of a round's record files present.
+func (b *RoundBook) Files(id string) []string {
+	var out []string
+	for _, f := range []string{round.JournalFile, round.StateFile, round.AuditFile, round.ReportFile, round.TimelineFile, "baseline.json", "plan.json"} {
+		if _, err := os.Stat(filepath.Join(b.dir(id), f)); err == nil {
+			out = append(out, filepath.ToSlash(filepath.Join("rounds", id, f)))
+		}
+	}
+	return out
+}
+
+// WriteFile writes a file of the round's record atomically.
+func (b *RoundBook) WriteFile(id, name string, data []byte) error {
+	dir := b.dir(id)
+	tmp, err := os.CreateTemp(dir, "."+name+".tmp*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, name))
+}
+
+// ReadFile reads a file of the round's record.
+func (b *RoundBook) ReadFile(id, name string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(b.dir(id), name))
+}
+
+// Close closes every open journal.
+func (b *RoundBook) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var errs []error
+	for id, j := range b.open {
+		errs = append(errs, j.Close())
+		delete(b.open, id)
+	}
+	return errors.Join(errs...)
+}

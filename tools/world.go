@@ -1,0 +1,48 @@
+package tools
+
+import (
+	"context"
+	"net"
+
+	"mcp-patch/host"
+	"mcp-patch/host/steps"
+	"mcp-patch/kube"
+)
+
+// HostPool is what the tools need of the SSH pool beyond running scripts.
+type HostPool interface {
+	// Forget drops a node's pooled connection (after a reboot).
+	Forget(node string)
+	// Dial opens a connection through a node's SSH connection (a tunnel).
+	Dial(ctx context.Context, node, network, addr string) (net.Conn, error)
+}
+
+// HostAccess is the host side: the steps and the pool they run over.
+type HostAccess struct {
+	Steps  *steps.Steps
+	Pool   HostPool
+	Runner host.Runner
+}
+
+func (d *Deps) cluster(ctx context.Context) (*kube.Clients, error) {
+	if d.Cluster == nil {
+		return nil, Refuse("Start the server with --kubeconfig (or KUBECONFIG) pointing at the cluster.", "no Kubernetes cluster is configured")
+	}
+	c, err := d.Cluster(ctx)
+	if err != nil {
+		return nil, Fail("Check the kubeconfig, the context name and that the API server is up; then call again.",
+			"connect to the Kubernetes API: "+err.Error())
+	}
+	return c, nil
+}
+
+func (d *Deps) hosts(ctx context.Context) (*HostAccess, error) {
+	if d.Hosts == nil {
+		return nil, Refuse("Configure ssh.known_hosts and a key (ssh-agent or ssh.key_files) and restart the server.", "no SSH access is configured")
+	}
+	h, err := d.Hosts(ctx)
+	if err != nil {
+		return nil, Fail("Fix the SSH configuration (known_hosts, keys, inventory) and call again.", "set up SSH access: "+err.Error())
+	}
+	return h, nil
+}
