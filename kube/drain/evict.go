@@ -211,7 +211,7 @@ func Drain(ctx context.Context, kc kubernetes.Interface, node string, opts Optio
 	if opts.DryRun {
 		if evictErr != nil {
 			res.Blocked = blockedPods(ctx, kc, plan.pods, true)
-			return fail(fmt.Errorf("%w (server dry run): %w", ErrIncomplete, evictErr))
+			return fail(fmt.Errorf("%w (server dry run): %s: %w", ErrIncomplete, summarize(res.Blocked), evictErr))
 		}
 		res.Evicted = plan.Evict
 		progress(total, total, "server dry run: every eviction admitted")
@@ -225,8 +225,27 @@ func Drain(ctx context.Context, kc kubernetes.Interface, node string, opts Optio
 	res.Evicted = gone
 	res.Blocked = blockedPods(ctx, kc, left, false)
 	res.Duration = time.Since(start)
-	return fail(fmt.Errorf("%w after %v, %d of %d pods still on the node (node left cordoned): %w",
-		ErrIncomplete, res.Duration.Round(time.Millisecond), len(left), total, evictErr))
+	return fail(fmt.Errorf("%w after %v, %d of %d pods still on the node (node left cordoned): %s: %w",
+		ErrIncomplete, res.Duration.Round(time.Millisecond), len(left), total, summarize(res.Blocked), evictErr))
+}
+
+// summarize names the blocked pods and what holds each.
+func summarize(blocked []BlockedPod) string {
+	parts := make([]string, 0, len(blocked))
+	for _, b := range blocked {
+		s := b.String()
+		if len(b.PDBs) > 0 {
+			var names []string
+			for _, p := range b.PDBs {
+				names = append(names, fmt.Sprintf("%s (%d disruptions allowed, %d/%d healthy)", p.Name, p.DisruptionsAllowed, p.CurrentHealthy, p.DesiredHealthy))
+			}
+			s += " held by PDB " + strings.Join(names, ", ")
+		} else {
+			s += ": " + b.Reason
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // splitGone sorts the planned pods into those gone (or replaced by a pod
