@@ -324,3 +324,20 @@ func merge(ps ...Paths) Paths {
 	}
 	return out
 }
+
+// waitFor polls cond for up to 20 s.
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 20 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func execOut(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	return string(out), err
+}

@@ -345,7 +345,7 @@ status)
 		fi
 	fi
 	field_str outcome "$outcome"
-	ok
+	ok 'done'
 	;;
 reboot)
 	STAGE="reading $state"

@@ -1,0 +1,301 @@
+package steps
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"mcp-patch/host/parse"
+)
+
+// TestTrialBootCycle runs prepare → reboot → (GRUB boots) → status →
+// promote on a temp root with the real grub-reboot and grub-editenv and a
+// real Ubuntu grub.cfg sample. update-grub and reboot are stand-ins (they
+// would act on this machine).
+func TestTrialBootCycle(t *testing.T) {
+	r := newGrubRoot(t, "grub/grub.cfg_ubuntu2204-aws-2kernels-partuuid-initrdless.cfg")
+	rebootLog := filepath.Join(t.TempDir(), "reboot.log")
+	stubs := stubDir(t, map[string]string{
+		"update-grub": updateGrubStub,
+		"reboot":      "echo reboot >>" + rebootLog + "\n",
+	})
+	paths := merge(r.paths(), Paths{SystemdDir: filepath.Join(r.dir, "no-systemd")})
+	s := newSteps(t, paths, stubs)
+	ctx := ctxT(t)
+
+	// The ids the Go parser computes are what the trial boot is given.
+	menu := parse.ParseGrubCfg(mustRead(t, r.cfg))
+	if _, ok := menu.Entry(r.oldEntry); !ok {
+		t.Fatalf("parser has no %s", r.oldEntry)
+	}
+	if e, ok := menu.Entry(r.newEntry); !ok || e.Kernel != r.newKernel {
+		t.Fatalf("parser: %+v", e)
+	}
+
+	tb, err := s.TrialBootPrepare(ctx, testNode, TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: r.newEntry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tb.NextEntry != r.newEntry || tb.OldKernel != r.oldKernel || tb.NewKernel != r.newKernel || tb.PanicSeconds != 10 || !tb.GrubenvReliable {
+		t.Errorf("prepare: %+v", tb)
+	}
+	// grub-reboot really wrote next_entry into the 1024-byte block.
+	if got := r.grubenvList(t)["next_entry"]; got != r.newEntry {
+		t.Errorf("grub-editenv list: next_entry=%q", got)
+	}
+	raw, _ := os.ReadFile(filepath.Join(r.grubDir, "grubenv"))
+	env, err := parse.ParseGrubEnv(raw)
+	if err != nil || env.Get("next_entry") != r.newEntry {
+		t.Fatalf("parsed grubenv: %v %+v", err, env)
+	}
+	dropin := mustRead(t, r.dropin)
+	for _, want := range []string{"GRUB_DEFAULT=\"" + r.oldEntry + "\"\n", "GRUB_CMDLINE_LINUX_DEFAULT=\"$GRUB_CMDLINE_LINUX_DEFAULT panic=10\"\n"} {
+		if !strings.Contains(dropin, want) {
+			t.Errorf("drop-in lacks %q:\n%s", want, dropin)
+		}
+	}
+	// What GRUB boots: next_entry once (the new kernel), then the default,
+	// which the drop-in made the old kernel.
+	menu = parse.ParseGrubCfg(mustRead(t, r.cfg))
+	if nb, err := parse.NextBoot(menu, env); err != nil || nb.Source != "next_entry" || nb.Entry.Kernel != r.newKernel {
+		t.Errorf("next boot %+v %v", nb, err)
+	}
+	env.Vars["next_entry"] = ""
+	if nb, err := parse.NextBoot(menu, env); err != nil || nb.Entry.Kernel != r.oldKernel {
+		t.Errorf("fallback boot %+v %v", nb, err)
+	}
+	// Prepare is idempotent.
+	if _, err := s.TrialBootPrepare(ctx, testNode, TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: r.newEntry}); err != nil {
+		t.Fatalf("prepare again: %v", err)
+	}
+
+	st, err := s.TrialBootStatus(ctx, testNode, "r1")
+	if err != nil || st.Outcome != OutcomeNotRebooted || st.Rebooted {
+		t.Fatalf("status before reboot: %v %+v", err, st)
+	}
+	rb, err := s.TrialBootReboot(ctx, testNode, "r1")
+	if err != nil || rb.AlreadyRequested || !strings.Contains(rb.Method, "setsid") {
+		t.Fatalf("reboot: %v %+v", err, rb)
+	}
+	waitFor(t, func() bool { b, _ := os.ReadFile(rebootLog); return string(b) == "reboot\n" })
+	if rb, err = s.TrialBootReboot(ctx, testNode, "r1"); err != nil || !rb.AlreadyRequested {
+		t.Fatalf("second reboot call: %v %+v", err, rb)
+	}
+
+	// GRUB boots next_entry and clears it; the kernel panics, panic=10
+	// reboots, GRUB boots the default: the old kernel (the one running
+	// here) with a new boot id.
+	r.bootAs(t, "22222222-2222-2222-2222-222222222222")
+	st, err = s.TrialBootStatus(ctx, testNode, "r1")
+	if err != nil || st.Outcome != OutcomeFellBack || !st.Rebooted || st.NextEntry != "" {
+		t.Fatalf("status after fallback: %v %+v", err, st)
+	}
+	if _, err := s.TrialBootReboot(ctx, testNode, "r1"); !errors.Is(err, ErrRefused) {
+		t.Fatalf("reboot after a reboot: %v", err)
+	}
+
+	// A trial boot that worked: uname is a stand-in naming the new kernel.
+	unameNew := stubDir(t, map[string]string{"uname": `if [ "${1:-}" = -r ]; then echo ` + r.newKernel + `; else exec /usr/bin/uname "$@"; fi` + "\n"})
+	sNew := newSteps(t, paths, unameNew+":"+stubs)
+	st, err = sNew.TrialBootStatus(ctx, testNode, "r1")
+	if err != nil || st.Outcome != OutcomeNewKernel {
+		t.Fatalf("status on the new kernel: %v %+v", err, st)
+	}
+
+	// Promote: the drop-in goes, update-grub restores GRUB_DEFAULT=0, whose
+	// first entry boots the newest kernel.
+	pr, err := sNew.Promote(ctx, testNode, "r1", "")
+	if err != nil || !pr.Promoted || !pr.DropinRemoved || pr.NextBootKernel != r.newKernel || pr.CfgDefault != "0" {
+		t.Fatalf("promote: %v %+v", err, pr)
+	}
+	if _, err := os.Stat(r.dropin); !os.IsNotExist(err) {
+		t.Error("drop-in still there")
+	}
+	// Promote again only re-checks.
+	if pr, err = sNew.Promote(ctx, testNode, "r1", r.newKernel); err != nil || pr.DropinRemoved || !pr.Promoted {
+		t.Fatalf("promote again: %v %+v", err, pr)
+	}
+	// Promoting a kernel GRUB would not boot is a check failure.
+	pr, err = s.Promote(ctx, testNode, "r1", r.oldKernel)
+	var se *StepError
+	if !errors.As(err, &se) || se.Status != StatusCheckFailed || pr.Promoted || pr.NextBootKernel != r.newKernel {
+		t.Fatalf("promote old kernel: %v %+v", err, pr)
+	}
+}
+
+func TestTrialBootRefusals(t *testing.T) {
+	mdraid := stubDir(t, map[string]string{"findmnt": "echo '/dev/md0 ext4'\n", "update-grub": updateGrubStub})
+	btrfs := stubDir(t, map[string]string{"findmnt": "echo '/dev/sda2 btrfs'\n", "update-grub": updateGrubStub})
+	lvm := stubDir(t, map[string]string{"findmnt": "echo '/dev/mapper/vg-boot ext4'\n", "update-grub": updateGrubStub})
+	plain := stubDir(t, map[string]string{"update-grub": updateGrubStub})
+	tests := []struct {
+		name    string
+		setup   func(r *grubRoot) TrialBootInput
+		stubs   string
+		wantErr error
+		reason  string
+	}{
+		{"kernel.panic is 0", func(r *grubRoot) TrialBootInput {
+			writeFile(t, filepath.Join(r.procSys, "kernel", "panic"), "0\n", 0o644)
+			return TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: r.newEntry}
+		}, plain, ErrRefused, "kernel.panic is '0'"},
+		{"/boot/grub on mdraid", func(r *grubRoot) TrialBootInput {
+			return TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: r.newEntry}
+		}, mdraid, ErrRefused, "is on mdraid (/dev/md0)"},
+		{"/boot/grub on btrfs", func(r *grubRoot) TrialBootInput {
+			return TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: r.newEntry}
+		}, btrfs, ErrRefused, "is on btrfs"},
+		{"/boot/grub on LVM", func(r *grubRoot) TrialBootInput {
+			return TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: r.newEntry}
+		}, lvm, ErrRefused, "device-mapper"},
+		{"mdraid allowed explicitly", func(r *grubRoot) TrialBootInput {
+			return TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: r.newEntry, AllowUnreliableGrubenv: true}
+		}, mdraid, nil, ""},
+		{"new entry not in grub.cfg", func(r *grubRoot) TrialBootInput {
+			return TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: strings.Replace(r.newEntry, "1028", "1099", 1)}
+		}, plain, ErrRefused, "is not an entry of"},
+		{"entry without submenu path", func(r *grubRoot) TrialBootInput {
+			return TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: r.newEntry[strings.Index(r.newEntry, ">")+1:]}
+		}, plain, ErrRefused, "is not an entry of"},
+		{"old entry is not the running kernel", func(r *grubRoot) TrialBootInput {
+			return TrialBootInput{Round: "r1", OldEntry: r.newEntry, NewEntry: replaceLast(r.oldEntry, "-advanced-", "-recovery-")}
+		}, plain, ErrRefused, "not the running kernel"},
+		{"shell in an entry id", func(r *grubRoot) TrialBootInput {
+			return TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: "x';reboot;'"}
+		}, plain, ErrBadInput, ""},
+		{"same entry twice", func(r *grubRoot) TrialBootInput {
+			return TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: r.oldEntry}
+		}, plain, ErrBadInput, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newGrubRoot(t, "grub/grub.cfg_ubuntu2204-aws-2kernels-partuuid-initrdless.cfg")
+			before := mustRead(t, filepath.Join(r.grubDir, "grubenv"))
+			cfgBefore := mustRead(t, r.cfg)
+			s := newSteps(t, merge(r.paths(), Paths{SystemdDir: filepath.Join(r.dir, "none")}), tc.stubs)
+			_, err := s.TrialBootPrepare(ctxT(t), testNode, tc.setup(r))
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), tc.reason) {
+				t.Errorf("reason %q lacks %q", err, tc.reason)
+			}
+			if err != nil {
+				// A refusal changes nothing.
+				if mustRead(t, filepath.Join(r.grubDir, "grubenv")) != before || mustRead(t, r.cfg) != cfgBefore {
+					t.Error("grubenv or grub.cfg changed")
+				}
+				if _, serr := os.Stat(r.dropin); !os.IsNotExist(serr) {
+					t.Error("drop-in written")
+				}
+			}
+		})
+	}
+}
+
+// TestTrialBootRefusesLVMSample: the real Ubuntu 14.04 grub.cfg with /boot
+// on LVM carries grub-mkconfig's own "GRUB lacks write support" note.
+func TestTrialBootRefusesLVMSample(t *testing.T) {
+	r := newGrubRoot(t, "grub/grub.cfg_ubuntu1404_root-and-boot-on-LVM_recordfail-disabled_forum-bootinfo.cfg")
+	s := newSteps(t, merge(r.paths(), Paths{SystemdDir: "/nonexistent"}), stubDir(t, map[string]string{"update-grub": updateGrubStub}))
+	old := "gnulinux-advanced-9a7e2b1d-5f8b-4e1c-9972-1caa9b1a94e5>gnulinux-4.2.0-35-generic-advanced-9a7e2b1d-5f8b-4e1c-9972-1caa9b1a94e5"
+	// The sample's only kernel plays the running one; its recovery entry is
+	// edited to boot another kernel so the pair is a valid trial.
+	cfg := strings.ReplaceAll(mustRead(t, r.cfg), "vmlinuz-4.2.0-35-generic root=/dev/mapper/root-root ro recovery", "vmlinuz-4.2.0-36-generic root=/dev/mapper/root-root ro recovery")
+	cfg = strings.ReplaceAll(cfg, "4.2.0-35-generic", r.oldKernel)
+	writeFile(t, r.cfg, cfg, 0o644)
+	old = strings.ReplaceAll(old, "4.2.0-35-generic", r.oldKernel)
+	_, err := s.TrialBootPrepare(ctxT(t), testNode, TrialBootInput{Round: "r1", OldEntry: old, NewEntry: replaceLast(old, "-advanced-", "-recovery-")})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "GRUB lacks write support for lvm") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestInspectOnFixtures runs inspect.sh against a temp root built from the
+// real samples, with the real apt-get/dpkg-query on the apt lab.
+func TestInspectOnFixtures(t *testing.T) {
+	r := newGrubRoot(t, "grub/grub.cfg_ubuntu2204-aws-2kernels-partuuid-initrdless.cfg")
+	lab := newAptLab(t, `Unattended-Upgrade::Package-Blacklist { "linux-"; "nvidia-"; };`)
+	// grub-reboot (the real one) sets a one-shot entry to read back.
+	if out, err := execOut("grub-reboot", "--boot-directory="+filepath.Dir(r.grubDir), r.newEntry); err != nil {
+		t.Fatalf("grub-reboot: %v\n%s", err, out)
+	}
+	root := r.dir
+	writeFile(t, filepath.Join(root, "proc", "uptime"), "12345.67 99999.00\n", 0o644)
+	writeFile(t, filepath.Join(root, "run", "reboot-required"), "*** System restart required ***\n", 0o644)
+	writeFile(t, filepath.Join(root, "run", "reboot-required.pkgs"), readFixture(t, "livepatch/reboot-required.pkgs_ubuntu1604_kernel-dup-linux-base_UNATTRIBUTED.txt"), 0o644)
+	writeFile(t, filepath.Join(root, "proc", "driver", "nvidia", "version"),
+		"NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.08  Tue Mar  5 22:42:59 UTC 2024\nGCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n", 0o644)
+	writeFile(t, filepath.Join(root, "lib", "modules", "9.9.9-1-generic", "updates", "dkms", "nvidia.ko.zst"), "", 0o644)
+	writeFile(t, filepath.Join(root, "lib", "modules", "9.9.9-1-generic", "updates", "dkms", "nvidia-uvm.ko.zst"), "", 0o644)
+	paths := merge(r.paths(), lab.paths(), Paths{
+		ProcUptime: filepath.Join(root, "proc", "uptime"), RebootRequired: filepath.Join(root, "run", "reboot-required"),
+		ProcDriverNvidia: filepath.Join(root, "proc", "driver", "nvidia"), ModulesDir: filepath.Join(root, "lib", "modules"),
+		ProcMdstat: filepath.Join(root, "proc", "mdstat"),
+	})
+	s := newSteps(t, paths, "")
+	ins, err := s.Inspect(ctxT(t), testNode, InspectInput{TargetKernel: "9.9.9-1-generic"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := runningKernel(t)
+	if ins.Kernel != running || ins.BootID != "11111111-1111-1111-1111-111111111111" || ins.UptimeSeconds != 12345 || ins.KernelPanic != 10 {
+		t.Errorf("basics: %+v", ins)
+	}
+	if d := cmp.Diff([]InstalledKernel{{Release: running, Package: "linux-image-" + running, Version: "1.0", Status: "ii", Running: true}}, ins.InstalledKernels); d != "" {
+		t.Errorf("installed kernels (-want +got)\n%s", d)
+	}
+	if d := cmp.Diff([]string{"kubelet"}, ins.Holds); d != "" {
+		t.Errorf("holds (-want +got)\n%s", d)
+	}
+	if ins.Pending.TargetKernel != "9.9.9-1-generic" || len(ins.Pending.Removals) != 1 {
+		t.Errorf("pending %+v", ins.Pending)
+	}
+	g := ins.Grub
+	if len(g.Entries) != 5 || g.CfgDefault != "0" || !g.HonoursNextEntry || !g.EnvWritableAtBoot || g.Env["next_entry"] != r.newEntry {
+		t.Errorf("grub %+v", g)
+	}
+	if g.NextBoot.Source != "next_entry" || g.NextBoot.Entry.Kernel != r.newKernel || g.NextBootError != "" {
+		t.Errorf("next boot %+v %s", g.NextBoot, g.NextBootError)
+	}
+	if g.Defaults.Default != "0" || !strings.Contains(g.Defaults.CmdlineDefault, "console=ttyS0") {
+		t.Errorf("defaults %+v", g.Defaults)
+	}
+	if d := cmp.Diff([]string{"linux-", "nvidia-"}, ins.UnattendedBlacklist); d != "" || !ins.BlacklistKernel || !ins.BlacklistNvidia {
+		t.Errorf("blacklist %v (-want +got)\n%s", ins.UnattendedBlacklist, d)
+	}
+	if !ins.RebootRequired || len(ins.RebootRequiredPkgs) != 2 {
+		t.Errorf("reboot required %v %v", ins.RebootRequired, ins.RebootRequiredPkgs)
+	}
+	if ins.NvidiaDriverVersion != "535.161.08" {
+		t.Errorf("driver %q", ins.NvidiaDriverVersion)
+	}
+	want := NvidiaModules{Kernel: "9.9.9-1-generic", Packages: []string{}, Files: []string{"updates/dkms/nvidia-uvm.ko.zst", "updates/dkms/nvidia.ko.zst"}, DKMS: true, Present: true}
+	if d := cmp.Diff(want, ins.TargetModules); d != "" {
+		t.Errorf("modules (-want +got)\n%s", d)
+	}
+	if ins.Livepatch.Present {
+		t.Error("livepatch present on this machine?")
+	}
+}
+
+func mustRead(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func replaceLast(s, old, repl string) string {
+	i := strings.LastIndex(s, old)
+	if i < 0 {
+		return s
+	}
+	return s[:i] + repl + s[i+len(old):]
+}
