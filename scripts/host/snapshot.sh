@@ -144,7 +144,7 @@ check ROLE "$ROLE" 'control-plane|worker' 'control-plane or worker'
 for v in BACKUP_DIR ETC_DIR ETC_KUBERNETES ETCD_DATA_DIR; do
 	eval "check_path $v \"\$$v\""
 done
-check ETCD_ENDPOINT "$ETCD_ENDPOINT" 'https?://[A-Za-z0-9.:\[\]-]+' 'an etcd URL'
+check ETCD_ENDPOINT "$ETCD_ENDPOINT" 'https?://[][A-Za-z0-9.:-]+' 'an etcd URL'
 
 dir="$BACKUP_DIR/$ROUND"
 field_str backup_dir "$dir"

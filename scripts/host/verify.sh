@@ -151,7 +151,6 @@ for v in PROC_BONDING SYS_INFINIBAND PROC_SYS; do
 	eval "check_path $v \"\$$v\""
 done
 case $EXPECTED_SYSCTLS in *..*) bad_input 'EXPECTED_SYSCTLS must not contain ..' ;; esac
-set -f # the lists below are split on commas, never globbed
 
 problems=''
 problem() { problems="$problems$1$NL"; }
@@ -181,11 +180,13 @@ if [ -d "$PROC_BONDING" ]; then
 	done
 fi
 field bonds "[$bonds]"
+set -f # comma-separated lists are split, never globbed
 IFS=,
 for b in $EXPECTED_BONDS; do
 	[ -f "$PROC_BONDING/$b" ] || problem "bond $b is missing"
 done
 unset IFS
+set +f
 
 STAGE="checking RDMA ports in $SYS_INFINIBAND"
 ports=''
@@ -218,6 +219,7 @@ fi
 
 STAGE='checking sysctls'
 sysctls=''
+set -f
 IFS=,
 for kv in $EXPECTED_SYSCTLS; do
 	unset IFS
@@ -240,12 +242,14 @@ for kv in $EXPECTED_SYSCTLS; do
 	IFS=,
 done
 unset IFS
+set +f
 field sysctls "[$sysctls]"
 
 STAGE='looking up users and groups'
 identity_problems=''
 lookups() { # DATABASE LIST
 	out=''
+	set -f
 	IFS=,
 	for n in $2; do
 		unset IFS
@@ -257,15 +261,18 @@ lookups() { # DATABASE LIST
 		IFS=,
 	done
 	unset IFS
+	set +f
 	printf '[%s]' "$out"
 }
 field users "$(lookups passwd "$VERIFY_USERS")"
 field groups "$(lookups group "$VERIFY_GROUPS")"
 # lookups ran in command substitutions: list what was not found here.
+set -f
 IFS=,
 for n in $VERIFY_USERS; do getent passwd "$n" >/dev/null || identity_problems="${identity_problems}user $n not found$NL"; done
 for n in $VERIFY_GROUPS; do getent group "$n" >/dev/null || identity_problems="${identity_problems}group $n not found$NL"; done
 unset IFS
+set +f
 field_lines identity_problems "$identity_problems"
 field_bool identity_ok "$(yes_if [ -z "$identity_problems" ])"
 
