@@ -139,6 +139,8 @@ type Cluster struct {
 	logger    *slog.Logger
 	readyWait time.Duration
 	removeDir bool
+	// noControllerManager: the cluster runs without kube-controller-manager.
+	noControllerManager bool
 
 	mu       sync.Mutex
 	procs    []*process // in start order
@@ -181,7 +183,7 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 	}
 
-	c := &Cluster{Binaries: bins, logger: logger, readyWait: opts.ReadyTimeout}
+	c := &Cluster{Binaries: bins, logger: logger, readyWait: opts.ReadyTimeout, noControllerManager: opts.WithoutControllerManager}
 	if c.readyWait == 0 {
 		c.readyWait = defaultReadyWait
 	}
@@ -613,16 +615,41 @@ func (c *Cluster) CreateNode(ctx context.Context, n Node) error {
 	return nil
 }
 
-// WaitNodeReady waits until the node's Ready condition is True.
+// WaitNodeReady waits until the node's Ready condition is True and the
+// node.kubernetes.io/not-ready taint (set on every new node by admission) is
+// gone, so pods can be scheduled there. The controller manager's node
+// lifecycle controller removes that taint; a cluster started without it has
+// WaitNodeReady remove the taint instead.
 func (c *Cluster) WaitNodeReady(ctx context.Context, name string) error {
-	return c.poll(ctx, "node "+name+" Ready", func(ctx context.Context) (bool, error) {
+	return c.poll(ctx, "node "+name+" Ready and untainted", func(ctx context.Context) (bool, error) {
 		node, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
+		ready := false
 		for _, cond := range node.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
-				return cond.Status == corev1.ConditionTrue, nil
+				ready = cond.Status == corev1.ConditionTrue
+			}
+		}
+		if !ready {
+			return false, nil
+		}
+		var keep []corev1.Taint
+		for _, t := range node.Spec.Taints {
+			if t.Key != corev1.TaintNodeNotReady {
+				keep = append(keep, t)
+			}
+		}
+		if len(keep) == len(node.Spec.Taints) {
+			return true, nil
+		}
+		if c.noControllerManager {
+			node.Spec.Taints = keep
+			// A conflict only means someone else wrote first; try again.
+			_, err := c.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{FieldManager: fieldManager})
+			if err != nil && !apierrors.IsConflict(err) {
+				return false, fmt.Errorf("remove not-ready taint: %w", err)
 			}
 		}
 		return false, nil
