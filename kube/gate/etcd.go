@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -112,6 +113,9 @@ func CheckEtcd(ctx context.Context, cfg EtcdConfig) Check {
 				st, err := cli.Status(rctx, ep)
 				if err != nil {
 					statuses[i].Err = errText(err)
+					if cause := diagnose(ctx, cfg.Dial, tlsCfg, ep, dialTimeout); cause != "" {
+						statuses[i].Err += " (" + cause + ")"
+					}
 					return
 				}
 				statuses[i].ID = st.Header.MemberId
@@ -128,7 +132,7 @@ func CheckEtcd(ctx context.Context, cfg EtcdConfig) Check {
 
 		var members []etcdMember
 		var alarms []string
-		var listErr error
+		var listErr, alarmErr error
 		if anyReachable(statuses) {
 			rctx, cancel := context.WithTimeout(ctx, reqTimeout)
 			ml, err := cli.MemberList(rctx)
@@ -144,15 +148,68 @@ func CheckEtcd(ctx context.Context, cfg EtcdConfig) Check {
 			al, err := cli.AlarmList(rctx)
 			cancel()
 			if err != nil {
-				alarms = append(alarms, "alarm list unreadable: "+errText(err))
+				alarmErr = err
 			} else {
 				for _, a := range al.Alarms {
 					alarms = append(alarms, fmt.Sprintf("alarm %s on member %x", a.Alarm, a.MemberID))
 				}
 			}
 		}
-		return judgeEtcd(members, listErr, statuses, alarms)
+		c := judgeEtcd(members, listErr, statuses, alarms)
+		if alarmErr != nil {
+			c.OK = false
+			c.Reason = strings.TrimPrefix(c.Reason+"; alarm list unreadable: "+errText(alarmErr), "; ")
+		}
+		return c
 	})
+}
+
+// diagnose finds why an endpoint did not answer, which gRPC's retries hide
+// behind a deadline: the connection (through the dialer, if any) refused
+// or unrouted, or the TLS handshake rejected (no or wrong client
+// certificate, unknown CA). Empty when the connection and handshake work.
+func diagnose(ctx context.Context, dial DialFunc, tlsCfg *tls.Config, endpoint string, timeout time.Duration) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(timeout, 2*time.Second))
+	defer cancel()
+	var conn net.Conn
+	if dial != nil {
+		conn, err = dial(ctx, u.Host)
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", u.Host)
+	}
+	if err != nil {
+		return "connect: " + err.Error()
+	}
+	defer conn.Close()
+	if tlsCfg == nil || u.Scheme != "https" {
+		return ""
+	}
+	cfg := tlsCfg.Clone()
+	if cfg.ServerName == "" {
+		cfg.ServerName = u.Hostname()
+	}
+	cfg.NextProtos = []string{"h2"}
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return "TLS handshake: " + err.Error()
+	}
+	// Under TLS 1.3 the server judges the client certificate after the
+	// handshake; its verdict arrives as an alert on the first read.
+	_ = tc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	var b [1]byte
+	if _, err := tc.Read(b[:]); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return ""
+		}
+		return "TLS: " + err.Error()
+	}
+	return ""
 }
 
 func anyReachable(s []memberStatus) bool {
