@@ -154,6 +154,14 @@ type Kube struct {
 	DrainTimeout Duration `json:"drain_timeout,omitempty"`
 	// EvictRetry is the pause between eviction retries blocked by a PDB. Default 5s; never zero.
 	EvictRetry Duration `json:"evict_retry,omitempty"`
+	// SmokeImage runs the GPU smoke pod; it needs the CUDA user-space tools.
+	SmokeImage string `json:"smoke_image,omitempty"`
+	// GateSettle is how long a red gate may be waited on (answering
+	// in_progress) before it fails and stops the round. Default 5m.
+	GateSettle Duration `json:"gate_settle,omitempty"`
+	// EtcdTunnel reaches each control-plane node's etcd (127.0.0.1:2379)
+	// through SSH instead of dialling etcd_endpoints directly.
+	EtcdTunnel bool `json:"etcd_tunnel,omitempty"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -175,7 +183,8 @@ func DefaultConfig() Config {
 		},
 		Approvals: Approvals{TTL: Duration(30 * time.Minute)},
 		Git:       Git{AuthorName: "mcp-patch", AuthorEmail: "mcp-patch@localhost", Protected: []string{"main", "master"}},
-		Kube:      Kube{LeaseNamespace: "kube-system", DrainTimeout: Duration(10 * time.Minute), EvictRetry: Duration(5 * time.Second)},
+		Kube: Kube{LeaseNamespace: "kube-system", DrainTimeout: Duration(10 * time.Minute), EvictRetry: Duration(5 * time.Second),
+			SmokeImage: "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", GateSettle: Duration(5 * time.Minute)},
 	}
 }
 

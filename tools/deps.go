@@ -51,6 +51,10 @@ type Deps struct {
 	Book *RoundBook
 	// Identity names this server in the window Lease and cordon records.
 	Identity string
+	// Background outlives single calls: window Lease renewals run in it.
+	Background context.Context
+
+	locks windowLocks
 
 	// Approvals verifies signed approvals; nil refuses every destructive step.
 	Approvals Approvals

@@ -17,7 +17,7 @@ import (
 func intentError(action string, err error) error {
 	switch {
 	case errors.Is(err, intent.ErrInvalid), errors.Is(err, intent.ErrUnknownComponent),
-		errors.Is(err, intent.ErrUnknownDocument), errors.Is(err, intent.ErrUnknownProperty):
+		errors.Is(err, intent.ErrUnknownDocument), errors.Is(err, intent.ErrUnknownProperty), errors.Is(err, intent.ErrMalformed):
 		return Refuse("Fix the input: read_intent lists the components, their documents and property ids.",
 			action+": "+err.Error(), "nothing was changed")
 	case errors.Is(err, intent.ErrDirty):

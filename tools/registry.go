@@ -8,5 +8,11 @@ func Builtin() *Registry {
 }
 
 func builtin() []Tool {
-	return []Tool{ReadIntent(), RecordLesson(), RunVerify()}
+	return []Tool{
+		ReadIntent(), RecordLesson(), RunVerify(),
+		PlanRound(), RoundStatus(), RecordDecision(), CloseRound(),
+		InspectNode(), SimulateUpgrade(), DownloadUpdates(), SnapshotNode(), VerifyNode(), FleetCheck(),
+		DrainNode(), InstallUpdates(), TrialBoot(), UncordonNode(), GPUAcceptance(), PromoteKernel(), CheckGate(),
+		Autoremove(),
+	}
 }

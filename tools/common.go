@@ -1,0 +1,198 @@
+package tools
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"mcp-patch/host"
+	"mcp-patch/host/steps"
+	"mcp-patch/intent"
+	"mcp-patch/round"
+)
+
+// NodeIn is the input of tools that act on one node.
+type NodeIn struct {
+	Node string `json:"node" jsonschema:"the Kubernetes node name"`
+}
+
+// session is the open round: its journal and the intent's settings.
+type session struct {
+	j        *round.Journal
+	id       string
+	settings intent.Settings
+}
+
+// openSession returns the open round, or a refusal when there is none.
+func (d *Deps) openSession() (*session, error) {
+	if d.Book == nil {
+		return nil, Refuse("Start the server with --intent-repo: rounds are kept in the intent repository.", "no intent repository is configured")
+	}
+	j, err := d.Book.Current()
+	if err != nil {
+		return nil, err
+	}
+	s := &session{j: j, id: j.RoundID()}
+	if r, err := d.intentRepo(s.id); err == nil {
+		if st, err := r.RoundSettings(); err == nil {
+			s.settings = st
+		} else {
+			d.Log.Warn("intent settings unreadable", "err", err)
+		}
+	}
+	return s, nil
+}
+
+// maybeSession is openSession for read-only tools that also work before a
+// round is planned: nil when no round is open.
+func (d *Deps) maybeSession() *session {
+	if d.Book == nil || d.Book.CurrentID() == "" {
+		return nil
+	}
+	s, err := d.openSession()
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
+// ruleRefusal turns a standing rule's refusal into a tool refusal.
+func ruleRefusal(err error) error {
+	var re *round.RuleError
+	if errors.As(err, &re) {
+		next := "Call round_status: it says what the round needs next."
+		switch re.Rule {
+		case round.RuleRoundStopped:
+			next = "A person must decide: ask them to sign a resume or abort (record_decision)."
+		case round.RuleStepInFlight:
+			next = "Call the same tool again: it re-checks the host and cluster and records the outcome."
+		}
+		return Refuse(next, fmt.Sprintf("refused by standing rule %s: %s", re.Rule, re.Reason), "nothing was executed")
+	}
+	return err
+}
+
+// admit checks the standing rules for a step without recording anything.
+func (s *session) admit(d *Deps, step round.Step, node string) error {
+	if s == nil {
+		return nil
+	}
+	return ruleRefusal(s.j.State().Admit(step, node, d.now()))
+}
+
+// start records that a state-changing step begins (admission included).
+func (s *session) start(step round.Step, node, approvalID string) error {
+	_, err := s.j.StartStep(step, node, round.Meta{ApprovalID: approvalID})
+	return ruleRefusal(err)
+}
+
+func (s *session) finish(step round.Step, node, kernel, detail string) error {
+	_, err := s.j.FinishStep(step, node, round.Meta{Kernel: kernel, Detail: detail})
+	return err
+}
+
+func (s *session) fail(step round.Step, node, detail string) error {
+	_, err := s.j.FailStep(step, node, round.Meta{Detail: detail})
+	return err
+}
+
+// check records a read-only check after it ran: green finishes it, red
+// fails it (which stops the round). Without a round nothing is recorded.
+func (s *session) check(step round.Step, node string, ok bool, kernel, detail string) error {
+	if s == nil {
+		return nil
+	}
+	if err := s.start(step, node, ""); err != nil {
+		return err
+	}
+	if ok {
+		return s.finish(step, node, kernel, detail)
+	}
+	return s.fail(step, node, detail)
+}
+
+// stepState is the state of a step on a node in the open round.
+func (s *session) stepRun(step round.Step, node string) *round.StepRun {
+	if s == nil {
+		return nil
+	}
+	st := s.j.State()
+	if node == "" {
+		return st.RoundSteps[step]
+	}
+	n := st.Node(node)
+	if n == nil {
+		return nil
+	}
+	return n.Steps[step]
+}
+
+func (s *session) inFlight(step round.Step, node string) bool {
+	r := s.stepRun(step, node)
+	return r != nil && r.State == round.InFlight
+}
+
+// hostError turns errors from the host steps into results: bad input is a
+// refusal, a refused step a refusal, anything else a failure naming the node.
+func hostError(node, action string, err error) error {
+	var hk *host.HostKeyError
+	switch {
+	case errors.As(err, &hk):
+		return Fail("A person must check the host key out of band (console, provisioning records) and update known_hosts; never skip the check.",
+			fmt.Sprintf("%s on %s: %v", action, node, err))
+	case errors.Is(err, steps.ErrBadInput):
+		return Refuse("Fix the input.", fmt.Sprintf("%s on %s: %v", action, node, err), "nothing was executed")
+	case errors.Is(err, host.ErrUnknownNode):
+		return Refuse("Use a node from plan_round's order (or the SSH inventory).", fmt.Sprintf("%s: %v", action, err), "nothing was executed")
+	}
+	return Fail("Check that the node is reachable over SSH and read the reason; then call again.", fmt.Sprintf("%s on %s: %v", action, node, err))
+}
+
+// NodePlan is what the round decided for one node, kept beside the
+// journal in rounds/<id>/plan.json: the package set simulate_upgrade found
+// (its digest is what install_updates binds) and the GRUB entries of the
+// trial boot.
+type NodePlan struct {
+	Node          string   `json:"node"`
+	TargetKernel  string   `json:"target_kernel"`
+	RunningKernel string   `json:"running_kernel"`
+	PackageDigest string   `json:"package_digest"`
+	PackageLines  []string `json:"package_lines"`
+	Kernel        []string `json:"kernel_packages"`
+	Nvidia        []string `json:"nvidia_packages"`
+	OldEntry      string   `json:"old_entry,omitempty"`
+	NewEntry      string   `json:"new_entry,omitempty"`
+	// GateRedSince is when check_gate first saw this node's gate red.
+	GateRedSince time.Time `json:"gate_red_since,omitzero"`
+}
+
+const nodePlansFile = "plan.json"
+
+func (s *session) nodePlans(d *Deps) map[string]NodePlan {
+	plans := map[string]NodePlan{}
+	if s == nil {
+		return plans
+	}
+	if b, err := d.Book.ReadFile(s.id, nodePlansFile); err == nil {
+		if err := json.Unmarshal(b, &plans); err != nil {
+			d.Log.Warn("plan.json unreadable", "round", s.id, "err", err)
+		}
+	}
+	return plans
+}
+
+func (s *session) nodePlan(d *Deps, node string) (NodePlan, bool) {
+	p, ok := s.nodePlans(d)[node]
+	return p, ok
+}
+
+func (s *session) saveNodePlan(d *Deps, p NodePlan) error {
+	plans := s.nodePlans(d)
+	plans[p.Node] = p
+	b, err := json.MarshalIndent(plans, "", "  ")
+	if err != nil {
+		return err
+	}
+	return d.Book.WriteFile(s.id, nodePlansFile, append(b, '\n'))
+}
