@@ -88,9 +88,11 @@ type SmokeResult struct {
 // pod or from the scheduler's "Insufficient nvidia.com/gpu"; failed
 // otherwise, with the pod's events. The pod is always deleted. An error is
 // returned only for bad input or when the pod could not be created.
-func SmokePod(ctx context.Context, kc kubernetes.Interface, node string, opts SmokeOptions) (SmokeResult, error) {
+func SmokePod(ctx context.Context, kc kubernetes.Interface, node string, opts SmokeOptions) (res SmokeResult, err error) {
 	start := time.Now()
-	res := SmokeResult{Node: node, Cleanup: "not created"}
+	// Named results: the deferred deletion below records its outcome in
+	// the result being returned.
+	res = SmokeResult{Node: node, Cleanup: "not created"}
 	if opts.Image == "" {
 		return res, fmt.Errorf("GPU smoke pod on node %s: no image given", node)
 	}
