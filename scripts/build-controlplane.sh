@@ -8,19 +8,35 @@
 #   ${MCP_PATCH_CACHE:-$HOME/.cache/mcp-patch}/controlplane/<key>/bin
 #
 # and copies kwok's stage files (node and pod lifecycle) to <key>/stages.
-# <key> is a hash of the pinning modules and of this script, so a second run
-# with the same pins is instant, and changing a pin builds a new set beside
-# the old one. Only the Go module proxy has to be reachable.
+# <key> is a hash of the pinning modules (go.mod, go.sum, *.go) and of
+# $recipe below, so a second run with the same pins is instant, and changing
+# a pin builds a new set beside the old one. Only the Go module proxy has to
+# be reachable.
 #
 # Run by hand:   sh scripts/build-controlplane.sh
+#                sh scripts/build-controlplane.sh --cached-only
+#                  (print the bin directory if it is built, else exit 3)
 # Progress goes to stderr; the last line on stdout is the bin directory.
 set -eu
+
+cached_only=false
+case ${1:-} in
+--cached-only) cached_only=true ;;
+"") ;;
+*)
+	printf 'usage: %s [--cached-only]\n' "$0" >&2
+	exit 2
+	;;
+esac
 
 say() { printf 'build-controlplane: %s\n' "$*" >&2; }
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 src=$repo/lab/controlplane
 self=$repo/scripts/build-controlplane.sh
+# Bump recipe when a change here changes what gets built (flags, binaries,
+# stages); editing comments or messages must not cost a rebuild.
+recipe=1
 cache=${MCP_PATCH_CACHE:-$HOME/.cache/mcp-patch}/controlplane
 
 command -v go >/dev/null 2>&1 || { say "go is not on PATH"; exit 1; }
@@ -34,7 +50,7 @@ key=$(
 	cd "$src"
 	{
 		find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) | LC_ALL=C sort | xargs sha256sum
-		sha256sum <"$self"
+		printf 'recipe %s\n' "$recipe"
 	} | sha256sum | cut -c1-16
 )
 dest=$cache/$key
@@ -43,6 +59,11 @@ if [ -x "$dest/bin/kube-apiserver" ] && [ -f "$dest/COMPLETE" ]; then
 	say "cached: $dest"
 	printf '%s\n' "$dest/bin"
 	exit 0
+fi
+
+if $cached_only; then
+	say "not built yet: $dest"
+	exit 3
 fi
 
 mkdir -p "$cache"
@@ -102,7 +123,7 @@ done
 chmod -R u+w "$work/stages"
 
 {
-	printf 'key %s\n' "$key"
+	printf 'key %s\nrecipe %s\n' "$key" "$recipe"
 	printf 'built %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	printf 'go %s\n' "$(go env GOVERSION)"
 	printf 'kubernetes %s\netcd v3.6.16\nkwok %s\n' "$kube_version" "$(cd "$src/kube" && go list -m -f '{{.Version}}' sigs.k8s.io/kwok)"

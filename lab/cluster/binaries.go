@@ -93,7 +93,7 @@ func FindBinaries(ctx context.Context, logger *slog.Logger) (Binaries, error) {
 		if err != nil {
 			return Binaries{}, err
 		}
-		dir, err := runBuildScript(ctx, logger, repo)
+		dir, err := runBuildScript(ctx, logger, repo, false)
 		if err != nil {
 			return Binaries{}, err
 		}
@@ -105,6 +105,41 @@ func FindBinaries(ctx context.Context, logger *slog.Logger) (Binaries, error) {
 	found = &bins
 	return bins, nil
 }
+
+// ErrNotBuilt is returned by CachedBinaries when the binaries for the current
+// pins are not in the cache yet.
+var ErrNotBuilt = errors.New("control-plane binaries are not built yet: run sh scripts/build-controlplane.sh once (15-20 minutes on 2 cores)")
+
+// CachedBinaries is FindBinaries without the build: it returns ErrNotBuilt
+// when the cache lacks the binaries for the current pins.
+func CachedBinaries(ctx context.Context) (Binaries, error) {
+	foundMu.Lock()
+	defer foundMu.Unlock()
+	if found != nil {
+		return *found, nil
+	}
+	bins := Binaries{Dir: os.Getenv(EnvBinDir)}
+	if bins.Dir == "" {
+		repo, err := findRepo()
+		if err != nil {
+			return Binaries{}, err
+		}
+		dir, err := runBuildScript(ctx, slog.New(slog.DiscardHandler), repo, true)
+		if err != nil {
+			return Binaries{}, err
+		}
+		bins.Dir = dir
+	}
+	if err := bins.check(); err != nil {
+		return Binaries{}, err
+	}
+	found = &bins
+	return bins, nil
+}
+
+// notBuiltExit is the build script's exit status for --cached-only when
+// nothing is cached.
+const notBuiltExit = 3
 
 // findRepo locates the repository root: $MCP_PATCH_REPO, or the nearest
 // directory above the working directory that holds the build script.
@@ -130,11 +165,16 @@ func findRepo() (string, error) {
 }
 
 // runBuildScript runs the build script and returns the bin directory it
-// prints last. Its stderr lines are logged as they come.
-func runBuildScript(ctx context.Context, logger *slog.Logger, repo string) (string, error) {
+// prints last. Its stderr lines are logged as they come. With cachedOnly the
+// script builds nothing and a missing build is ErrNotBuilt.
+func runBuildScript(ctx context.Context, logger *slog.Logger, repo string, cachedOnly bool) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "sh", filepath.Join(repo, buildScript))
+	args := []string{filepath.Join(repo, buildScript)}
+	if cachedOnly {
+		args = append(args, "--cached-only")
+	}
+	cmd := exec.CommandContext(ctx, "sh", args...)
 	cmd.Dir = repo
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
@@ -161,6 +201,10 @@ func runBuildScript(ctx context.Context, logger *slog.Logger, repo string) (stri
 	}
 	_, _ = io.Copy(io.Discard, stderr)
 	if err := cmd.Wait(); err != nil {
+		var exit *exec.ExitError
+		if cachedOnly && errors.As(err, &exit) && exit.ExitCode() == notBuiltExit {
+			return "", ErrNotBuilt
+		}
 		return "", fmt.Errorf("build control plane with %s: %w\n%s", buildScript, err, strings.Join(lastLines, "\n"))
 	}
 	out := strings.Split(strings.TrimSpace(stdout.String()), "\n")

@@ -60,9 +60,11 @@ func TestMain(m *testing.M) {
 func sharedCluster(t *testing.T) *Cluster {
 	t.Helper()
 	sharedOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+		sharedErr = errors.New("the shared cluster did not start (see the first test that asked for it)")
+		binDir := binDirForTest(t, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		shared, sharedErr = Start(ctx, Options{Nodes: sharedNodes})
+		shared, sharedErr = Start(ctx, Options{Nodes: sharedNodes, BinDir: binDir})
 	})
 	if sharedErr != nil {
 		t.Fatal(sharedErr)

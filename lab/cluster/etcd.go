@@ -234,9 +234,20 @@ func (e *EtcdCluster) ClientTLS() (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
-// StopMember stops member i (SIGTERM, then SIGKILL after a grace period);
-// its data stays for StartMember.
+// StopMember stops member i (SIGTERM, then SIGKILL after a grace period; a
+// leader hands over leadership first); its data stays for StartMember.
 func (e *EtcdCluster) StopMember(i int) error {
+	return e.endMember(i, false)
+}
+
+// KillMember kills member i with SIGKILL, as a crash or power loss would: a
+// leader gives no notice and the others elect after the election timeout.
+// Its data stays for StartMember.
+func (e *EtcdCluster) KillMember(i int) error {
+	return e.endMember(i, true)
+}
+
+func (e *EtcdCluster) endMember(i int, kill bool) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if i < 0 || i >= len(e.procs) {
@@ -247,7 +258,11 @@ func (e *EtcdCluster) StopMember(i int) error {
 		return nil
 	}
 	e.procs[i] = nil
-	if err := p.stop(); err != nil {
+	end := p.stop
+	if kill {
+		end = p.kill
+	}
+	if err := end(); err != nil {
 		return fmt.Errorf("stop etcd member %d: %w", i, err)
 	}
 	return nil

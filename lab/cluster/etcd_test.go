@@ -15,11 +15,36 @@ import (
 // memberView is what a client sees of one member.
 type memberView struct {
 	Answers   bool // Status succeeded
-	HasLeader bool // the member knows a leader
+	LeadersUp bool // the leader the member names is a running member
+}
+
+// memberIDs maps each member's raft ID to its index.
+func memberIDs(t *testing.T, e *EtcdCluster) map[uint64]int {
+	t.Helper()
+	tlsConf, err := e.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), TLS: tlsConf, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ids := map[uint64]int{}
+	for i, m := range e.Members {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		st, err := cli.Status(ctx, m.ClientURL)
+		cancel()
+		if err != nil {
+			t.Fatalf("status of %s: %v", m.Name, err)
+		}
+		ids[st.Header.MemberId] = i
+	}
+	return ids
 }
 
 // viewMember asks one member for its status, bounded by a short timeout.
-func viewMember(ctx context.Context, t *testing.T, e *EtcdCluster, i int) memberView {
+func viewMember(ctx context.Context, t *testing.T, e *EtcdCluster, ids map[uint64]int, i int) memberView {
 	t.Helper()
 	tlsConf, err := e.ClientTLS()
 	if err != nil {
@@ -36,7 +61,8 @@ func viewMember(ctx context.Context, t *testing.T, e *EtcdCluster, i int) member
 	if err != nil {
 		return memberView{}
 	}
-	return memberView{Answers: true, HasLeader: st.Leader != 0}
+	leader, known := ids[st.Leader]
+	return memberView{Answers: true, LeadersUp: known && e.Running(leader)}
 }
 
 // canWrite reports whether a write through the running members commits.
@@ -65,26 +91,43 @@ func canWrite(ctx context.Context, t *testing.T, e *EtcdCluster) bool {
 
 func TestEtcdClusterQuorum(t *testing.T) {
 	e := StartEtcdClusterT(t, EtcdOptions{Members: 3})
+	ids := memberIDs(t, e)
 
 	// Steps run in order on one cluster; each names the member it stops or
 	// starts and what the running members must show afterwards.
 	steps := []struct {
 		name      string
-		stop      int // -1: none
-		start     int // -1: none
+		stop      int  // -1: none; -2: whichever member leads
+		kill      bool // stop by SIGKILL instead of SIGTERM
+		start     int  // -1: none
 		wantView  map[int]memberView
 		wantWrite bool
 	}{
-		{"all three up", -1, -1, map[int]memberView{0: {true, true}, 1: {true, true}, 2: {true, true}}, true},
-		{"one member lost keeps quorum", 0, -1, map[int]memberView{1: {true, true}, 2: {true, true}}, true},
-		{"two members lost: no leader", 1, -1, map[int]memberView{2: {true, false}}, false},
-		{"one back: quorum again", -1, 1, map[int]memberView{1: {true, true}, 2: {true, true}}, true},
-		{"all back", -1, 0, map[int]memberView{0: {true, true}, 1: {true, true}, 2: {true, true}}, true},
+		{"all three up", -1, false, -1, map[int]memberView{0: {true, true}, 1: {true, true}, 2: {true, true}}, true},
+		{"one member stopped keeps quorum", 0, false, -1, map[int]memberView{1: {true, true}, 2: {true, true}}, true},
+		{"two members lost: no leader", 1, true, -1, map[int]memberView{2: {true, false}}, false},
+		{"one back: quorum again", -1, false, 1, map[int]memberView{1: {true, true}, 2: {true, true}}, true},
+		{"all back", -1, false, 0, map[int]memberView{0: {true, true}, 1: {true, true}, 2: {true, true}}, true},
+		{"the leader crashes: the others elect a new one", -2, true, -1, nil, true},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
-			if st.stop >= 0 {
-				if err := e.StopMember(st.stop); err != nil {
+			stop := st.stop
+			if stop == -2 {
+				stop = leaderIndex(t, e, ids)
+				st.wantView = map[int]memberView{}
+				for i := range e.Members {
+					if i != stop {
+						st.wantView[i] = memberView{true, true}
+					}
+				}
+			}
+			if stop >= 0 {
+				end := e.StopMember
+				if st.kill {
+					end = e.KillMember
+				}
+				if err := end(stop); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -98,7 +141,7 @@ func TestEtcdClusterQuorum(t *testing.T) {
 			err := pollUntil(t.Context(), 30*time.Second, "member views", func(ctx context.Context) (bool, error) {
 				got = map[int]memberView{}
 				for i := range st.wantView {
-					got[i] = viewMember(ctx, t, e, i)
+					got[i] = viewMember(ctx, t, e, ids, i)
 				}
 				return cmp.Equal(st.wantView, got), nil
 			})
@@ -112,14 +155,38 @@ func TestEtcdClusterQuorum(t *testing.T) {
 	}
 }
 
+// leaderIndex returns the index of the member that leads.
+func leaderIndex(t *testing.T, e *EtcdCluster, ids map[uint64]int) int {
+	t.Helper()
+	for i := range e.Members {
+		if !e.Running(i) {
+			continue
+		}
+		tlsConf, err := e.ClientTLS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Members[i].ClientURL}, TLS: tlsConf, DialTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		st, err := cli.Status(ctx, e.Members[i].ClientURL)
+		cancel()
+		cli.Close()
+		if err == nil && st.Leader != 0 {
+			return ids[st.Leader]
+		}
+	}
+	t.Fatal("no member names a leader")
+	return -1
+}
+
 // The gate and the host scripts use etcdctl with kubeadm-style certificate
 // flags; the lab's certificates must work with the real CLI.
 func TestEtcdctlEndpointStatusWithClientCert(t *testing.T) {
 	e := StartEtcdClusterT(t, EtcdOptions{Members: 3})
-	bins, err := FindBinaries(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bins := Binaries{Dir: binDirForTest(t, nil)}
 	run := func(args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()

@@ -92,6 +92,19 @@ func (p *process) stop() error {
 	return nil
 }
 
+// kill sends SIGKILL to the process group at once, as a crash or a power
+// loss would end it, and returns once the process is reaped.
+func (p *process) kill() error {
+	if done, _ := p.exited(); done {
+		return nil
+	}
+	if err := killGroup(p.pid()); err != nil {
+		return fmt.Errorf("kill %s: %w", p.name, err)
+	}
+	<-p.done
+	return nil
+}
+
 // logTail returns the last n lines of the process log, for error messages.
 func (p *process) logTail(n int) string {
 	return tailFile(p.logPath, n)

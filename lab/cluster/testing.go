@@ -1,9 +1,40 @@
 package cluster
 
 import (
+	"errors"
 	"log/slog"
 	"testing"
+	"time"
 )
+
+// buildAllowance is the test time left below which a test refuses to start
+// a control-plane build (15-20 minutes on 2 cores) and says how to get one.
+const buildAllowance = 30 * time.Minute
+
+// binDirForTest returns the binaries directory for a test. When they are not
+// built and the test's deadline (go test -timeout, 10m by default) leaves too
+// little time to build them, the test fails at once with instructions rather
+// than running into the deadline half-way through the build.
+func binDirForTest(t testing.TB, logger *slog.Logger) string {
+	t.Helper()
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if deadline, has := d.Deadline(); has && time.Until(deadline) < buildAllowance {
+			bins, err := CachedBinaries(t.Context())
+			if errors.Is(err, ErrNotBuilt) {
+				t.Fatalf("%v, or give the test at least -timeout %v to build them itself", err, buildAllowance+10*time.Minute)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return bins.Dir
+		}
+	}
+	bins, err := FindBinaries(t.Context(), logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bins.Dir
+}
 
 // StartT starts a cluster for a test or benchmark and stops it in
 // t.Cleanup. Component logs go to a directory under t.TempDir; when the test
@@ -16,6 +47,9 @@ func StartT(t testing.TB, opts Options) *Cluster {
 	}
 	if opts.LogDir == "" {
 		opts.LogDir = t.TempDir()
+	}
+	if opts.BinDir == "" {
+		opts.BinDir = binDirForTest(t, opts.Logger)
 	}
 	c, err := Start(t.Context(), opts)
 	if err != nil {
@@ -41,6 +75,9 @@ func StartEtcdClusterT(t testing.TB, opts EtcdOptions) *EtcdCluster {
 	}
 	if opts.LogDir == "" {
 		opts.LogDir = t.TempDir()
+	}
+	if opts.BinDir == "" {
+		opts.BinDir = binDirForTest(t, opts.Logger)
 	}
 	e, err := StartEtcdCluster(t.Context(), opts)
 	if err != nil {
