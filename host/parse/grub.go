@@ -124,7 +124,10 @@ func ParseGrubCfg(cfg string) GrubMenu {
 	var m GrubMenu
 	var stack []grubFrame
 	counts := []int{0} // entries seen per submenu nesting level
-	cur := -1          // index of the entry whose body is being read
+	// The entry whose body is being read; like the scripts' awk, an entry
+	// is recorded when its closing brace is seen.
+	var cur GrubEntry
+	inEntry := false
 	for _, raw := range strings.Split(cfg, "\n") {
 		line := strings.TrimRight(raw, " \t\r")
 		t := trimBlanksLeft(line)
@@ -193,8 +196,7 @@ func ParseGrubCfg(cfg string) GrubMenu {
 				m.Submenus = append(m.Submenus, e.ID)
 			} else {
 				stack = append(stack, grubFrame{kind: "menuentry"})
-				m.Entries = append(m.Entries, e)
-				cur = len(m.Entries) - 1
+				cur, inEntry = e, true
 			}
 			continue
 		}
@@ -204,20 +206,21 @@ func ParseGrubCfg(cfg string) GrubMenu {
 				case "submenu":
 					counts = counts[:len(counts)-1]
 				case "menuentry":
-					cur = -1
+					m.Entries = append(m.Entries, cur)
+					inEntry = false
 				}
 				stack = stack[:n-1]
 			}
 			continue
 		}
-		if cur >= 0 && m.Entries[cur].Kernel == "" && grubLinuxLine.MatchString(t) {
+		if inEntry && cur.Kernel == "" && grubLinuxLine.MatchString(t) {
 			s := trimBlanksLeft(t[strings.IndexAny(t, " \t"):])
 			p, _ := grubWord(s)
 			if i := strings.LastIndexByte(p, '/'); i >= 0 {
 				p = p[i+1:]
 			}
 			if strings.HasPrefix(p, "vmlinuz-") || strings.HasPrefix(p, "vmlinux-") {
-				m.Entries[cur].Kernel = p[len("vmlinuz-"):]
+				cur.Kernel = p[len("vmlinuz-"):]
 			}
 			continue
 		}
@@ -381,10 +384,14 @@ func (m GrubMenu) Resolve(value string) (GrubEntry, error) {
 	}
 	parent := ""
 	for i, p := range parts {
+		// As GRUB does: a number is a position; anything else an id or a
+		// title.
+		n, numErr := strconv.ParseUint(p, 10, 32)
+		isNum := numErr == nil && strings.Trim(p, "0123456789") == ""
 		var found *item
 		for _, it := range levelItems(parent) {
 			last := it.ipath[strings.LastIndexByte(it.ipath, '>')+1:]
-			if p == last || p == it.id || p == it.title {
+			if (isNum && strconv.FormatUint(n, 10) == last) || (!isNum && (p == it.id || p == it.title)) {
 				found = &it
 				break
 			}
