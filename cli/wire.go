@@ -22,6 +22,8 @@ func wire(ctx context.Context, d *tools.Deps) (cleanup func(), err error) {
 		}
 	}
 	d.Identity = c.Identity
+	d.Background = ctx
+	d.Audit = d.RecordAudit
 	if c.IntentRepo != "" {
 		repoPath := c.IntentRepo
 		d.Intent = func(round string) (*intent.Repo, error) {

@@ -11,6 +11,7 @@ import (
 	"mcp-patch/config"
 	"mcp-patch/intent"
 	"mcp-patch/kube"
+	"mcp-patch/round"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -85,6 +86,7 @@ type AuditRecord struct {
 	Kind       string    `json:"kind"`
 	ArgsDigest string    `json:"args_digest"`
 	Node       string    `json:"node,omitempty"`
+	ApprovalID string    `json:"approval_id,omitempty"`
 	Status     Status    `json:"status"`
 	Reasons    []string  `json:"reasons,omitempty"`
 }
@@ -94,9 +96,13 @@ func (d *Deps) audit(ctx context.Context, spec Spec, in any, res *Result) {
 		return
 	}
 	b, _ := json.Marshal(in)
-	sum := sha256.Sum256(b)
+	digest, err := round.ArgsDigest(in)
+	if err != nil {
+		sum := sha256.Sum256(b)
+		digest = "sha256:" + hex.EncodeToString(sum[:])
+	}
 	rec := AuditRecord{Time: d.now(), Tool: spec.Name, Kind: spec.Kind.String(),
-		ArgsDigest: "sha256:" + hex.EncodeToString(sum[:]), Status: res.Status, Reasons: res.Reasons}
+		ArgsDigest: digest, Status: res.Status, Reasons: res.Reasons, ApprovalID: res.approvalID}
 	var n struct {
 		Node string `json:"node"`
 	}

@@ -118,10 +118,24 @@ func NewDestructive[In approvable, Out any, PO interface {
 			return zero, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was executed")
 		}
 		d.Log.Info("approved step", "tool", spec.Name, "node", plan.Node, "round", plan.Round, "principal", a.Principal, "approval", a.ID)
-		return t.Do(ctx, d, in, plan, a, p)
+		out, err := t.Do(ctx, d, in, plan, a, p)
+		PO(&out).result().approvalID = a.ID
+		if err != nil {
+			err = &approvedErr{err: err, id: a.ID}
+		}
+		return out, err
 	}
 	return New[In, Out, PO](spec, h)
 }
+
+// approvedErr carries the approval id of a step that ran and failed.
+type approvedErr struct {
+	err error
+	id  string
+}
+
+func (e *approvedErr) Error() string { return e.err.Error() }
+func (e *approvedErr) Unwrap() error { return e.err }
 
 func isNeedApproval(err error) (*needApproval, bool) {
 	var n *needApproval

@@ -41,6 +41,8 @@ type Result struct {
 	NextAction string   `json:"next_action" jsonschema:"what to do next, in plain words"`
 	// Approval is set when Status is approval_required.
 	Approval *ApprovalNeeded `json:"approval,omitempty" jsonschema:"the request a person must sign, when status is approval_required"`
+
+	approvalID string // the approval that let the call act, for the audit
 }
 
 func (r *Result) result() *Result { return r }
@@ -181,6 +183,10 @@ func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, p Prog
 		out, err = t.handle(ctx, d, in, p)
 	}
 	res := PO(&out).result()
+	var ae *approvedErr
+	if errors.As(err, &ae) {
+		res.approvalID = ae.id
+	}
 	if err != nil {
 		var ref *Refusal
 		var fail *Failure
