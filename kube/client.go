@@ -162,7 +162,7 @@ func Ping(ctx context.Context, kc kubernetes.Interface, timeout time.Duration) (
 	body, err := rc.Get().AbsPath("/version").Do(ctx).StatusCode(&status).Raw()
 	if err != nil {
 		if status == http.StatusUnauthorized || status == http.StatusForbidden {
-			return "", fmt.Errorf("read /version: %w", err)
+			return "", fmt.Errorf("read /version: credentials rejected (HTTP %d): %w", status, err)
 		}
 		return "", fmt.Errorf("%w: read /version: %w", ErrAPIUnreachable, err)
 	}
