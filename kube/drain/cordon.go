@@ -230,8 +230,8 @@ type UncordonResult struct {
 	Node string `json:"node"`
 	// WasCordoned is false when someone had already made the node
 	// schedulable; only our stale record was removed then.
-	WasCordoned bool  `json:"was_cordoned"`
-	Owner       Owner `json:"owner"`
+	WasCordoned bool   `json:"was_cordoned"`
+	Owner       Owner  `json:"owner"`
 	CordonedAt  string `json:"cordoned_at"`
 }
 

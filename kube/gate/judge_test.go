@@ -78,7 +78,7 @@ func TestJudgeEtcd(t *testing.T) {
 		{name: "all down, no member list", statuses: down(base, 0, 1, 2),
 			wantReason: "quorum lost: 0 of 3 voting members answer, 2 needed"},
 		{name: "members disagree on the leader", members: members(base),
-			statuses: func() []memberStatus { s := append([]memberStatus(nil), base...); s[1].Leader = s[1].ID; return s }(),
+			statuses:   func() []memberStatus { s := append([]memberStatus(nil), base...); s[1].Leader = s[1].ID; return s }(),
 			wantReason: "members disagree on the leader"},
 		{name: "no leader", members: members(base),
 			statuses: func() []memberStatus {
@@ -99,7 +99,7 @@ func TestJudgeEtcd(t *testing.T) {
 		{name: "alarm from the alarm list", members: members(base), statuses: base, alarms: []string{"alarm NOSPACE on member 8e9e05c52164694d"},
 			wantReason: "alarms raised: alarm NOSPACE on member 8e9e05c52164694d"},
 		{name: "five members, three configured, two of them up: quorum lost", statuses: down(base, 2),
-			members: append(members(base), etcdMember{ID: 1, Name: "m4", ClientURLs: []string{"https://m4:2379"}}, etcdMember{ID: 2, Name: "m5", ClientURLs: []string{"https://m5:2379"}}),
+			members:    append(members(base), etcdMember{ID: 1, Name: "m4", ClientURLs: []string{"https://m4:2379"}}, etcdMember{ID: 2, Name: "m5", ClientURLs: []string{"https://m5:2379"}}),
 			wantReason: "quorum lost: 2 of 5 voting members answer, 3 needed"},
 		{name: "a member not among the endpoints is warned about", statuses: base,
 			members:     append(members(base), etcdMember{ID: 1, Name: "m4", ClientURLs: []string{"https://m4:2379"}}, etcdMember{ID: 2, Name: "m5", IsLearner: true}),
