@@ -1,0 +1,422 @@
+package world
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"mcp-patch/lab/cluster"
+)
+
+// SetHostUp records that a host went down (up false) or came back (up
+// true, having booted kernel; "" keeps the kernel it reported). The loop
+// then makes the cluster show it: the host's Node NotReady and its etcd
+// member stopped while it is down; the Node Ready with the new kernel, the
+// member started and its pods Ready again once it is back. Hosts with a
+// probe follow the probe instead.
+func (w *World) SetHostUp(name string, up bool, kernel string) error {
+	w.mu.Lock()
+	h := w.hosts[name]
+	if h == nil {
+		w.mu.Unlock()
+		return fmt.Errorf("set host %s up=%v: no such host", name, up)
+	}
+	h.wantUp = up
+	if up && kernel != "" {
+		h.kernel = kernel
+	}
+	w.mu.Unlock()
+	w.poke()
+	return nil
+}
+
+// OnDown and OnUp are SetHostUp for a fleet that reports power events
+// (HostEvents in the report): the host went down; the host is up again
+// running kernel.
+func (w *World) OnDown(host string) { _ = w.SetHostUp(host, false, "") }
+
+// OnUp: see OnDown.
+func (w *World) OnUp(host, kernel string) { _ = w.SetHostUp(host, true, kernel) }
+
+// HostShownUp reports whether the cluster has been made to show the host
+// up (its Node's readiness follows).
+func (w *World) HostShownUp(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.hosts[name]
+	return h != nil && h.isUp
+}
+
+func (w *World) hostUp(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.hosts[name]
+	return h == nil || (h.wantUp && h.isUp)
+}
+
+func (w *World) pollProbes() {
+	for name, probe := range w.opts.Probes {
+		up, kernel := probe()
+		w.mu.Lock()
+		h := w.hosts[name]
+		h.wantUp = up
+		if up && kernel != "" {
+			h.kernel = kernel
+		}
+		w.mu.Unlock()
+	}
+}
+
+// reconcileHosts brings each host's Node and etcd member in line with its
+// power.
+func (w *World) reconcileHosts(ctx context.Context) error {
+	w.mu.Lock()
+	var todo []hostState
+	for _, h := range w.hosts {
+		if h.wantUp != h.isUp {
+			todo = append(todo, *h)
+		}
+	}
+	w.mu.Unlock()
+	sort.Slice(todo, func(i, j int) bool { return todo[i].host.Name < todo[j].host.Name })
+	for _, h := range todo {
+		var err error
+		if h.wantUp {
+			err = w.hostCameUp(ctx, h)
+		} else {
+			err = w.hostWentDown(ctx, h)
+		}
+		if err != nil {
+			return err
+		}
+		w.mu.Lock()
+		w.hosts[h.host.Name].isUp = h.wantUp
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+// hostWentDown: the kubelet stops posting, so the Node turns NotReady;
+// kwok must not heartbeat it meanwhile (its annotation changes, and the
+// node-power policy refuses a Ready status while AnnotationPower is down);
+// the host's etcd member stops.
+func (w *World) hostWentDown(ctx context.Context, h hostState) error {
+	name := h.host.Name
+	uids := map[types.UID]bool{}
+	if pods, err := w.pods.List(labels.Everything()); err == nil {
+		for _, p := range pods {
+			if p.Spec.NodeName == name && p.DeletionTimestamp == nil {
+				uids[p.UID] = true
+			}
+		}
+	}
+	meta, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		cluster.KwokNodeAnnotation: KwokNodeUnmanaged,
+		AnnotationPower:            PowerDown,
+	}}})
+	if _, err := w.kc.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, meta, metav1.PatchOptions{FieldManager: fieldManager}); err != nil {
+		return fmt.Errorf("host %s down: mark node: %w", name, err)
+	}
+	now := metav1.Now()
+	status, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{map[string]any{
+		"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+		"message":            "lab: the host is down (rebooting or powered off); the kubelet is not posting",
+		"lastHeartbeatTime":  now,
+		"lastTransitionTime": now,
+	}}}})
+	if _, err := w.kc.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, status, metav1.PatchOptions{FieldManager: fieldManager}, "status"); err != nil {
+		return fmt.Errorf("host %s down: node NotReady: %w", name, err)
+	}
+	if i, ok := w.etcdIndex[name]; ok && w.opts.Etcd != nil {
+		w.mu.Lock()
+		w.etcdDown[i] = true
+		w.mu.Unlock()
+		if err := w.opts.Etcd.StopMember(i); err != nil {
+			return fmt.Errorf("host %s down: %w", name, err)
+		}
+	}
+	w.mu.Lock()
+	w.hosts[name].podUIDs = uids
+	w.mu.Unlock()
+	w.log.Info("lab host down: node NotReady", "node", name)
+	return nil
+}
+
+// hostCameUp: the kubelet reports the booted kernel and Ready (kwok takes
+// the Node back); the etcd member starts unless a fault keeps it lost.
+func (w *World) hostCameUp(ctx context.Context, h hostState) error {
+	name := h.host.Name
+	info, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{
+		"kernelVersion": h.kernel,
+		"bootID":        string(uuid.NewUUID()),
+	}}})
+	if _, err := w.kc.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, info, metav1.PatchOptions{FieldManager: fieldManager}, "status"); err != nil {
+		return fmt.Errorf("host %s up: report kernel: %w", name, err)
+	}
+	meta, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		cluster.KwokNodeAnnotation: cluster.KwokNodeAnnotationValue,
+		AnnotationPower:            nil,
+	}}})
+	if _, err := w.kc.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, meta, metav1.PatchOptions{FieldManager: fieldManager}); err != nil {
+		return fmt.Errorf("host %s up: hand node back to kwok: %w", name, err)
+	}
+	if i, ok := w.etcdIndex[name]; ok && w.opts.Etcd != nil {
+		w.startMember(i)
+	}
+	if w.opts.RestartsOnReboot {
+		w.mu.Lock()
+		if w.restartBumps == nil {
+			w.restartBumps = map[types.UID]bool{}
+		}
+		for uid := range w.hosts[name].podUIDs {
+			w.restartBumps[uid] = true
+		}
+		w.mu.Unlock()
+	}
+	w.log.Info("lab host up: node handed back to kwok", "node", name, "kernel", h.kernel)
+	return nil
+}
+
+// startMember starts etcd member i in the background unless a fault keeps
+// it lost; its mirror pod turns Ready once it answers.
+func (w *World) startMember(i int) {
+	w.mu.Lock()
+	if w.etcdHeld[i] || w.etcdStarting[i] || w.closed {
+		w.mu.Unlock()
+		return
+	}
+	if w.etcdStarting == nil {
+		w.etcdStarting = map[int]bool{}
+	}
+	w.etcdStarting[i] = true
+	w.mu.Unlock()
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		ctx, cancel := context.WithTimeout(w.loopCtx, 2*time.Minute)
+		defer cancel()
+		err := w.opts.Etcd.StartMember(ctx, i)
+		w.mu.Lock()
+		w.etcdStarting[i] = false
+		if err == nil {
+			w.etcdDown[i] = false
+		}
+		w.mu.Unlock()
+		if err != nil {
+			w.log.Warn("lab etcd member did not start; retrying on the next host event", "member", i, "err", err)
+			return
+		}
+		w.log.Info("lab etcd member started", "member", i)
+		w.poke()
+	}()
+}
+
+// podHold is a pod the World keeps from being Ready.
+type podHold struct {
+	reason string
+	// waiting is the container's waiting reason (CrashLoopBackOff), "" to
+	// leave it running but not ready.
+	waiting string
+	// restarts is the least restart count to show.
+	restarts int32
+}
+
+// holds lists the pods kept from being Ready: the etcd mirror pods of
+// stopped members and what the active faults hold.
+func (w *World) holds(pods []*corev1.Pod) map[string]podHold {
+	out := map[string]podHold{}
+	w.mu.Lock()
+	for name, i := range w.etcdIndex {
+		if w.etcdDown[i] || w.etcdHeld[i] {
+			out[metav1.NamespaceSystem+"/etcd-"+name] = podHold{reason: "etcd member stopped"}
+		}
+	}
+	faults := append([]Fault(nil), w.faults...)
+	w.mu.Unlock()
+	for _, f := range faults {
+		if hf, ok := f.(podHolder); ok {
+			for k, v := range hf.holds(w, pods) {
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
+// podHolder is a fault that keeps pods from being Ready.
+type podHolder interface {
+	holds(w *World, pods []*corev1.Pod) map[string]podHold
+}
+
+// reconcilePods plays the kubelet's status reports: a Running pod on a
+// host that is up with a Ready Node is Ready (after a reboot, or after the
+// node controller marked it not ready), unless the World holds it.
+func (w *World) reconcilePods(ctx context.Context) error {
+	pods, err := w.pods.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list pods: %w", err)
+	}
+	holds := w.holds(pods)
+	var errs []error
+	for _, p := range pods {
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		key := p.Namespace + "/" + p.Name
+		w.mu.Lock()
+		bump := w.restartBumps[p.UID]
+		w.mu.Unlock()
+		if h, held := holds[key]; held {
+			if !podMatchesHold(p, h) {
+				errs = append(errs, w.patchPodStatus(ctx, p, false, &h, false))
+			}
+			continue
+		}
+		if !w.hostUp(p.Spec.NodeName) {
+			continue
+		}
+		node, err := w.nodes.Get(p.Spec.NodeName)
+		if err != nil || !nodeReady(node) {
+			continue
+		}
+		if !podReady(p) || bump || containersWaiting(p) {
+			err := w.patchPodStatus(ctx, p, true, nil, bump)
+			if err == nil && bump {
+				w.mu.Lock()
+				delete(w.restartBumps, p.UID)
+				w.mu.Unlock()
+			}
+			errs = append(errs, err)
+		}
+	}
+	return joinFirst(errs)
+}
+
+func podMatchesHold(p *corev1.Pod, h podHold) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return false
+		}
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Ready || cs.RestartCount < h.restarts {
+			return false
+		}
+		if h.waiting != "" && (cs.State.Waiting == nil || cs.State.Waiting.Reason != h.waiting) {
+			return false
+		}
+	}
+	return true
+}
+
+func containersWaiting(p *corev1.Pod) bool {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Waiting != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// patchPodStatus sets the pod's Ready and ContainersReady conditions and
+// its containers' states the way a kubelet reports them.
+func (w *World) patchPodStatus(ctx context.Context, p *corev1.Pod, ready bool, h *podHold, bumpRestarts bool) error {
+	now := metav1.Now()
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	conds := make([]corev1.PodCondition, 0, len(p.Status.Conditions)+2)
+	seen := map[corev1.PodConditionType]bool{}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			seen[c.Type] = true
+			if c.Status != status {
+				c.Status, c.LastTransitionTime = status, now
+			}
+			c.Reason, c.Message = "", ""
+			if !ready {
+				c.Reason, c.Message = "ContainersNotReady", "lab: "+h.reason
+			}
+		}
+		conds = append(conds, c)
+	}
+	for _, t := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+		if !seen[t] {
+			conds = append(conds, corev1.PodCondition{Type: t, Status: status, LastTransitionTime: now})
+		}
+	}
+	byName := map[string]corev1.ContainerStatus{}
+	for _, cs := range p.Status.ContainerStatuses {
+		byName[cs.Name] = cs
+	}
+	var statuses []corev1.ContainerStatus
+	for _, c := range p.Spec.Containers {
+		cs, ok := byName[c.Name]
+		if !ok {
+			cs = corev1.ContainerStatus{Name: c.Name, Image: c.Image}
+		}
+		cs.Ready = ready
+		started := ready
+		cs.Started = &started
+		if bumpRestarts {
+			cs.RestartCount++
+			cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 255, Reason: "Unknown", FinishedAt: now,
+			}}
+		}
+		switch {
+		case h != nil && h.waiting != "":
+			if cs.RestartCount < h.restarts {
+				cs.RestartCount = h.restarts
+			}
+			cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+				Reason: h.waiting, Message: "lab: " + h.reason,
+			}}
+			cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 1, Reason: "Error", FinishedAt: now,
+			}}
+		case cs.State.Running == nil || bumpRestarts:
+			cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
+		}
+		statuses = append(statuses, cs)
+	}
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds, "containerStatuses": statuses}})
+	if err != nil {
+		return err
+	}
+	_, err = w.kc.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: fieldManager}, "status")
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("report pod %s/%s ready=%v: %w", p.Namespace, p.Name, ready, err)
+	}
+	return nil
+}
+
+// joinFirst returns the first non-nil error, saying how many more there
+// were.
+func joinFirst(errs []error) error {
+	var first error
+	more := 0
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		if first == nil {
+			first = e
+		} else {
+			more++
+		}
+	}
+	if first != nil && more > 0 {
+		return fmt.Errorf("%w (and %d more)", first, more)
+	}
+	return first
+}
