@@ -170,7 +170,10 @@ func (f AptWouldRemove) apply(_ *Host, s *machine.State) error {
 	}
 	return nil
 }
-func (AptWouldRemove) clear(_ *Host, s *machine.State) error { s.Faults.RemoveOnUpgrade = nil; return nil }
+func (AptWouldRemove) clear(_ *Host, s *machine.State) error {
+	s.Faults.RemoveOnUpgrade = nil
+	return nil
+}
 
 // PackageNotHeld takes the apt hold off a Kubernetes package.
 type PackageNotHeld struct {

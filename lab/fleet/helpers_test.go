@@ -55,7 +55,7 @@ func newTestFleet(t testing.TB, opts Options) *Fleet {
 		opts.InstallStep = 5 * time.Millisecond
 	}
 	if opts.TimerScale == 0 {
-		opts.TimerScale = 0.05
+		opts.TimerScale = 0.2 // the scripts' 5 s reboot timer becomes 1 s: time for the script to finish first
 	}
 	if opts.ToolCacheDir == "" {
 		opts.ToolCacheDir = testToolCache(t)

@@ -228,13 +228,15 @@ func (h *Host) handleSession(sc *ssh.ServerConn, ch ssh.Channel, reqs <-chan *ss
 				}
 				command = p.Command
 			}
+			// Answer first, as sshd does: a command that exits at once must
+			// not close the channel before the client has its reply.
+			req.Reply(true, nil)
+			started = true
 			if err := h.startCommand(s, ch, command, extraEnv, exited); err != nil {
 				fmt.Fprintf(ch.Stderr(), "lab host %s: %v\n", h.Name, err)
-				req.Reply(false, nil)
-				continue
+				ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{255}))
+				return
 			}
-			started = true
-			req.Reply(true, nil)
 		case "signal":
 			var p struct{ Signal string }
 			if ssh.Unmarshal(req.Payload, &p) == nil {

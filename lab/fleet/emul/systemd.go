@@ -379,6 +379,10 @@ func systemdRun(c *ctx) int {
 	if f.has("-G", "--collect") {
 		collect = "collect"
 	}
+	// The unit is a child of the service manager, not of the caller: it
+	// must not keep any of the caller's descriptors (a session's output
+	// pipe would keep the SSH session open until the unit ends).
+	closeInheritedFDs()
 	args := append([]string{"labtool", unitRunner, svcName, delay.String(), collect, "--"}, cmdline...)
 	cmd := &exec.Cmd{Path: self, Args: args, Env: env, Dir: c.host.Root(), Stdout: logFile, Stderr: logFile,
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
@@ -421,6 +425,19 @@ func systemdRun(c *ctx) int {
 		}
 	}
 	return 0
+}
+
+// closeInheritedFDs marks every descriptor above stderr close-on-exec.
+func closeInheritedFDs() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }
 
 func firstOr(f *flagSet, name, def string) string {

@@ -56,10 +56,10 @@ func NewState(spec Spec) *State {
 		{Target: "/boot/efi", Source: "/dev/nvme0n1p1", FSType: "vfat", Options: "rw,relatime,fmask=0077,dmask=0077", UUID: strings.ToUpper(idFrom(4, "efi", spec.Hostname) + "-" + idFrom(4, "efi2", spec.Hostname))},
 	}
 	s.Sysctl = map[string]string{
-		"kernel.panic":            "0",
-		"kernel.panic_on_oops":    "0",
-		"vm.swappiness":           "60",
-		"net.ipv4.ip_forward":     "0",
+		"kernel.panic":                "0",
+		"kernel.panic_on_oops":        "0",
+		"vm.swappiness":               "60",
+		"net.ipv4.ip_forward":         "0",
 		"fs.inotify.max_user_watches": "8192",
 	}
 	s.Bonds = []Bond{{Name: "bond0", Slaves: []string{"enp1s0f0np0", "enp1s0f1np1"}}}
@@ -149,11 +149,11 @@ func Populate(h *Host, path string) error {
 	return h.Update(func(s *State) error {
 		root := h.Root()
 		files := map[string]string{
-			"etc/hostname":    s.Hostname + "\n",
-			"etc/os-release":  "PRETTY_NAME=\"Ubuntu 24.04.1 LTS\"\nNAME=\"Ubuntu\"\nVERSION_ID=\"24.04\"\nVERSION=\"24.04.1 LTS (Noble Numbat)\"\nVERSION_CODENAME=noble\nID=ubuntu\nID_LIKE=debian\nUBUNTU_CODENAME=noble\n",
-			"etc/lsb-release": "DISTRIB_ID=Ubuntu\nDISTRIB_RELEASE=24.04\nDISTRIB_CODENAME=noble\nDISTRIB_DESCRIPTION=\"Ubuntu 24.04.1 LTS\"\n",
-			"etc/default/grub":                        defaultGrub,
-			"etc/default/grub.d/init-select.cfg":      "# Set by grub-pc/grub-efi postinst; nothing to select on this host.\n",
+			"etc/hostname":                             s.Hostname + "\n",
+			"etc/os-release":                           "PRETTY_NAME=\"Ubuntu 24.04.1 LTS\"\nNAME=\"Ubuntu\"\nVERSION_ID=\"24.04\"\nVERSION=\"24.04.1 LTS (Noble Numbat)\"\nVERSION_CODENAME=noble\nID=ubuntu\nID_LIKE=debian\nUBUNTU_CODENAME=noble\n",
+			"etc/lsb-release":                          "DISTRIB_ID=Ubuntu\nDISTRIB_RELEASE=24.04\nDISTRIB_CODENAME=noble\nDISTRIB_DESCRIPTION=\"Ubuntu 24.04.1 LTS\"\n",
+			"etc/default/grub":                         defaultGrub,
+			"etc/default/grub.d/init-select.cfg":       "# Set by grub-pc/grub-efi postinst; nothing to select on this host.\n",
 			"etc/apt/apt.conf.d/50unattended-upgrades": unattendedUpgrades,
 			"etc/apt/apt.conf.d/20auto-upgrades":       autoUpgrades,
 			"etc/kubernetes/kubelet.conf":              kubeconfig(s.Hostname, "system:node:"+s.Hostname),

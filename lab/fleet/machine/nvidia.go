@@ -17,8 +17,8 @@ var nvsmiTemplate string
 
 type gpuModel struct {
 	name, deviceID, subsystem, vbios, boardPart, gpuPart string
-	memMiB, reservedMiB                                 int
-	power                                               string
+	memMiB, reservedMiB                                  int
+	power                                                string
 }
 
 var gpuModels = map[string]gpuModel{

@@ -98,11 +98,11 @@ type Bond struct {
 
 // RDMAPort is one port of an RDMA device (mlx5_N port 1).
 type RDMAPort struct {
-	Device string `json:"device"` // mlx5_0
-	Port   int    `json:"port"`
-	State  string `json:"state"` // "ACTIVE" or "DOWN"
-	Rate   int    `json:"rate_gbps"`
-	GUID   string `json:"guid"`
+	Device    string `json:"device"` // mlx5_0
+	Port      int    `json:"port"`
+	State     string `json:"state"` // "ACTIVE" or "DOWN"
+	Rate      int    `json:"rate_gbps"`
+	GUID      string `json:"guid"`
 	LinkLayer string `json:"link_layer"` // "InfiniBand" or "Ethernet"
 }
 
