@@ -158,7 +158,7 @@ func TestGPUCheckStep(t *testing.T) {
 		{"one GPU missing", paths, smi, GPUCheckInput{ExpectedGPUs: 9}, false,
 			[]string{"nvidia-smi sees 8 GPUs, expected 9", "nvidia-smi reports 8 attached GPUs, expected 9"}},
 		{"NVSwitch without fabric manager", withSwitch, smi, GPUCheckInput{}, false,
-			[]string{"NVSwitch fabric is not up: nvidia-fabricmanager is 'unknown' and GPU fabric states are: "}},
+			[]string{"NVSwitch fabric is not up: nvidia-fabricmanager is 'unknown' and no GPU reports a fabric state"}},
 		{"NVSwitch with fabric manager active", withSwitch, fmUp, GPUCheckInput{ExpectedGPUs: 8}, true, []string{}},
 		{"driver not loaded", Paths{ProcDriverNvidia: filepath.Join(root, "none"), ProcNvswitch: filepath.Join(root, "none")}, noDriver, GPUCheckInput{}, false,
 			[]string{"the nvidia kernel module is not loaded", "nvidia-smi exited 9: NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver."}},

@@ -244,6 +244,9 @@ func (s *Steps) run(ctx context.Context, step, node string, env map[string]strin
 		return env0, fmt.Errorf("%s on node %s: %w", step, node, err)
 	}
 	stderr := tail(string(res.Stderr), 2000)
+	if res.Truncated {
+		return env0, fmt.Errorf("%s on node %s: %w: output was cut at the runner's size cap (exit %d)", step, node, ErrProtocol, res.ExitCode)
+	}
 	if err := decodeOne(res.Stdout, &env0); err != nil {
 		return env0, fmt.Errorf("%s on node %s: %w: %w (exit %d, stderr: %s)", step, node, ErrProtocol, err, res.ExitCode, stderr)
 	}

@@ -191,8 +191,10 @@ auto) need_fm=$nvswitch ;;
 esac
 field_bool fabric_required "$need_fm"
 if [ "$need_fm" = 1 ] && [ "$fm" != active ]; then
-	if [ -z "$states" ] || printf '%s\n' "$states" | grep -qvx 'Completed'; then
-		problem "NVSwitch fabric is not up: nvidia-fabricmanager is '${fm:-unknown}' and GPU fabric states are: $(printf '%s' "$states" | sort | uniq -c | tr -s ' \n' ' ')"
+	if [ -z "$states" ]; then
+		problem "NVSwitch fabric is not up: nvidia-fabricmanager is '${fm:-unknown}' and no GPU reports a fabric state"
+	elif printf '%s\n' "$states" | grep -qvx 'Completed'; then
+		problem "NVSwitch fabric is not up: nvidia-fabricmanager is '${fm:-unknown}' and GPU fabric states are:$(printf '%s\n' "$states" | sort | uniq -c | tr -s ' \n' ' ')"
 	fi
 fi
 
