@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 
 	"mcp-patch/host"
 	"mcp-patch/lab/fleet/emul"
+	"mcp-patch/scripts"
 )
 
 // hostProcesses lists the pids whose environment names h.
@@ -213,5 +216,42 @@ func TestSystemdRunDoesNotHoldTheSession(t *testing.T) {
 	}
 	if out := sh(t, f, h, "systemctl show -p ActiveState,SubState --value slow"); out != "active\nrunning\n" {
 		t.Errorf("unit state = %q", out)
+	}
+}
+
+// TestOpenSSHClient: the real OpenSSH client, with the fleet's ssh_config
+// (strict host key checking against the lab known_hosts), runs a host
+// script the way a person would: ssh node 'sudo sh -s' < kernel.sh.
+func TestOpenSSHClient(t *testing.T) {
+	sshBin, err := exec.LookPath("ssh")
+	if err != nil {
+		t.Fatalf("the OpenSSH client is needed: %v", err)
+	}
+	f := newTestFleet(t, Options{GPUServers: 1})
+	script, err := scripts.Host.ReadFile("host/kernel.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, login := range []string{"root", "ubuntu"} {
+		cmd := exec.Command(sshBin, "-F", f.SSHConfigFile(), "-o", "BatchMode=yes", "-l", login, "gpu-1", "sudo sh -s")
+		cmd.Stdin = bytes.NewReader(script)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("ssh as %s: %v: %s", login, err, stderr.String())
+		}
+		var obj map[string]any
+		if err := json.Unmarshal(out, &obj); err != nil || obj["kernel"] != OldKernel {
+			t.Errorf("ssh as %s: %s (%v)", login, out, err)
+		}
+	}
+	if err := f.Host("gpu-1").Inject(HostKeyChanged{}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(sshBin, "-F", f.SSHConfigFile(), "-o", "BatchMode=yes", "gpu-1", "true")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "REMOTE HOST IDENTIFICATION HAS CHANGED") {
+		t.Errorf("ssh to a host with a changed key: %v\n%s", err, out)
 	}
 }
