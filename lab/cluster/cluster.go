@@ -68,6 +68,12 @@ type Options struct {
 	// service accounts (the ServiceAccount admission plugin is then turned
 	// off so pods can still be created). Zero value: it runs.
 	WithoutControllerManager bool
+	// Etcd, when set, is the etcd cluster the API server stores its data in
+	// (over client TLS, with the cluster's API-server client certificate),
+	// instead of a private single-member etcd. The cluster does not own it:
+	// Stop leaves it running. Stopping its members is how a test takes
+	// quorum away from the API server.
+	Etcd *EtcdCluster
 	// APIServerFlags are appended to kube-apiserver's command line after the
 	// lab's own, so they can add (e.g. --oidc-issuer-url=...) or override.
 	APIServerFlags []string
@@ -127,7 +133,8 @@ type Cluster struct {
 	CAFile string
 	// AdminToken is the bearer token of AdminUser (system:masters).
 	AdminToken string
-	// EtcdEndpoint is the plain-HTTP client URL of the cluster's etcd.
+	// EtcdEndpoint is the plain-HTTP client URL of the cluster's private
+	// etcd; empty when Options.Etcd was given.
 	EtcdEndpoint string
 	// Binaries are the executables the cluster runs.
 	Binaries Binaries
@@ -212,7 +219,9 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
 	c.Server = "https://127.0.0.1:" + strconv.Itoa(apiPort)
-	c.EtcdEndpoint = "http://127.0.0.1:" + strconv.Itoa(etcdClient)
+	if opts.Etcd == nil {
+		c.EtcdEndpoint = "http://127.0.0.1:" + strconv.Itoa(etcdClient)
+	}
 
 	files, err := c.writeFiles(opts)
 	if err != nil {
@@ -220,10 +229,12 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 
 	started := time.Now()
-	if err := c.startEtcd(ctx, etcdClient, etcdPeer); err != nil {
-		return c, err
+	if opts.Etcd == nil {
+		if err := c.startEtcd(ctx, etcdClient, etcdPeer); err != nil {
+			return c, err
+		}
+		logger.Debug("etcd ready", "after", time.Since(started))
 	}
-	logger.Debug("etcd ready", "after", time.Since(started))
 	if err := c.startAPIServer(ctx, opts, files, apiPort); err != nil {
 		return c, err
 	}
@@ -435,27 +446,37 @@ func (c *Cluster) startEtcd(ctx context.Context, clientPort, peerPort int) error
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context, opts Options, f clusterFiles, port int) error {
-	args := []string{
-		"--etcd-servers=" + c.EtcdEndpoint,
+	var etcdArgs []string
+	if e := opts.Etcd; e != nil {
+		etcdArgs = []string{
+			"--etcd-servers=" + strings.Join(e.Endpoints(), ","),
+			"--etcd-cafile=" + e.CAFile,
+			"--etcd-certfile=" + e.APIServerCertFile,
+			"--etcd-keyfile=" + e.APIServerKeyFile,
+		}
+	} else {
+		etcdArgs = []string{"--etcd-servers=" + c.EtcdEndpoint}
+	}
+	args := append(etcdArgs,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(port),
+		"--secure-port="+strconv.Itoa(port),
 		// The endpoint reconciler would publish the advertise address as the
 		// kubernetes service's endpoint, and refuses a loopback one.
 		"--endpoint-reconciler-type=none",
-		"--tls-cert-file=" + f.servingCert,
-		"--tls-private-key-file=" + f.servingKey,
-		"--client-ca-file=" + f.caCert,
-		"--token-auth-file=" + f.tokens,
+		"--tls-cert-file="+f.servingCert,
+		"--tls-private-key-file="+f.servingKey,
+		"--client-ca-file="+f.caCert,
+		"--token-auth-file="+f.tokens,
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + f.saPub,
-		"--service-account-signing-key-file=" + f.saKey,
-		"--service-cluster-ip-range=" + serviceCIDR,
+		"--service-account-key-file="+f.saPub,
+		"--service-account-signing-key-file="+f.saKey,
+		"--service-cluster-ip-range="+serviceCIDR,
 		"--allow-privileged=true",
-		"--cert-dir=" + filepath.Join(c.Dir, "pki"),
+		"--cert-dir="+filepath.Join(c.Dir, "pki"),
 		"--profiling=false",
-	}
+	)
 	if opts.WithoutControllerManager {
 		// Without the controller manager nobody creates the default service
 		// account, and this plugin would refuse every pod.

@@ -57,6 +57,9 @@ type EtcdCluster struct {
 	// ClientCertFile and ClientKeyFile are a client certificate for health
 	// checks (kubeadm: pki/etcd/healthcheck-client.crt/.key).
 	ClientCertFile, ClientKeyFile string
+	// APIServerCertFile and APIServerKeyFile are the client certificate the
+	// API server presents (kubeadm: pki/apiserver-etcd-client.crt/.key).
+	APIServerCertFile, APIServerKeyFile string
 	// Dir holds the cluster's files; LogDir the member logs.
 	Dir, LogDir string
 
@@ -138,6 +141,14 @@ func startEtcdCluster(ctx context.Context, opts EtcdOptions) (*EtcdCluster, erro
 		commonName: "kube-etcd-healthcheck-client",
 		client:     true,
 	}, filepath.Join(pki, "healthcheck-client"))
+	if err != nil {
+		return e, err
+	}
+	e.APIServerCertFile, e.APIServerKeyFile, err = ca.issue(certRequest{
+		commonName:   "kube-apiserver-etcd-client",
+		organization: []string{"system:masters"},
+		client:       true,
+	}, filepath.Join(pki, "apiserver-etcd-client"))
 	if err != nil {
 		return e, err
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // memberView is what a client sees of one member.
@@ -231,5 +234,72 @@ func TestEtcdctlEndpointStatusWithClientCert(t *testing.T) {
 	noCert, err := exec.CommandContext(ctx, bins.Path("etcdctl"), "--endpoints="+e.Members[0].ClientURL, "--cacert="+e.CAFile, "--dial-timeout=2s", "--command-timeout=3s", "endpoint", "health").CombinedOutput()
 	if err == nil {
 		t.Errorf("etcdctl without a client certificate succeeded:\n%s", noCert)
+	}
+}
+
+// The lab's API server can sit on a real three-member etcd; losing quorum
+// there shows up in the API server's own readiness, as it would in a real
+// control plane.
+func TestAPIServerOnEtcdClusterFollowsQuorum(t *testing.T) {
+	e := StartEtcdClusterT(t, EtcdOptions{Members: 3})
+	c := StartT(t, Options{Etcd: e, WithoutScheduler: true, WithoutControllerManager: true})
+	if c.EtcdEndpoint != "" {
+		t.Errorf("EtcdEndpoint = %q, want empty with an external etcd", c.EtcdEndpoint)
+	}
+	readyz := func(ctx context.Context) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		body, err := c.Client().Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true").DoRaw(ctx)
+		return string(body), err
+	}
+	// A request in flight on a connection to a member that dies fails, as
+	// on a real control plane; the etcd client then moves to another member.
+	createConfigMap := func(name string) error {
+		var last error
+		err := pollUntil(t.Context(), 30*time.Second, "create configmap "+name, func(ctx context.Context) (bool, error) {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_, last = c.Client().CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+			return last == nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("%w (last error: %v)", err, last)
+		}
+		return nil
+	}
+
+	if err := e.KillMember(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := createConfigMap("with-two-members"); err != nil {
+		t.Fatalf("write with 2 of 3 etcd members: %v", err)
+	}
+
+	if err := e.KillMember(1); err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	err := pollUntil(t.Context(), time.Minute, "readyz reports etcd failing", func(ctx context.Context) (bool, error) {
+		var err error
+		body, err = readyz(ctx)
+		return err != nil && strings.Contains(body, "[-]etcd failed"), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; last /readyz: %s", err, body)
+	}
+
+	if err := e.StartMember(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	err = pollUntil(t.Context(), time.Minute, "readyz ok again", func(ctx context.Context) (bool, error) {
+		var err error
+		body, err = readyz(ctx)
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%v; last /readyz: %s", err, body)
+	}
+	if err := createConfigMap("quorum-restored"); err != nil {
+		t.Fatalf("write after quorum came back: %v", err)
 	}
 }
