@@ -1,0 +1,189 @@
+package tools
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"mcp-patch/config"
+	"mcp-patch/policy"
+)
+
+type propIn struct {
+	ApprovalArg
+	Node string `json:"node"`
+}
+type propOut struct{ Result }
+
+// TestRandomCallsNeverExecuteWithoutValidApproval makes 10,000 random calls
+// to a destructive tool through the real chokepoint and the real policy
+// verifier: no approval, valid ones, forged (bit flips in request and
+// signature), stale, replayed, bound to another node/round/digest, signed
+// by an unknown key. It counts executions that had no valid approval: zero.
+func TestRandomCallsNeverExecuteWithoutValidApproval(t *testing.T) {
+	const calls = 10000
+	now := time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	signer, _ := ssh.NewSignerFromKey(priv)
+	_, otherPriv, _ := ed25519.GenerateKey(rand.Reader)
+	stranger, _ := ssh.NewSignerFromKey(otherPriv)
+	allowed, err := policy.ParseAllowedSigners([]byte("alice@example.org namespaces=\"mcp-patch\" " +
+		strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))) + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := policy.OpenNonceStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	appr := &PolicyApprovals{Verifier: &policy.Verifier{AllowedSigners: allowed, NonceStore: store, Clock: clock}, TTL: 30 * time.Minute, Clock: clock}
+
+	nodes := []string{"cp-1", "cp-2", "gpu-1"}
+	digestOf := func(node string, drift int) string {
+		return fmt.Sprintf("sha256:%064x", len(node)*1000+drift)
+	}
+	drift := 0
+	executed := map[string]int{}
+	tool := NewDestructive[propIn, propOut](Spec{Name: "drain_node", Title: "t", Description: "t"}, Steps[propIn, propOut]{
+		Plan: func(ctx context.Context, d *Deps, in propIn) (Plan, error) {
+			return Plan{Node: in.Node, Round: "2026-11", Digest: digestOf(in.Node, drift), Summary: []string{"drain " + in.Node}}, nil
+		},
+		Do: func(ctx context.Context, d *Deps, in propIn, plan Plan, a Approved, p Progress) (propOut, error) {
+			executed[a.ID]++
+			return propOut{}, nil
+		},
+	})
+	c := config.DefaultConfig()
+	d := &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Approvals: appr, Now: clock}
+
+	sign := func(s ssh.Signer, tool, node, rnd, digest string, ttl time.Duration) (string, policy.Request) {
+		req, err := policy.NewRequest(tool, node, rnd, digest, []string{"drain " + node}, ttl, clock, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := policy.Sign(s, req.Canonical())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return policy.FormatApproval(req, res.Signature), req
+	}
+	flip := func(s string, r *mrand.Rand) string {
+		b := []byte(s)
+		i := r.IntN(len(b))
+		b[i] ^= byte(1 << r.IntN(7))
+		return string(b)
+	}
+	r := mrand.New(mrand.NewPCG(20261129, 1))
+	var used []string
+	kinds := map[string]int{}
+	legit, illegitimate, total := 0, 0, 0
+	for i := 0; i < calls; i++ {
+		node := nodes[r.IntN(len(nodes))]
+		if r.IntN(50) == 0 {
+			drift++ // the live plan changes under the approvals in flight
+		}
+		var approval, kind string
+		valid := false
+		switch k := r.IntN(9); k {
+		case 0:
+			kind = "none"
+		case 1, 2:
+			kind = "valid"
+			approval, _ = sign(signer, "drain_node", node, "2026-11", digestOf(node, drift), 30*time.Minute)
+			valid = true
+		case 3:
+			kind = "forged-signature"
+			a, _ := sign(signer, "drain_node", node, "2026-11", digestOf(node, drift), 30*time.Minute)
+			idx := strings.Index(a, "-----BEGIN SSH SIGNATURE-----") + 40
+			approval = a[:idx] + flip(a[idx:len(a)-40], r) + a[len(a)-40:]
+		case 4:
+			kind = "forged-request"
+			a, _ := sign(signer, "drain_node", node, "2026-11", digestOf(node, drift), 30*time.Minute)
+			idx := strings.Index(a, "-----BEGIN")
+			approval = flip(a[:idx], r) + a[idx:]
+		case 5:
+			kind = "replayed"
+			if len(used) == 0 {
+				kind = "none"
+				break
+			}
+			approval = used[r.IntN(len(used))]
+		case 6:
+			kind = "wrong-binding"
+			switch r.IntN(4) {
+			case 0:
+				approval, _ = sign(signer, "install_updates", node, "2026-11", digestOf(node, drift), 30*time.Minute)
+			case 1:
+				approval, _ = sign(signer, "drain_node", nodes[(indexOf(nodes, node)+1)%len(nodes)], "2026-11", digestOf(node, drift), 30*time.Minute)
+			case 2:
+				approval, _ = sign(signer, "drain_node", node, "2026-10", digestOf(node, drift), 30*time.Minute)
+			default:
+				approval, _ = sign(signer, "drain_node", node, "2026-11", digestOf(node, drift+1), 30*time.Minute)
+			}
+		case 7:
+			kind = "stale"
+			approval, _ = sign(signer, "drain_node", node, "2026-11", digestOf(node, drift), time.Minute)
+			now = now.Add(2 * time.Minute) // expires before it is presented
+		case 8:
+			kind = "unknown-key"
+			approval, _ = sign(stranger, "drain_node", node, "2026-11", digestOf(node, drift), 30*time.Minute)
+		}
+		kinds[kind]++
+		args, _ := json.Marshal(propIn{Node: node, ApprovalArg: ApprovalArg{Approval: approval}})
+		before := sumCounts(executed)
+		_, res := tool.CallJSON(context.Background(), d, args, func(float64, float64, string) {})
+		ran := sumCounts(executed) > before
+		total++
+		switch {
+		case ran && valid:
+			legit++
+			used = append(used, approval)
+		case ran:
+			illegitimate++
+			t.Errorf("call %d (%s) executed: %+v", i, kind, res)
+		case valid:
+			t.Errorf("call %d: a valid approval was refused: %v", i, res.Reasons)
+		}
+		if !ran && res.Status == StatusOK {
+			t.Errorf("call %d (%s): status ok without executing", i, kind)
+		}
+		now = now.Add(time.Second)
+	}
+	for id, n := range executed {
+		if n > 1 {
+			t.Errorf("approval %s executed %d times", id, n)
+		}
+	}
+	t.Logf("random destructive calls: %d; executed with a valid approval: %d; executed without one: %d; by kind: %v",
+		total, legit, illegitimate, kinds)
+	fmt.Printf("approval property: %d calls, %d executions, all with a valid single-use approval; %d without\n", total, legit, illegitimate)
+}
+
+func indexOf(xs []string, s string) int {
+	for i, x := range xs {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func sumCounts(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
