@@ -197,3 +197,30 @@ func TestREADMEListsEveryCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestTruncatedScriptRunsNothing: a script cut short on its way to `sh -s`
+// (a dropped connection) must not run its first half.
+func TestTruncatedScriptRunsNothing(t *testing.T) {
+	r := newGrubRoot(t, "grub/grub.cfg_ubuntu2204-aws-2kernels-partuuid-initrdless.cfg")
+	src, _ := scripts.Host.ReadFile("host/trial_boot.sh")
+	env, _ := merge(r.paths(), Paths{SystemdDir: "/nonexistent"}).env()
+	for k, v := range map[string]string{"ACTION": "prepare", "ROUND": "r1", "OLD_ENTRY": r.oldEntry, "NEW_ENTRY": r.newEntry} {
+		env[k] = v
+	}
+	stubs := stubDir(t, map[string]string{"update-grub": updateGrubStub})
+	for _, cut := range []int{len(src) / 3, len(src) * 9 / 10, len(src) - 3} {
+		out, err := (&LocalRunner{Path: stubs + ":" + DefaultPath}).RunScript(ctxT(t), testNode, src[:cut], env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.ExitCode == 0 || len(out.Stdout) != 0 {
+			t.Errorf("cut at %d: exit %d stdout %q", cut, out.ExitCode, out.Stdout)
+		}
+		if _, err := os.Stat(r.dropin); !os.IsNotExist(err) {
+			t.Fatalf("cut at %d: the drop-in was written", cut)
+		}
+		if _, err := os.Stat(filepath.Join(r.stateDir, "r1")); !os.IsNotExist(err) {
+			t.Fatalf("cut at %d: state recorded", cut)
+		}
+	}
+}

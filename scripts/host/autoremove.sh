@@ -21,6 +21,10 @@
 # Exit status: 0 ok, 1 error, 2 bad input, 3 refused.
 # shellcheck disable=SC2317 # shared helpers below: not every script calls each one
 set -eu
+# The whole body is one { } group: the shell reads all of it from stdin
+# (sh -s) before running any of it, so a script cut short in transit runs
+# nothing, and no command can read the rest of the script as its input.
+{
 STEP=autoremove
 
 # ---- common: begin (identical in every host script; a test keeps them in sync) ----
@@ -178,3 +182,4 @@ field_text apt_output "$(cat "$TMPD/run")"
 field_int apt_exit "$rc"
 [ "$rc" = 0 ] || fail "apt-get -y autoremove --purge exited $rc"
 ok 'removed'
+}

@@ -11,6 +11,10 @@
 # Exit status: 0 ok, 1 apt-get failed.
 # shellcheck disable=SC2317 # shared helpers below: not every script calls each one
 set -eu
+# The whole body is one { } group: the shell reads all of it from stdin
+# (sh -s) before running any of it, so a script cut short in transit runs
+# nothing, and no command can read the rest of the script as its input.
+{
 STEP=download
 
 # ---- common: begin (identical in every host script; a test keeps them in sync) ----
@@ -124,3 +128,4 @@ if [ "$rc" != 0 ]; then
 	fail "apt-get -d -y full-upgrade exited $rc: $(tail -n 3 "$TMPD/err")"
 fi
 ok 'done'
+}

@@ -22,6 +22,10 @@
 # Exit status: 0 pass, 4 a check failed, 1 error, 2 bad input.
 # shellcheck disable=SC2317 # shared helpers below: not every script calls each one
 set -eu
+# The whole body is one { } group: the shell reads all of it from stdin
+# (sh -s) before running any of it, so a script cut short in transit runs
+# nothing, and no command can read the rest of the script as its input.
+{
 STEP=gpu_check
 
 # ---- common: begin (identical in every host script; a test keeps them in sync) ----
@@ -203,3 +207,4 @@ if [ -n "$problems" ]; then
 	check_failed "$(printf '%s' "$problems" | head -n 1)"
 fi
 ok 'done'
+}

@@ -7,6 +7,10 @@
 # Exit status: 0 ok, 1 error, 2 bad input.
 # shellcheck disable=SC2317 # shared helpers below: not every script calls each one
 set -eu
+# The whole body is one { } group: the shell reads all of it from stdin
+# (sh -s) before running any of it, so a script cut short in transit runs
+# nothing, and no command can read the rest of the script as its input.
+{
 STEP=kernel
 
 # ---- common: begin (identical in every host script; a test keeps them in sync) ----
@@ -119,3 +123,4 @@ STAGE="reading $BOOT_ID_FILE"
 boot_id=$(cat "$BOOT_ID_FILE")
 field_str boot_id "$boot_id"
 ok 'done'
+}

@@ -23,6 +23,10 @@
 # EXPECTED_KERNEL.
 # shellcheck disable=SC2317 # shared helpers below: not every script calls each one
 set -eu
+# The whole body is one { } group: the shell reads all of it from stdin
+# (sh -s) before running any of it, so a script cut short in transit runs
+# nothing, and no command can read the rest of the script as its input.
+{
 STEP=promote
 
 # ---- common: begin (identical in every host script; a test keeps them in sync) ----
@@ -283,3 +287,4 @@ if [ "$kernel" != "$EXPECTED_KERNEL" ]; then
 	check_failed "GRUB will boot '$kernel' next, not $EXPECTED_KERNEL"
 fi
 ok 'done'
+}

@@ -14,6 +14,10 @@
 # Exit status: 0 ok (whatever the plan says), 1 apt-get failed.
 # shellcheck disable=SC2317 # shared helpers below: not every script calls each one
 set -eu
+# The whole body is one { } group: the shell reads all of it from stdin
+# (sh -s) before running any of it, so a script cut short in transit runs
+# nothing, and no command can read the rest of the script as its input.
+{
 STEP=simulate
 
 # ---- common: begin (identical in every host script; a test keeps them in sync) ----
@@ -164,3 +168,4 @@ digest=$(plan_digest <"$TMPD/sim")
 field_lines plan_lines "$lines"
 field_str plan_digest "$digest"
 ok 'done'
+}

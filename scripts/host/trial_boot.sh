@@ -46,6 +46,10 @@
 # Exit status: 0 ok, 1 error, 2 bad input, 3 refused.
 # shellcheck disable=SC2317 # shared helpers below: not every script calls each one
 set -eu
+# The whole body is one { } group: the shell reads all of it from stdin
+# (sh -s) before running any of it, so a script cut short in transit runs
+# nothing, and no command can read the rest of the script as its input.
+{
 STEP=trial_boot
 
 # ---- common: begin (identical in every host script; a test keeps them in sync) ----
@@ -465,3 +469,4 @@ case $wd in
 *) field_bool watchdog_armed 1 ;;
 esac
 ok 'prepared'
+}
