@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"time"
 
 	"mcp-patch/config"
 	"mcp-patch/tools"
@@ -231,12 +230,7 @@ func runConfig(g *globals, args []string, stdio IO) error {
 
 // deps builds the tool dependencies from the effective configuration.
 func buildDeps(ctx context.Context, c *config.Config, log *slog.Logger, getenv func(string) string) (*tools.Deps, func(), error) {
-	d := &tools.Deps{Config: c, Log: log, Now: time.Now, Mode: c.Mode, Getenv: getenv}
-	cleanup, err := wire(ctx, d)
-	if err != nil {
-		return nil, nil, err
-	}
-	return d, cleanup, nil
+	return tools.Build(ctx, c, log, getenv, nil)
 }
 
 func trimLines(s string) string { return strings.TrimSpace(s) }

@@ -41,6 +41,8 @@ type Result struct {
 	NextAction string   `json:"next_action" jsonschema:"what to do next, in plain words"`
 	// Approval is set when Status is approval_required.
 	Approval *ApprovalNeeded `json:"approval,omitempty" jsonschema:"the request a person must sign, when status is approval_required"`
+	// NextCall is next_action as a call, where it is one.
+	NextCall *Call `json:"next_call,omitempty" jsonschema:"next_action as a tool call, when it is one"`
 
 	approvalID string // the approval that let the call act, for the audit
 }
@@ -48,6 +50,13 @@ type Result struct {
 func (r *Result) result() *Result { return r }
 
 type output interface{ result() *Result }
+
+// Call is a tool call the agent can make next.
+type Call struct {
+	Tool  string `json:"tool"`
+	Node  string `json:"node,omitempty"`
+	Round string `json:"round,omitempty"`
+}
 
 // ApprovalNeeded tells the agent exactly what a person must sign.
 type ApprovalNeeded struct {

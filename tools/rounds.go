@@ -232,7 +232,7 @@ func RoundStatus() Tool {
 		status := st.Status(d.now())
 		var tb strings.Builder
 		_ = round.RenderStatusText(&tb, status)
-		out := RoundStatusOut{Round: &status, Table: tb.String(), Result: Result{NextAction: status.NextAction}}
+		out := RoundStatusOut{Round: &status, Table: tb.String(), Result: Result{NextAction: status.NextAction, NextCall: nextCall(st, status)}}
 		if st.Plan != nil {
 			if est, err := round.ETA(st, st.WindowDurations(), d.now(), time.Time{}, round.ETAConfig{DefaultWindow: time.Hour}); err == nil {
 				out.ETA = &est
@@ -359,6 +359,38 @@ func RecordDecision() Tool {
 		}
 		return DecisionOut{Principal: a.Principal, Result: Result{Reasons: []string{detail}, NextAction: next}}, nil
 	})
+}
+
+// nextCall turns the status's next step into a call: the next step's tool,
+// or a step left in flight (call it again to follow or re-check it). A
+// decision or a wait is not a call: a person or the clock comes first.
+func nextCall(st *round.State, status round.Status) *Call {
+	if nx := status.Next; nx != nil {
+		switch {
+		case nx.Decision != "" || !nx.WaitUntil.IsZero():
+			return nil
+		case nx.Step == round.StepClose:
+			return &Call{Tool: "close_round"}
+		case nx.Step == round.StepPlan || nx.Step == round.StepBaseline:
+			return &Call{Tool: "plan_round", Round: st.RoundID}
+		case nx.Tool != "":
+			return &Call{Tool: nx.Tool, Node: nx.Node}
+		}
+		return nil
+	}
+	for _, n := range st.Nodes {
+		for _, step := range round.NodeSteps {
+			if r := n.Steps[step]; r != nil && r.State == round.InFlight {
+				return &Call{Tool: step.Tool(), Node: n.Node}
+			}
+		}
+	}
+	for _, step := range round.RoundSteps {
+		if r := st.RoundSteps[step]; r != nil && r.State == round.InFlight && step != round.StepSoak && step.Tool() != "" {
+			return &Call{Tool: step.Tool()}
+		}
+	}
+	return nil
 }
 
 func firstNode(st *round.State) string {

@@ -1,0 +1,185 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"mcp-patch/config"
+	"mcp-patch/host"
+	"mcp-patch/host/steps"
+	"mcp-patch/intent"
+	"mcp-patch/kube"
+	"mcp-patch/policy"
+)
+
+// Build makes the tool dependencies from a configuration: the intent
+// repository, the round book, approvals, and lazy access to the cluster and
+// the hosts. now is the clock (nil: time.Now); getenv reads the
+// environment. cleanup closes what Build opened.
+func Build(ctx context.Context, c *config.Config, log *slog.Logger, getenv func(string) string, now func() time.Time) (*Deps, func(), error) {
+	if now == nil {
+		now = time.Now
+	}
+	d := &Deps{Config: c, Log: log, Now: now, Mode: c.Mode, Getenv: getenv}
+	cleanup, err := wire(ctx, d)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, cleanup, nil
+}
+
+// wire connects the tool dependencies to the real packages named by the
+// configuration. Connections to the cluster and the hosts are made lazily,
+// on first use, so reading intent works without either.
+func wire(ctx context.Context, d *Deps) (cleanup func(), err error) {
+	c := d.Config
+	var closers []func()
+	cleanup = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	d.Identity = c.Identity
+	d.Background = ctx
+	d.Audit = d.RecordAudit
+	if c.IntentRepo != "" {
+		repoPath := c.IntentRepo
+		d.Intent = func(round string) (*intent.Repo, error) {
+			return intent.Open(repoPath, intent.Options{
+				AuthorName: c.Git.AuthorName, AuthorEmail: c.Git.AuthorEmail,
+				Protected: c.Git.Protected, RoundID: round, WorkingBranch: c.Git.Branch,
+				Remote: c.Git.Remote,
+				SSH:    intent.SSHOptions{KnownHosts: c.SSH.KnownHosts, KeyFiles: c.SSH.KeyFiles, UseAgent: true},
+				Now:    d.Now, Log: d.Log,
+			})
+		}
+		d.Resources = IntentResources(d)
+		d.Book = NewRoundBook(repoPath, d.Now)
+		d.CurrentRound = d.Book.CurrentID
+		closers = append(closers, func() { d.Book.Close() })
+	}
+	if c.Approvals.AllowedSigners != "" && c.Mode != "read-only" {
+		signers, err := policy.LoadAllowedSigners(c.Approvals.AllowedSigners)
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("approvals.allowed_signers: %w", err)
+		}
+		if lab := signers.LabOnly(); len(lab) > 0 && !c.Approvals.AllowLabOnly {
+			d.Log.Warn("allowed_signers lists lab-only keys; approvals signed with them are refused", "count", len(lab))
+		}
+		store, err := policy.OpenNonceStore(filepath.Join(c.StateDir, "approvals"))
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("open the approval nonce store: %w", err)
+		}
+		closers = append(closers, func() { store.Close() })
+		d.Approvals = &PolicyApprovals{
+			Verifier: &policy.Verifier{AllowedSigners: signers, NonceStore: store, Clock: d.Now, RefuseLabOnly: !c.Approvals.AllowLabOnly},
+			TTL:      c.Approvals.TTL.D(), Clock: d.Now,
+		}
+	}
+	if err := wireWorld(ctx, d); err != nil {
+		cleanup()
+		return nil, err
+	}
+	return cleanup, nil
+}
+
+// wireWorld sets up lazy access to the cluster and the hosts.
+func wireWorld(ctx context.Context, d *Deps) error {
+	c := d.Config
+	var (
+		kmu     sync.Mutex
+		clients *kube.Clients
+	)
+	d.Cluster = func(ctx context.Context) (*kube.Clients, error) {
+		kmu.Lock()
+		defer kmu.Unlock()
+		if clients != nil {
+			return clients, nil
+		}
+		cl, err := kube.Load(ctx, kube.LoadOptions{Kubeconfig: c.Kubeconfig, Context: c.Context})
+		if err != nil {
+			return nil, err
+		}
+		clients = cl
+		return cl, nil
+	}
+
+	var (
+		hmu    sync.Mutex
+		access *HostAccess
+	)
+	d.Hosts = func(ctx context.Context) (*HostAccess, error) {
+		hmu.Lock()
+		defer hmu.Unlock()
+		if access != nil {
+			return access, nil
+		}
+		inv, err := hostInventory(ctx, d)
+		if err != nil {
+			return nil, err
+		}
+		pool, err := host.NewPool(inv, host.Config{
+			KnownHostsFiles: c.SSH.KnownHosts,
+			AgentSocket:     d.Getenv("SSH_AUTH_SOCK"),
+			IdentityFiles:   c.SSH.KeyFiles,
+			DialTimeout:     c.SSH.DialTimeout.D(),
+			CommandTimeout:  c.SSH.CommandTimeout.D(),
+			Logger:          d.Log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		access = &HostAccess{Steps: steps.New(pool, d.Log), Pool: pool, Runner: pool}
+		return access, nil
+	}
+	return nil
+}
+
+// hostInventory is the SSH inventory file when configured, completed with
+// the InternalIP of every cluster node it does not name.
+func hostInventory(ctx context.Context, d *Deps) (*host.MapInventory, error) {
+	c := d.Config
+	defaults := host.Target{User: c.SSH.User, Port: c.SSH.Port, Jump: c.SSH.Jump}
+	var inv *host.MapInventory
+	if c.SSH.Inventory != "" {
+		var err error
+		if inv, err = host.LoadInventory(c.SSH.Inventory); err != nil {
+			return nil, err
+		}
+	} else {
+		var err error
+		if inv, err = host.NewMapInventory(defaults); err != nil {
+			return nil, fmt.Errorf("ssh defaults: %w", err)
+		}
+	}
+	if d.Cluster == nil {
+		return inv, nil
+	}
+	cl, err := d.Cluster(ctx)
+	if err != nil {
+		if c.SSH.Inventory != "" {
+			d.Log.Warn("cluster unreachable; using the SSH inventory file alone", "err", err)
+			return inv, nil
+		}
+		return nil, fmt.Errorf("no SSH inventory file and the cluster (for node addresses) is unreachable: %w", err)
+	}
+	nodes, err := kube.TakeInventory(ctx, cl.Kube, kube.InventoryOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes.Nodes {
+		if _, err := inv.Lookup(n.Name); err == nil || n.Address == "" {
+			continue
+		}
+		if err := inv.SetAddress(n.Name, n.Address); err != nil {
+			d.Log.Warn("node address not usable for SSH", "node", n.Name, "err", err)
+		}
+	}
+	return inv, nil
+}
