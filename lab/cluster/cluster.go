@@ -162,6 +162,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	c, err := start(ctx, opts)
 	if err != nil {
 		if c != nil {
+			// The logs may go with the directory; keep their ends in the
+			// error unless it already quotes the component that died.
+			var exited *exitedError
+			if tails := c.LogTails(15); tails != "" && !errors.As(err, &exited) {
+				err = fmt.Errorf("%w\n%s", err, tails)
+			}
 			err = errors.Join(err, c.Stop())
 		}
 		return nil, fmt.Errorf("start lab cluster: %w", err)
@@ -508,10 +514,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options, f clusterFil
 		last = fmt.Sprintf("HTTP %d: %s", code, body)
 		return code == http.StatusOK, nil
 	})
-	if err != nil {
+	var exited *exitedError
+	if err != nil && !errors.As(err, &exited) {
 		return fmt.Errorf("%w (last answer: %s)", err, last)
 	}
-	return nil
+	return err
 }
 
 // run starts one component whose binary has the component's name.
@@ -591,7 +598,7 @@ func (c *Cluster) LogTails(n int) string {
 	for _, p := range procs {
 		fmt.Fprintf(&b, "==> %s <==\n%s\n", p.logPath, p.logTail(n))
 	}
-	return b.String()
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // CreateNode creates a kwok node; it becomes Ready shortly after (see
@@ -690,9 +697,30 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 // poll calls check every pollInterval until it reports done, returns an
-// error, or the cluster's ready timeout (or ctx) ends.
+// error, a component dies, or the cluster's ready timeout (or ctx) ends.
 func (c *Cluster) poll(ctx context.Context, what string, check func(context.Context) (bool, error)) error {
-	return pollUntil(ctx, c.readyWait, what, check)
+	return pollUntil(ctx, c.readyWait, what, func(ctx context.Context) (bool, error) {
+		if err := c.checkAlive(); err != nil {
+			return false, err
+		}
+		return check(ctx)
+	})
+}
+
+// checkAlive returns an error naming the first component that has exited,
+// unless the cluster is being stopped.
+func (c *Cluster) checkAlive() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return errors.New("the cluster is stopped")
+	}
+	for _, p := range c.procs {
+		if done, err := p.exited(); done {
+			return p.exitError(err)
+		}
+	}
+	return nil
 }
 
 func pollUntil(ctx context.Context, limit time.Duration, what string, check func(context.Context) (bool, error)) error {

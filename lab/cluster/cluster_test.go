@@ -645,3 +645,35 @@ func mapValues(m map[string]string) []string {
 	}
 	return out
 }
+
+func TestStartReportsAComponentThatDies(t *testing.T) {
+	binDir := binDirForTest(t, nil)
+	logDir := t.TempDir()
+	_, err := Start(t.Context(), Options{BinDir: binDir, LogDir: logDir, APIServerFlags: []string{"--no-such-flag"}})
+	if err == nil {
+		t.Fatal("Start with an unknown API server flag succeeded")
+	}
+	t.Logf("Start's error, as a user sees it:\n%v", err)
+	for _, want := range []string{"kube-apiserver exited", "unknown flag: --no-such-flag"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q:\n%v", want, err)
+		}
+	}
+	// etcd, which had started, was stopped.
+	logData, err := os.ReadFile(filepath.Join(logDir, "etcd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for _, line := range strings.Split(string(logData), "\n") {
+		if _, err := fmt.Sscanf(line, "### pid %d", &pid); err == nil {
+			break
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no pid line in etcd.log:\n%s", logData)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("etcd (pid %d) still exists after a failed Start: %v", pid, err)
+	}
+}

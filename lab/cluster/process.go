@@ -46,6 +46,7 @@ func startProcess(logger *slog.Logger, name, bin string, args, env []string, log
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
+	fmt.Fprintf(logFile, "### pid %d\n", cmd.Process.Pid)
 	p := &process{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
@@ -122,9 +123,21 @@ func tailFile(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// exitError describes a component that ended while it was expected to run.
+// exitedError is a component that ended while it was expected to run.
+type exitedError struct {
+	name, logPath, tail string
+	err                 error
+}
+
+func (e *exitedError) Error() string {
+	return fmt.Sprintf("%s exited (%v); last log lines of %s:\n%s", e.name, e.err, e.logPath, e.tail)
+}
+
+func (e *exitedError) Unwrap() error { return e.err }
+
+// exitError describes the process's unexpected end, with its last log lines.
 func (p *process) exitError(err error) error {
-	return fmt.Errorf("%s exited (%v); last log lines of %s:\n%s", p.name, err, p.logPath, p.logTail(20))
+	return &exitedError{name: p.name, logPath: p.logPath, tail: p.logTail(20), err: err}
 }
 
 // rssBytes returns the resident set size of the process from /proc.
