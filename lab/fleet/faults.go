@@ -265,6 +265,66 @@ func (BootOnMDRaid) clear(h *Host, s *machine.State) error {
 	return h.refreshBootFiles(s)
 }
 
+// BondSlaveDown takes a bond slave's link down (now; it stays down across
+// boots until cleared).
+type BondSlaveDown struct {
+	// Slave is the interface; "" means the first slave of bond0.
+	Slave string
+}
+
+func (BondSlaveDown) Name() string { return "bond-slave-down" }
+func (f BondSlaveDown) Description() string {
+	return "the bond slave " + orDefault(f.Slave, "(first of bond0)") + " loses its link: /proc/net/bonding shows it down"
+}
+func (f BondSlaveDown) apply(h *Host, s *machine.State) error {
+	if len(s.Bonds) == 0 || len(s.Bonds[0].Slaves) == 0 {
+		return errors.New("no bond")
+	}
+	slave := orDefault(f.Slave, s.Bonds[0].Slaves[0])
+	for i := range s.Bonds {
+		if slices.Contains(s.Bonds[i].Slaves, slave) {
+			if !slices.Contains(s.Bonds[i].Down, slave) {
+				s.Bonds[i].Down = append(s.Bonds[i].Down, slave)
+			}
+			return machine.WriteRuntimeFiles(h.m, s, time.Now())
+		}
+	}
+	return fmt.Errorf("no bond has slave %s", slave)
+}
+func (BondSlaveDown) clear(h *Host, s *machine.State) error {
+	for i := range s.Bonds {
+		s.Bonds[i].Down = nil
+	}
+	return machine.WriteRuntimeFiles(h.m, s, time.Now())
+}
+
+// RDMAPortDown takes an RDMA port down (now; until cleared).
+type RDMAPortDown struct {
+	// Device is the HCA; "" means mlx5_0.
+	Device string
+}
+
+func (RDMAPortDown) Name() string { return "rdma-port-down" }
+func (f RDMAPortDown) Description() string {
+	return "RDMA port " + orDefault(f.Device, "mlx5_0") + "/1 goes DOWN (sysfs state and phys_state)"
+}
+func (f RDMAPortDown) apply(h *Host, s *machine.State) error {
+	dev := orDefault(f.Device, "mlx5_0")
+	for i := range s.RDMA {
+		if s.RDMA[i].Device == dev {
+			s.RDMA[i].State = "DOWN"
+			return machine.WriteRuntimeFiles(h.m, s, time.Now())
+		}
+	}
+	return fmt.Errorf("no RDMA device %s", dev)
+}
+func (RDMAPortDown) clear(h *Host, s *machine.State) error {
+	for i := range s.RDMA {
+		s.RDMA[i].State = "ACTIVE"
+	}
+	return machine.WriteRuntimeFiles(h.m, s, time.Now())
+}
+
 func (h *Host) refreshBootFiles(s *machine.State) error {
 	if _, err := machine.UpdateGrub(h.m, s, h.pathEnv()); err != nil {
 		return err
@@ -310,6 +370,8 @@ var faultKinds = []struct {
 	{FaultInfo{"ssh-drop-mid-install", SSHDropMidInstall{}.Description(), ""}, func(string) (Fault, error) { return SSHDropMidInstall{}, nil }},
 	{FaultInfo{"host-key-changed", HostKeyChanged{}.Description(), ""}, func(string) (Fault, error) { return HostKeyChanged{}, nil }},
 	{FaultInfo{"boot-on-mdraid", BootOnMDRaid{}.Description(), ""}, func(string) (Fault, error) { return BootOnMDRaid{}, nil }},
+	{FaultInfo{"bond-slave-down", BondSlaveDown{}.Description(), "slave interface [first of bond0]"}, func(a string) (Fault, error) { return BondSlaveDown{Slave: a}, nil }},
+	{FaultInfo{"rdma-port-down", RDMAPortDown{}.Description(), "device [mlx5_0]"}, func(a string) (Fault, error) { return RDMAPortDown{Device: a}, nil }},
 }
 
 // Faults lists every fault kind.

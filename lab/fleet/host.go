@@ -77,6 +77,7 @@ type Host struct {
 	changed  chan struct{}
 	history  []BootRecord
 	faults   []Fault
+	drops    []time.Time
 }
 
 // Addr is "127.0.0.1:port" of the host's SSH server.
@@ -508,11 +509,20 @@ func (h *Host) DropConnections() {
 	for c := range h.conns {
 		conns = append(conns, c)
 	}
+	h.drops = append(h.drops, time.Now())
 	h.mu.Unlock()
 	for _, c := range conns {
 		c.Close()
 	}
 	h.fleet.log.Info("lab host dropped ssh connections", "node", h.Name, "count", len(conns))
+}
+
+// Drops returns when DropConnections cut the host's connections (the
+// ssh-drop-mid-install fault included).
+func (h *Host) Drops() []time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.drops)
 }
 
 // killHostProcesses ends every process whose environment names this host

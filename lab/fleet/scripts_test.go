@@ -135,23 +135,36 @@ func TestGPUCheckAndVerifyOnTheEmulatedHost(t *testing.T) {
 			"fabric_manager_state": gc["fabric_manager_state"], "fabric_required": gc["fabric_required"]}); diff != "" {
 		t.Errorf("gpu_check.sh (-want +got):\n%s", diff)
 	}
-	// verify.sh globs $PROC_BONDING/* and $SYS_INFINIBAND/*/ports/* after
-	// `set -f`, so it finds no bond and no port anywhere; until it is fixed
-	// this test checks the lab's side of that contract with the same globs.
 	v, out := step(t, p, "gpu-1", "verify", map[string]string{"TARGET_KERNEL": OldKernel, "EXPECTED_BONDS": "bond0",
-		"EXPECTED_SYSCTLS": "kernel.panic=10", "VERIFY_USERS": "root,nobody-here", "VERIFY_GROUPS": "sudo"})
+		"EXPECTED_RDMA_PORTS": "8", "EXPECTED_SYSCTLS": "kernel.panic=10", "VERIFY_USERS": "root,nobody-here", "VERIFY_GROUPS": "sudo"})
 	wantStatus(t, v, out, "ok")
-	if diff := cmp.Diff(map[string]any{"kernel_ok": true, "identity_ok": false, "identity_problems": []any{"user nobody-here not found"}},
-		map[string]any{"kernel_ok": v["kernel_ok"], "identity_ok": v["identity_ok"], "identity_problems": v["identity_problems"]}); diff != "" {
+	bonds, _ := v["bonds"].([]any)
+	if diff := cmp.Diff(map[string]any{"kernel_ok": true, "rdma_ports_total": float64(8), "rdma_ports_active": float64(8), "bonds": 1,
+		"identity_ok": false, "identity_problems": []any{"user nobody-here not found"}},
+		map[string]any{"kernel_ok": v["kernel_ok"], "rdma_ports_total": v["rdma_ports_total"], "rdma_ports_active": v["rdma_ports_active"], "bonds": len(bonds),
+			"identity_ok": v["identity_ok"], "identity_problems": v["identity_problems"]}); diff != "" {
 		t.Errorf("verify.sh (-want +got):\n%s", diff)
-	}
-	layout := sh(t, f, f.Host("gpu-1"), `for p in "$SYS_INFINIBAND"/*/ports/*; do echo "$(cat "$p/state")|$(cat "$p/phys_state")"; done | sort | uniq -c; `+
-		`for b in "$PROC_BONDING"/*; do echo "${b##*/} $(grep -c '^MII Status: up' "$b")"; done`)
-	if want := "      8 4: ACTIVE|5: LinkUp\nbond0 3\n"; layout != want {
-		t.Errorf("RDMA ports and bonds on the lab host:\n%s\nwant:\n%s", layout, want)
 	}
 
 	h := f.Host("gpu-1")
+	for _, fault := range []Fault{BondSlaveDown{}, RDMAPortDown{Device: "mlx5_3"}} {
+		if err := h.Inject(fault); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, out = step(t, p, "gpu-1", "verify", map[string]string{"TARGET_KERNEL": OldKernel, "EXPECTED_RDMA_PORTS": "8"})
+	wantStatus(t, v, out, "check_failed")
+	if diff := cmp.Diff([]any{"bond0 slave enp1s0f0np0 is down", "RDMA mlx5_3/1 state is '1: DOWN'"}, v["problems"]); diff != "" {
+		t.Errorf("verify.sh problems with a slave and a port down (-want +got):\n%s", diff)
+	}
+	for _, name := range []string{"bond-slave-down", "rdma-port-down"} {
+		if err := h.Clear(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, out = step(t, p, "gpu-1", "verify", map[string]string{"TARGET_KERNEL": OldKernel, "EXPECTED_RDMA_PORTS": "8"})
+	wantStatus(t, v, out, "ok")
+
 	if err := h.Inject(FabricManagerDown{}); err != nil {
 		t.Fatal(err)
 	}

@@ -392,9 +392,11 @@ func systemdRun(c *ctx) int {
 	}
 	pid := cmd.Process.Pid
 	cmd.Process.Release()
+	// systemd-run returns once the start job is done: for a simple
+	// service, once the process is forked.
 	c.host.Update(func(s *machine.State) error {
-		if svc := s.Services[svcName]; svc != nil && svc.InvocationID == invocation && svc.MainPID == 0 && delay == 0 {
-			svc.MainPID = pid
+		if svc := s.Services[svcName]; svc != nil && svc.InvocationID == invocation && svc.ActiveState == "activating" {
+			svc.ActiveState, svc.SubState, svc.MainPID = "active", "running", pid
 		}
 		return nil
 	})
