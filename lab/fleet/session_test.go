@@ -255,3 +255,30 @@ func TestOpenSSHClient(t *testing.T) {
 		t.Errorf("ssh to a host with a changed key: %v\n%s", err, out)
 	}
 }
+
+// TestBackgroundJobHoldingOutputKeepsTheSession: as with sshd, a session
+// ends when its command has exited and every holder of its output has
+// closed it; a detached job that kept the output open holds the session.
+func TestBackgroundJobHoldingOutputKeepsTheSession(t *testing.T) {
+	f := newTestFleet(t, Options{ControlPlanes: 1})
+	h := f.Host("cp-1")
+	tests := []struct {
+		name     string
+		command  string
+		min, max time.Duration
+	}{
+		{"job keeps stdout", "exec 3>&1; setsid nohup sleep 1 >/dev/null 2>&1 </dev/null & echo started", time.Second, 5 * time.Second},
+		{"job closes it", "exec 3>&1; setsid nohup sleep 1 >/dev/null 2>&1 </dev/null 3>&- & echo started", 0, 900 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			if out := sh(t, f, h, tt.command); out != "started\n" {
+				t.Errorf("output %q", out)
+			}
+			if d := time.Since(start); d < tt.min || d > tt.max {
+				t.Errorf("session lasted %s, want %s..%s", d, tt.min, tt.max)
+			}
+		})
+	}
+}
