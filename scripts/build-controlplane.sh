@@ -82,6 +82,15 @@ if [ -x "$dest/bin/kube-apiserver" ] && [ -f "$dest/COMPLETE" ]; then
 	exit 0
 fi
 
+# Under the lock, a leftover build directory is from a build that was killed.
+if [ -n "${MCP_PATCH_CONTROLPLANE_LOCKED:-}" ]; then
+	for stale in "$cache"/.build-*; do
+		[ -e "$stale" ] || continue
+		say "removing the remains of an interrupted build: $stale"
+		rm -rf "$stale"
+	done
+fi
+
 work=$cache/.build-$key-$$
 trap 'rm -rf "$work"' EXIT INT TERM
 rm -rf "$work"
