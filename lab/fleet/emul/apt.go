@@ -539,8 +539,8 @@ func aptMark(c *ctx) int {
 	return 100
 }
 
-// aptConfig implements `apt-config dump` (and `shell`-less queries) over
-// the apt.conf.d files of the host root.
+// aptConfig implements `apt-config dump` over the apt.conf.d files of the
+// host root, merged into one tree as apt does.
 func aptConfig(c *ctx) int {
 	f, err := parseFlags(c.args, []string{"-o", "-c"}, false)
 	if err != nil || len(f.operands) == 0 {
@@ -551,17 +551,11 @@ func aptConfig(c *ctx) int {
 		c.errf("E: apt-config %s is not emulated on this lab host\n", f.operands[0])
 		return 100
 	}
-	base := []string{
-		`APT "";`, `APT::Architecture "amd64";`, `APT::Build-Essential "";`, `APT::Build-Essential:: "build-essential";`,
-		`APT::Install-Recommends "1";`, `APT::Install-Suggests "0";`, `APT::Sandbox "";`, `APT::Sandbox::User "_apt";`,
-		`APT::NeverAutoRemove "";`, `APT::NeverAutoRemove:: "^firmware-linux.*";`, `APT::NeverAutoRemove:: "^linux-firmware$";`,
-		`APT::NeverAutoRemove:: "^linux-image-6\.8\.0-48-generic$";`, `APT::VersionedKernelPackages "";`,
-		`APT::VersionedKernelPackages:: "linux-.*";`, `Dir "/";`, `Dir::State "var/lib/apt";`, `Dir::Cache "var/cache/apt";`,
-		`Dir::Etc "etc/apt";`, `Dir::Etc::parts "apt.conf.d";`,
-	}
-	for _, l := range base {
-		c.outf("%s\n", l)
-	}
+	base := `APT { Architecture "amd64"; Build-Essential { "build-essential"; }; Install-Recommends "1"; Install-Suggests "0";
+Sandbox { User "_apt"; }; NeverAutoRemove { "^firmware-linux.*"; "^linux-firmware$"; }; VersionedKernelPackages { "linux-.*"; }; };
+Dir "/"; Dir::State "var/lib/apt"; Dir::Cache "var/cache/apt"; Dir::Etc "etc/apt"; Dir::Etc::parts "apt.conf.d";`
+	tree := &aptNode{}
+	tree.parse(base)
 	files, _ := filepath.Glob(c.host.Path("/etc/apt/apt.conf.d/*"))
 	slices.Sort(files)
 	for _, file := range files {
@@ -569,22 +563,68 @@ func aptConfig(c *ctx) int {
 		if err != nil {
 			continue
 		}
-		for _, l := range aptConfDump(string(data)) {
-			c.outf("%s\n", l)
-		}
+		tree.parse(string(data))
+	}
+	for _, l := range tree.dump() {
+		c.outf("%s\n", l)
 	}
 	return 0
 }
 
+// aptNode is apt's configuration tree: named children in the order first
+// set, list items as children without a name.
+type aptNode struct {
+	name     string
+	value    string
+	children []*aptNode
+}
+
+func (n *aptNode) child(name string) *aptNode {
+	if name != "" {
+		for _, c := range n.children {
+			if c.name == name {
+				return c
+			}
+		}
+	}
+	c := &aptNode{name: name}
+	n.children = append(n.children, c)
+	return c
+}
+
+// set puts value at the path key (components separated by "::") below n.
+func (n *aptNode) set(key []string, value string) {
+	cur := n
+	for _, k := range key {
+		cur = cur.child(k)
+	}
+	cur.value = value
+}
+
 var aptConfToken = regexp.MustCompile(`"[^"]*"|[{};]|[^\s{};"]+`)
 
-// aptConfDump turns apt.conf syntax into `apt-config dump` lines: scalar
-// `Key "value";`, list `Key "";` followed by `Key:: "item";` lines.
-func aptConfDump(src string) []string {
+// parse reads apt.conf syntax (comments, `Key "value";`, `Key { ... };`,
+// `"item";` list entries) into the tree.
+func (n *aptNode) parse(src string) {
 	var clean strings.Builder
+	inComment := false
 	for _, line := range strings.Split(src, "\n") {
+		if inComment {
+			if i := strings.Index(line, "*/"); i >= 0 {
+				line, inComment = line[i+2:], false
+			} else {
+				continue
+			}
+		}
+		if i := strings.Index(line, "/*"); i >= 0 && strings.Count(line[:i], `"`)%2 == 0 {
+			if j := strings.Index(line[i:], "*/"); j >= 0 {
+				line = line[:i] + line[i+j+2:]
+			} else {
+				line, inComment = line[:i], true
+			}
+		}
 		t := strings.TrimSpace(line)
-		if strings.HasPrefix(t, "//") || strings.HasPrefix(t, "#") {
+		if strings.HasPrefix(t, "#") {
 			continue
 		}
 		if i := strings.Index(line, "//"); i >= 0 && strings.Count(line[:i], `"`)%2 == 0 {
@@ -592,38 +632,61 @@ func aptConfDump(src string) []string {
 		}
 		clean.WriteString(line + "\n")
 	}
-	toks := aptConfToken.FindAllString(clean.String(), -1)
-	var out []string
-	var scope []string
+	var frames [][]string
 	var pending []string
-	for _, t := range toks {
-		switch {
-		case t == "{":
+	unq := func(s string) string { return strings.Trim(s, `"`) }
+	path := func(extra ...string) []string {
+		var p []string
+		for _, f := range frames {
+			p = append(p, f...)
+		}
+		return append(p, extra...)
+	}
+	for _, t := range aptConfToken.FindAllString(clean.String(), -1) {
+		switch t {
+		case "{":
 			if len(pending) > 0 {
-				key := strings.Join(append(slices.Clone(scope), pending[0]), "::")
-				out = append(out, key+` "";`)
-				scope = append(scope, pending[0])
+				frames = append(frames, strings.Split(unq(pending[0]), "::"))
+			} else {
+				frames = append(frames, nil)
 			}
 			pending = nil
-		case t == "}":
-			if len(scope) > 0 {
-				scope = scope[:len(scope)-1]
+		case "}":
+			if len(frames) > 0 {
+				frames = frames[:len(frames)-1]
 			}
 			pending = nil
-		case t == ";":
+		case ";":
 			switch len(pending) {
 			case 1:
 				if strings.HasPrefix(pending[0], `"`) {
-					out = append(out, strings.Join(scope, "::")+`:: `+pending[0]+";")
+					n.set(path(""), unq(pending[0]))
 				}
 			case 2:
-				out = append(out, strings.Join(append(slices.Clone(scope), pending[0]), "::")+" "+pending[1]+";")
+				n.set(path(strings.Split(unq(pending[0]), "::")...), unq(pending[1]))
 			}
 			pending = nil
 		default:
 			pending = append(pending, t)
 		}
 	}
+}
+
+// dump renders the tree as `apt-config dump` does.
+func (n *aptNode) dump() []string {
+	var out []string
+	var walk func(node *aptNode, prefix string)
+	walk = func(node *aptNode, prefix string) {
+		for _, c := range node.children {
+			full := c.name
+			if prefix != "" {
+				full = prefix + "::" + c.name
+			}
+			out = append(out, full+` "`+c.value+`";`)
+			walk(c, full)
+		}
+	}
+	walk(n, "")
 	return out
 }
 
