@@ -41,3 +41,34 @@ func BenchmarkStart(b *testing.B) {
 	}
 	b.ReportMetric(rssTotal, "total-MiB")
 }
+
+// BenchmarkStartEtcdCluster measures starting a three-member TLS etcd
+// cluster until every member is healthy, and reports its resident memory.
+func BenchmarkStartEtcdCluster(b *testing.B) {
+	bins, err := FindBinaries(b.Context(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for b.Loop() {
+		e, err := StartEtcdCluster(b.Context(), EtcdOptions{Members: 3, BinDir: bins.Dir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		mem, err := e.MemoryBytes()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var sum int64
+		for _, rss := range mem {
+			sum += rss
+		}
+		total = float64(sum) / (1 << 20)
+		if err := e.Stop(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(total, "total-MiB")
+}

@@ -364,6 +364,27 @@ func (e *EtcdCluster) waitHealth(ctx context.Context, i int, needHealthy bool) e
 	})
 }
 
+// MemoryBytes returns the resident set size of each running member, by name.
+func (e *EtcdCluster) MemoryBytes() (map[string]int64, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]int64{}
+	for i, p := range e.procs {
+		if p == nil {
+			continue
+		}
+		if done, _ := p.exited(); done {
+			continue
+		}
+		rss, err := rssBytes(p.pid())
+		if err != nil {
+			return nil, err
+		}
+		out[e.Members[i].Name] = rss
+	}
+	return out, nil
+}
+
 // LogTails returns the last n lines of every member log.
 func (e *EtcdCluster) LogTails(n int) string {
 	var b strings.Builder
