@@ -239,6 +239,9 @@ type UncordonResult struct {
 // record names identity. Otherwise it changes nothing and returns a
 // *RefusalError: "not cordoned", or who else holds the cordon.
 func Uncordon(ctx context.Context, kc kubernetes.Interface, node, identity string) (UncordonResult, error) {
+	if !ownerPart.MatchString(identity) {
+		return UncordonResult{}, fmt.Errorf("uncordon node %s: identity %q: want 1-128 of [A-Za-z0-9._:@/+-]", node, identity)
+	}
 	var res UncordonResult
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := getNode(ctx, kc, node)

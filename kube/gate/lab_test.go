@@ -546,4 +546,15 @@ func BenchmarkEvaluate500Nodes(b *testing.B) {
 	for _, ch := range last.Checks {
 		b.ReportMetric(float64(ch.Duration.Microseconds())/1000, ch.Name+"-ms")
 	}
+	// What plan_round reads from the same cluster, once.
+	t0 := time.Now()
+	inv, err := kube.TakeInventory(ctx, kc, kube.InventoryOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := kube.Locate(ctx, kc, c.Dynamic(), inv, kube.PlacementOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(time.Since(t0).Microseconds())/1000, "inventory+placement-ms")
+	b.Logf("inventory: %d nodes", len(inv.Nodes))
 }
