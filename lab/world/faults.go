@@ -45,12 +45,17 @@ func (w *World) Inject(ctx context.Context, f Fault) error {
 		}
 		f = resolved
 	}
-	if err := f.inject(ctx, w); err != nil {
-		return fmt.Errorf("inject %s: %w", f.Name(), err)
-	}
+	// Active before inject runs, so that inject can wait for the holds
+	// the loop applies.
 	w.mu.Lock()
 	w.faults = append(w.faults, f)
 	w.mu.Unlock()
+	if err := f.inject(ctx, w); err != nil {
+		w.mu.Lock()
+		w.faults = slices.DeleteFunc(w.faults, func(o Fault) bool { return o.Name() == f.Name() })
+		w.mu.Unlock()
+		return fmt.Errorf("inject %s: %w", f.Name(), err)
+	}
 	w.poke()
 	w.log.Info("lab fault injected", "fault", f.Name())
 	return nil

@@ -436,9 +436,15 @@ func (w *World) SetupDuration() time.Duration { return w.setupTook }
 // endpoint.
 func (w *World) ModelAddr() string { return w.model.addr() }
 
-// ModelURL is the completion URL on loopback,
-// http://127.0.0.1:<port>/v1/completions.
-func (w *World) ModelURL() string { return "http://" + w.model.addr() + "/v1/completions" }
+// ModelEndpoint is the model server's base URL on loopback,
+// http://127.0.0.1:<port>/v1: what gpucheck.CompletionRequest.Endpoint
+// takes.
+func (w *World) ModelEndpoint() string { return "http://" + w.model.addr() + "/v1" }
+
+// ModelCompletionsURL is the completions route on loopback,
+// http://127.0.0.1:<port>/v1/completions: the shape of the intent's
+// gpu.model_endpoint.url.
+func (w *World) ModelCompletionsURL() string { return w.ModelEndpoint() + "/completions" }
 
 // ModelServiceHost is the in-cluster host:port of the model Service, as the
 // intent names it: llm-smoke.inference.svc.cluster.local:8000.

@@ -86,7 +86,9 @@ func (tw testWorld) gateConfig(t *testing.T, base *gate.Baseline) gate.Config {
 		Etcd:     &gate.EtcdConfig{Endpoints: tw.etcd.Endpoints(), TLS: tlsCfg, DialTimeout: 2 * time.Second, RequestTimeout: 2 * time.Second},
 		Postgres: gate.PostgresConfig{RequireClusters: true},
 		Baseline: base,
-		Health:   gate.HealthConfig{CriticalNamespaces: criticalNamespaces},
+		// The lab's pods are minutes old; the default grace would call a
+		// pod the World holds not Ready "starting".
+		Health: gate.HealthConfig{CriticalNamespaces: criticalNamespaces, StartupGrace: time.Millisecond},
 		OIDC:     gate.OIDCConfig{CAPEM: tw.OIDCCAPEM(), Timeout: 5 * time.Second},
 	}
 }
@@ -188,9 +190,10 @@ func TestWorld(t *testing.T) {
 			name, url, api string
 			viaService     bool
 		}{
-			{"loopback completions", tw.ModelURL(), "", false},
+			{"loopback completions", tw.ModelEndpoint(), "", false},
 			{"loopback chat", "http://" + tw.ModelAddr(), gpucheck.APIChat, false},
-			{"service name from the intent", "http://" + tw.ModelServiceHost() + "/v1/completions", "", true},
+			// The intent's url names the route; gpucheck wants the base.
+			{"service name from the intent", strings.TrimSuffix("http://"+tw.ModelServiceHost()+"/v1/completions", "/completions"), "", true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				req := gpucheck.CompletionRequest{Endpoint: tc.url, Model: "smoke", Prompt: "Reply with the single word: ready", MaxTokens: 8, API: tc.api, Timeout: 5 * time.Second}
@@ -253,7 +256,7 @@ func testFaults(t *testing.T, tw testWorld) {
 		}
 	}
 	completion := func(ctx context.Context) (bool, string) {
-		res, err := gpucheck.Completion(ctx, tw.ModelURL(), "smoke", "Reply with the single word: ready", 5*time.Second, nil)
+		res, err := gpucheck.Completion(ctx, tw.ModelEndpoint(), "smoke", "Reply with the single word: ready", 5*time.Second, nil)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -291,6 +294,11 @@ func testFaults(t *testing.T, tw testWorld) {
 			if err := tw.Inject(ctx, tc.fault); err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() {
+				if err := tw.Clear(context.Background(), tc.fault.Name()); err != nil {
+					t.Error(err)
+				}
+			})
 			eventually(t, 30*time.Second, "check fails with the fault", func(ctx context.Context) error {
 				ok, why := tc.check(ctx)
 				if ok {
