@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,7 +27,8 @@ import (
 // prints a table of wall time and client CPU. Sizes come from
 // MCPP_BENCH_HOSTS (default "50,200"), concurrency from
 // MCPP_BENCH_CONCURRENCY (default 50); ansible runs only up to
-// MCPP_BENCH_ANSIBLE_MAX hosts (default 50). scripts/bench-fanout.sh runs it.
+// MCPP_BENCH_ANSIBLE_MAX hosts (default 50); MCPP_BENCH_EXTERNAL=0 leaves
+// out parallel-ssh and ansible. scripts/bench-fanout.sh runs it.
 //
 // Client CPU is user+sys: for the in-process Go variants the getrusage
 // (RUSAGE_SELF) delta of this process, for parallel-ssh and ansible the
@@ -35,6 +37,7 @@ func BenchmarkFanOut(b *testing.B) {
 	sizes := envInts(b, "MCPP_BENCH_HOSTS", []int{50, 200})
 	concurrency := envInts(b, "MCPP_BENCH_CONCURRENCY", []int{50})[0]
 	ansibleMax := envInts(b, "MCPP_BENCH_ANSIBLE_MAX", []int{50})[0]
+	external := os.Getenv("MCPP_BENCH_EXTERNAL") != "0" // parallel-ssh and ansible
 	largest := 0
 	for _, n := range sizes {
 		largest = max(largest, n)
@@ -114,11 +117,28 @@ func BenchmarkFanOut(b *testing.B) {
 			})
 			pooled.Close()
 		})
+		b.Run(fmt.Sprintf("hosts=%d/x-crypto-ssh-sessions-on-open-connections", n), func(b *testing.B) {
+			clients, err := dialAll(servers[:n], signer, known, concurrency)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				for _, c := range clients {
+					c.Close()
+				}
+			}()
+			r := measureGo(b, func() (int, string) { return bareSessions(clients, concurrency, want) })
+			r.variant, r.hosts = "x/crypto bare sessions", n
+			record(b, r)
+		})
 		b.Run(fmt.Sprintf("hosts=%d/x-crypto-ssh-loop-c%d", n, concurrency), func(b *testing.B) {
 			r := measureGo(b, func() (int, string) { return plainLoop(servers[:n], signer, known, concurrency, want) })
 			r.variant, r.hosts, r.handshakes = fmt.Sprintf("x/crypto/ssh loop c=%d", concurrency), n, int64(n)
 			record(b, r)
 		})
+		if !external {
+			continue
+		}
 		b.Run(fmt.Sprintf("hosts=%d/parallel-ssh", n), func(b *testing.B) {
 			r := measureExternal(b, func(outDir string) *exec.Cmd {
 				return parallelSSH(b, servers[:n], keyPath, known, concurrency, outDir)
@@ -177,6 +197,7 @@ func checkResults(results []Result[string], want string) (int, string) {
 // run.
 func measureGo(b *testing.B, fn func() (int, string)) benchRow {
 	var r benchRow
+	runtime.GC() // garbage of the previous variant is not this one's cost
 	cpu0 := selfCPU()
 	start := time.Now()
 	for range b.N {
@@ -257,6 +278,71 @@ func plainLoop(servers []*sshdtest.Server, signer ssh.Signer, known string, conc
 				mu.Lock()
 				if failures == 0 {
 					first = fmt.Sprintf("%s: %q %v", s.Addr(), out, err)
+				}
+				failures++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return failures, first
+}
+
+// dialAll opens one plain x/crypto connection per server.
+func dialAll(servers []*sshdtest.Server, signer ssh.Signer, known string, concurrency int) ([]*ssh.Client, error) {
+	cb, err := knownhosts.New(known)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &ssh.ClientConfig{User: "root", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: cb, Timeout: 60 * time.Second}
+	clients := make([]*ssh.Client, len(servers))
+	errs := make([]error, len(servers))
+	sem := make(chan struct{}, concurrency)
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			clients[i], errs[i] = ssh.Dial("tcp", s.Addr(), cfg)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			for _, c := range clients {
+				if c != nil {
+					c.Close()
+				}
+			}
+			return nil, fmt.Errorf("dial %s: %w", servers[i].Addr(), err)
+		}
+	}
+	return clients, nil
+}
+
+// bareSessions is the floor for a pooled run: one session per open
+// connection running the command directly, nothing else.
+func bareSessions(clients []*ssh.Client, concurrency int, want string) (int, string) {
+	var mu sync.Mutex
+	failures, first := 0, ""
+	sem := make(chan struct{}, concurrency)
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out, err := func() ([]byte, error) {
+				sess, err := c.NewSession()
+				if err != nil {
+					return nil, err
+				}
+				defer sess.Close()
+				return sess.Output("uname -r")
+			}()
+			if err != nil || strings.TrimSpace(string(out)) != want {
+				mu.Lock()
+				if failures == 0 {
+					first = fmt.Sprintf("%q %v", out, err)
 				}
 				failures++
 				mu.Unlock()

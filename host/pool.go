@@ -174,7 +174,11 @@ type conn struct {
 	client *ssh.Client
 	err    error
 	dead   chan struct{} // closed when the connection ended
+	// lastActive is when a session last started or ended (UnixNano).
+	lastActive atomic.Int64
 }
+
+func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
 
 func (c *conn) isDead() bool {
 	select {
@@ -422,7 +426,8 @@ func (p *Pool) keepalive(c *conn) {
 		_, _, err := c.client.SendRequest("keepalive@openssh.com", true, nil)
 		return err
 	}
-	err := keepaliveLoop(c.dead, p.cfg.KeepaliveInterval, p.cfg.KeepaliveTimeout, send)
+	idle := func() time.Duration { return time.Since(time.Unix(0, c.lastActive.Load())) }
+	err := keepaliveLoop(c.dead, p.cfg.KeepaliveInterval, p.cfg.KeepaliveTimeout, idle, send)
 	if err != nil {
 		p.kaFailed.Add(1)
 		p.log.Warn("ssh keepalive failed; dropping connection", "node", c.node, "err", err)
@@ -431,8 +436,11 @@ func (p *Pool) keepalive(c *conn) {
 }
 
 // keepaliveLoop calls send every interval until done is closed (returns
-// nil) or a send fails or takes longer than timeout (returns why).
-func keepaliveLoop(done <-chan struct{}, interval, timeout time.Duration, send func() error) error {
+// nil) or a send fails or takes longer than timeout (returns why). A tick
+// is skipped when the connection was active within the last interval
+// (idle reports how long ago): traffic proves it alive, as with OpenSSH's
+// ServerAliveInterval.
+func keepaliveLoop(done <-chan struct{}, interval, timeout time.Duration, idle func() time.Duration, send func() error) error {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
@@ -440,6 +448,9 @@ func keepaliveLoop(done <-chan struct{}, interval, timeout time.Duration, send f
 		case <-done:
 			return nil
 		case <-ticker.C:
+		}
+		if idle() < interval {
+			continue
 		}
 		result := make(chan error, 1)
 		go func() { result <- send() }()
@@ -549,6 +560,7 @@ func (p *Pool) Dial(ctx context.Context, node, network, addr string) (net.Conn, 
 		}
 		nc, err := c.client.DialContext(ctx, network, addr)
 		if err == nil {
+			c.touch()
 			return nc, nil
 		}
 		var openErr *ssh.OpenChannelError
@@ -569,6 +581,7 @@ func (p *Pool) openSession(ctx context.Context, t Target) (*conn, *ssh.Session, 
 		}
 		sess, err := c.client.NewSession()
 		if err == nil {
+			c.touch()
 			return c, sess, nil
 		}
 		var openErr *ssh.OpenChannelError

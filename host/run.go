@@ -119,8 +119,7 @@ func (p *Pool) RunScript(ctx context.Context, node string, script []byte, env ma
 	if err != nil {
 		return Output{}, fmt.Errorf("run script on node %s: %w", node, err)
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.CommandTimeout,
-		fmt.Errorf("node %s: after %s: %w", node, p.cfg.CommandTimeout, ErrCommandTimeout))
+	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.CommandTimeout, &commandTimeoutError{node, p.cfg.CommandTimeout})
 	defer cancel()
 
 	c, sess, err := p.openSession(ctx, t)
@@ -134,7 +133,10 @@ func (p *Pool) RunScript(ctx context.Context, node string, script []byte, env ma
 func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Session, payload []byte) (Output, error) {
 	stdout := &capBuffer{max: p.cfg.MaxOutputBytes}
 	stderr := &guardStderr{out: &capBuffer{max: p.cfg.MaxOutputBytes}}
-	sess.Stdin = bytes.NewReader(payload)
+	stdin, err := sess.StdinPipe()
+	if err != nil {
+		return Output{}, fmt.Errorf("run script on node %s: %w", t.Name, err)
+	}
 	sess.Stdout = stdout
 	sess.Stderr = stderr
 	viaSudo := t.LoginUser() != "root"
@@ -145,18 +147,27 @@ func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Sess
 		}
 		return Output{}, fmt.Errorf("run script on node %s: start: %w", t.Name, err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- sess.Wait() }()
-
-	var waitErr error
-	select {
-	case waitErr = <-done:
-	case <-ctx.Done():
-		cause := context.Cause(ctx)
-		p.endSession(c, sess, viaSudo, stderr, done)
+	// Cancellation runs beside the wait below rather than in a select, which
+	// keeps the common path to the goroutines x/crypto needs anyway.
+	finished := make(chan struct{})
+	cancelDone := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelDone)
+		p.endSession(c, sess, viaSudo, stderr, finished)
+	})
+	// A write blocked on a full channel window ends when a cancellation
+	// closes the session; a write error (the remote exited without reading
+	// everything, as sudo does when it refuses) shows in Wait's result.
+	_, _ = stdin.Write(payload)
+	_ = stdin.Close()
+	waitErr := sess.Wait()
+	c.touch()
+	close(finished)
+	if !stop() {
+		<-cancelDone
 		out := collect(stdout, stderr)
 		out.ExitCode = -1
-		return out, fmt.Errorf("run script on node %s: ended the remote script: %w", t.Name, cause)
+		return out, fmt.Errorf("run script on node %s: ended the remote script: %w", t.Name, context.Cause(ctx))
 	}
 
 	out := collect(stdout, stderr)
@@ -190,7 +201,12 @@ func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Sess
 // a short grace for the exit report and closes the session. If the
 // connection does not answer within the grace it is dropped, so this is
 // bounded in every case.
-func (p *Pool) endSession(c *conn, sess *ssh.Session, viaSudo bool, stderr *guardStderr, done <-chan error) {
+func (p *Pool) endSession(c *conn, sess *ssh.Session, viaSudo bool, stderr *guardStderr, done <-chan struct{}) {
+	select {
+	case <-done:
+		return // it ended on its own; its pid may belong to someone else now
+	default:
+	}
 	_ = sess.Signal(ssh.SIGTERM) // best effort; refused for root logins
 	// The guard announces its pid before the script starts, but the line
 	// may still be in flight when a script is cancelled early.
@@ -253,6 +269,19 @@ func (p *Pool) killRemote(c *conn, pid int, viaSudo bool) error {
 		return fmt.Errorf("kill -TERM %d: no answer within %s", pid, p.cfg.CancelGrace)
 	}
 }
+
+// commandTimeoutError is the cause of a CommandTimeout expiry (built on
+// every call, so it formats only when printed).
+type commandTimeoutError struct {
+	node  string
+	limit time.Duration
+}
+
+func (e *commandTimeoutError) Error() string {
+	return fmt.Sprintf("node %s: after %s: %v", e.node, e.limit, ErrCommandTimeout)
+}
+
+func (e *commandTimeoutError) Unwrap() error { return ErrCommandTimeout }
 
 // sudoRefusal recognises `sudo -n` failing before the script started:
 // sudo exits 1 with its own "sudo: ..." line as the only output; a shell

@@ -301,7 +301,7 @@ func TestKeepaliveLoop(t *testing.T) {
 			var sent atomic.Int32
 			result := make(chan error, 1)
 			go func() {
-				result <- keepaliveLoop(done, 30*time.Second, 15*time.Second, func() error { sent.Add(1); return nil })
+				result <- keepaliveLoop(done, 30*time.Second, 15*time.Second, idleForever, func() error { sent.Add(1); return nil })
 			}()
 			time.Sleep(95 * time.Second)
 			synctest.Wait()
@@ -319,7 +319,7 @@ func TestKeepaliveLoop(t *testing.T) {
 			done := make(chan struct{})
 			block := make(chan struct{})
 			start := time.Now()
-			err := keepaliveLoop(done, 30*time.Second, 15*time.Second, func() error { <-block; return nil })
+			err := keepaliveLoop(done, 30*time.Second, 15*time.Second, idleForever, func() error { <-block; return nil })
 			if err == nil || !strings.Contains(err.Error(), "no reply within 15s") {
 				t.Errorf("err = %v", err)
 			}
@@ -329,15 +329,46 @@ func TestKeepaliveLoop(t *testing.T) {
 			close(block)
 		})
 	})
+	t.Run("recent activity skips the keepalive", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			done := make(chan struct{})
+			var sent atomic.Int32
+			var lastActive atomic.Int64
+			lastActive.Store(time.Now().UnixNano())
+			result := make(chan error, 1)
+			go func() {
+				result <- keepaliveLoop(done, 30*time.Second, 15*time.Second,
+					func() time.Duration { return time.Since(time.Unix(0, lastActive.Load())) },
+					func() error { sent.Add(1); return nil })
+			}()
+			for range 4 { // busy for two minutes: a session every 20s
+				time.Sleep(20 * time.Second)
+				lastActive.Store(time.Now().UnixNano())
+			}
+			synctest.Wait()
+			if got := sent.Load(); got != 0 {
+				t.Errorf("sent %d keepalives on a busy connection, want 0", got)
+			}
+			time.Sleep(61 * time.Second) // idle now
+			synctest.Wait()
+			if got := sent.Load(); got == 0 {
+				t.Error("no keepalive on an idle connection")
+			}
+			close(done)
+			<-result
+		})
+	})
 	t.Run("failed request", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			err := keepaliveLoop(make(chan struct{}), time.Second, time.Second, func() error { return errors.New("EOF") })
+			err := keepaliveLoop(make(chan struct{}), time.Second, time.Second, idleForever, func() error { return errors.New("EOF") })
 			if err == nil || !strings.Contains(err.Error(), "EOF") {
 				t.Errorf("err = %v", err)
 			}
 		})
 	})
 }
+
+func idleForever() time.Duration { return time.Hour }
 
 func TestFanOut(t *testing.T) {
 	t.Run("order, per-node errors and bounded concurrency", func(t *testing.T) {
