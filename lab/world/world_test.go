@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"mcp-patch/kube"
 	"mcp-patch/kube/drain"
@@ -49,6 +50,7 @@ func startWorld(t *testing.T, mutate func(*Options)) testWorld {
 		Hosts:            labHosts,
 		SwitchoverDelay:  time.Second,
 		VIPLeaseDuration: 3 * time.Second,
+		RestartsOnReboot: true,
 		Logger:           log,
 	}
 	if mutate != nil {
@@ -398,6 +400,23 @@ func testHostPower(t *testing.T, tw testWorld) {
 		n, err := kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		return err == nil && nodeReady(n)
 	}
+	restartsOn := func(node, namespace string) map[string]int32 {
+		pods, err := kc.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int32{}
+		for _, p := range pods.Items {
+			for _, cs := range p.Status.ContainerStatuses {
+				out[p.Name] += cs.RestartCount
+			}
+		}
+		return out
+	}
+	before := restartsOn("gpu-2", "gpu-operator")
+	if len(before) != 1 {
+		t.Fatalf("device plugin pods on gpu-2: %v, want one", before)
+	}
 	down := time.Now()
 	for _, h := range []string{"gpu-2", "cp-1"} {
 		if err := tw.SetHostUp(h, false, ""); err != nil {
@@ -410,6 +429,13 @@ func testHostPower(t *testing.T, tw testWorld) {
 		}
 		return nil
 	})
+	// What kwok's delayed heartbeat would write is refused while the host
+	// is down.
+	readyPatch := []byte(`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady"}]}}`)
+	_, err := kc.CoreV1().Nodes().Patch(ctx, "gpu-2", types.StrategicMergePatchType, readyPatch, metav1.PatchOptions{}, "status")
+	if err == nil || !strings.Contains(err.Error(), "host of this node is down") {
+		t.Errorf("making a down host's node Ready: err = %v, want the node-power policy's refusal", err)
+	}
 	// kwok's heartbeat comes every 20-45s: the nodes must stay NotReady
 	// past it.
 	deadline := down.Add(50 * time.Second)
@@ -448,5 +474,43 @@ func testHostPower(t *testing.T, tw testWorld) {
 			return errors.New("etcd member 0 not running")
 		}
 		return nil
+	})
+	// The DaemonSet pod stayed through the reboot: one restart more.
+	want := map[string]int32{}
+	for name, n := range before {
+		want[name] = n + 1
+	}
+	eventually(t, 10*time.Second, "device plugin restarted once", func(context.Context) error {
+		if d := cmp.Diff(want, restartsOn("gpu-2", "gpu-operator")); d != "" {
+			return fmt.Errorf("restarts (-want +got):\n%s", d)
+		}
+		return nil
+	})
+
+	t.Run("VIP moves when its holder is down", func(t *testing.T) {
+		holder, err := tw.VIPHolder(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tw.SetHostUp(holder, false, ""); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "VIP moved", func(ctx context.Context) error {
+			inv, err := kube.TakeInventory(ctx, kc, tw.InventoryOptions())
+			if err != nil {
+				return err
+			}
+			vip, err := kube.LocateVIP(ctx, kc, inv, kube.PlacementOptions{})
+			if err != nil {
+				return err
+			}
+			if vip.Node == "" || vip.Node == holder || vip.Source != kube.SourceLease {
+				return fmt.Errorf("VIP %+v, want held by another node than %s", vip, holder)
+			}
+			return nil
+		})
+		if err := tw.SetHostUp(holder, true, ""); err != nil {
+			t.Fatal(err)
+		}
 	})
 }
