@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,7 +255,31 @@ func (p *Pool) lookup(node string) (Target, error) {
 	if err := t.Validate(); err != nil {
 		return Target{}, fmt.Errorf("inventory: %w", err)
 	}
+	if err := p.checkJumpChain(t); err != nil {
+		return Target{}, err
+	}
 	return t, nil
+}
+
+// checkJumpChain refuses a jump chain that loops, is too long or names a
+// node the inventory does not know, before anything is dialled.
+func (p *Pool) checkJumpChain(t Target) error {
+	seen := []string{t.Name}
+	for hop := t.Jump; hop != ""; {
+		if slices.Contains(seen, hop) {
+			return fmt.Errorf("node %s: jump hosts loop: %s -> %s", t.Name, strings.Join(seen, " -> "), hop)
+		}
+		if len(seen) > maxJumpHops {
+			return fmt.Errorf("node %s: more than %d jump hosts in a row", t.Name, maxJumpHops)
+		}
+		seen = append(seen, hop)
+		jt, err := p.inv.Lookup(hop)
+		if err != nil {
+			return fmt.Errorf("node %s: jump host: %w", t.Name, err)
+		}
+		hop = jt.Jump
+	}
+	return nil
 }
 
 const maxJumpHops = 4

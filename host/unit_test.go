@@ -477,3 +477,47 @@ func TestLoadInventoryExample(t *testing.T) {
 		t.Errorf("cp-1 known_hosts name = %q", got)
 	}
 }
+
+func TestJumpChainRefusedBeforeDial(t *testing.T) {
+	known := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(known, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := NewMapInventory(Target{},
+		Target{Name: "a", Address: "127.0.0.1", Port: 1, Jump: "b"},
+		Target{Name: "b", Address: "127.0.0.1", Port: 1, Jump: "a"},
+		Target{Name: "c", Address: "127.0.0.1", Port: 1, Jump: "nowhere"},
+		Target{Name: "h1", Address: "127.0.0.1", Port: 1, Jump: "h2"},
+		Target{Name: "h2", Address: "127.0.0.1", Port: 1, Jump: "h3"},
+		Target{Name: "h3", Address: "127.0.0.1", Port: 1, Jump: "h4"},
+		Target{Name: "h4", Address: "127.0.0.1", Port: 1, Jump: "h5"},
+		Target{Name: "h5", Address: "127.0.0.1", Port: 1, Jump: "h6"},
+		Target{Name: "h6", Address: "127.0.0.1", Port: 1},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPool(inv, Config{KnownHostsFiles: []string{known}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	tests := []struct {
+		node, want string
+	}{
+		{node: "a", want: "jump hosts loop: a -> b -> a"},
+		{node: "c", want: "jump host: look up node nowhere: node not in inventory"},
+		{node: "h1", want: "more than 4 jump hosts"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.node, func(t *testing.T) {
+			_, err := p.RunScript(t.Context(), tc.node, []byte("true\n"), nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+	if st := p.Stats(); st.Dials != 0 {
+		t.Errorf("Dials = %d, want 0", st.Dials)
+	}
+}
