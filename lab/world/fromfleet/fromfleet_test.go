@@ -1,0 +1,115 @@
+package fromfleet
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"mcp-patch/kube/gate"
+	"mcp-patch/lab/cluster"
+	"mcp-patch/lab/fleet"
+	"mcp-patch/lab/world"
+)
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// TestFleetRebootDrivesNode reboots a real lab host and watches its Node go
+// NotReady and come back, and reaches the host's etcd through an SSH tunnel
+// the way the gate does.
+func TestFleetRebootDrivesNode(t *testing.T) {
+	ctx := t.Context()
+	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	f, err := fleet.New(ctx, fleet.Options{Dir: t.TempDir(), ControlPlanes: 1, GPUServers: 1,
+		RebootDowntime: 3 * time.Second, ShutdownDelay: 100 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	c := cluster.StartT(t, cluster.Options{Logger: log})
+	e := cluster.StartEtcdClusterT(t, cluster.EtcdOptions{Members: 1, Logger: log})
+	ForwardEtcd(f, e)
+	w, err := world.Setup(ctx, world.Options{Cluster: c, Etcd: e, Hosts: Hosts(f), Probes: Probes(f), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+
+	node := func() *corev1.Node {
+		n, err := c.Client().CoreV1().Nodes().Get(ctx, "gpu-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	ready := func(n *corev1.Node) bool {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	}
+	before := node()
+	if before.Status.NodeInfo.KernelVersion != fleet.OldKernel {
+		t.Errorf("node kernel %q, want the host's %q", before.Status.NodeInfo.KernelVersion, fleet.OldKernel)
+	}
+
+	f.Host("gpu-1").Reboot()
+	waitUntil(t, 20*time.Second, "node NotReady while the host reboots", func() bool { return !ready(node()) })
+	if err := f.Host("gpu-1").WaitPower(ctx, fleet.PowerUp); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "node Ready after the reboot", func() bool { return ready(node()) })
+	if after := node(); after.Status.NodeInfo.BootID == before.Status.NodeInfo.BootID {
+		t.Errorf("boot id unchanged after the reboot: %q", after.Status.NodeInfo.BootID)
+	}
+
+	// The gate reaches cp-1's etcd at 127.0.0.1:2379 through SSH.
+	kh, err := knownhosts.New(f.KnownHostsFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := ssh.Dial("tcp", f.Host("cp-1").Addr(), &ssh.ClientConfig{
+		User: "root", Auth: []ssh.AuthMethod{ssh.PublicKeys(f.OperatorSigner())}, HostKeyCallback: kh, Timeout: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	tlsCfg, err := e.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := gate.CheckEtcd(ctx, gate.EtcdConfig{
+		Endpoints: []string{"https://" + EtcdClientAddr}, TLS: tlsCfg,
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) { return sc.DialContext(ctx, "tcp", addr) },
+	})
+	if !check.OK {
+		t.Errorf("etcd through cp-1's tunnel: %+v", check)
+	}
+}
+
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(fmt.Sprintf("%s: not within %v", what, within))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
