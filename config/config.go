@@ -159,6 +159,9 @@ type Kube struct {
 	// GateSettle is how long a red gate may be waited on (answering
 	// in_progress) before it fails and stops the round. Default 5m.
 	GateSettle Duration `json:"gate_settle,omitempty"`
+	// OIDCCAFile is a PEM bundle trusted when fetching the OIDC issuer's
+	// discovery document (besides the system roots).
+	OIDCCAFile string `json:"oidc_ca_file,omitempty"`
 	// EtcdTunnel reaches each control-plane node's etcd (127.0.0.1:2379)
 	// through SSH instead of dialling etcd_endpoints directly.
 	EtcdTunnel bool `json:"etcd_tunnel,omitempty"`

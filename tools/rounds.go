@@ -131,6 +131,9 @@ func PlanRound() Tool {
 			return PlanRoundOut{}, err
 		}
 		s := &session{j: j, id: in.Round, settings: settings}
+		if st := j.State(); st.Closed || st.Aborted {
+			return PlanRoundOut{}, Refuse("Plan a new round with a new id.", "round "+in.Round+" is closed or aborted")
+		}
 		if j.State().Plan == nil || j.State().Admit(round.StepPlan, "", d.now()) == nil {
 			if _, err := j.Plan(order, soak, round.Meta{Detail: fmt.Sprintf("%d nodes", len(order.Positions))}); err != nil {
 				return PlanRoundOut{}, ruleRefusal(err)

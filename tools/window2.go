@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -358,7 +359,8 @@ func GPUAcceptance() Tool {
 		}
 		p(2, 3, "model completion")
 		me := g.ModelEndpoint
-		comp, err := gpucheck.Complete(ctx, gpucheck.CompletionRequest{Endpoint: me.URL, Model: me.Model, Prompt: me.Prompt,
+		base, api := splitModelURL(me.URL)
+		comp, err := gpucheck.Complete(ctx, gpucheck.CompletionRequest{Endpoint: base, API: api, Model: me.Model, Prompt: me.Prompt,
 			MaxTokens: me.MaxTokens, Timeout: time.Duration(max(me.TimeoutSeconds, 1)) * time.Second})
 		out.Completion = &comp
 		if err != nil {
@@ -379,6 +381,20 @@ func GPUAcceptance() Tool {
 		out.NextAction = "promote_kernel this node next."
 		return out, nil
 	})
+}
+
+// splitModelURL accepts the intent's model URL with or without its route:
+// ".../v1/completions" and ".../v1/chat/completions" name the API to use,
+// a base URL leaves the choice to the check.
+func splitModelURL(u string) (base, api string) {
+	u = strings.TrimSuffix(u, "/")
+	switch {
+	case strings.HasSuffix(u, "/"+gpucheck.APIChat):
+		return strings.TrimSuffix(u, "/"+gpucheck.APIChat), gpucheck.APIChat
+	case strings.HasSuffix(u, "/"+gpucheck.APICompletions):
+		return strings.TrimSuffix(u, "/"+gpucheck.APICompletions), gpucheck.APICompletions
+	}
+	return u, ""
 }
 
 // ---- promote_kernel ----
@@ -499,6 +515,13 @@ func (d *Deps) gateConfig(ctx context.Context, s *session) (gate.Config, error) 
 		cfg.Etcd = ec
 	}
 	cfg.OIDC = gate.OIDCConfig{PodNamespace: "kube-system", PodSelector: "component=kube-apiserver"}
+	if f := d.Config.Kube.OIDCCAFile; f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return cfg, fmt.Errorf("kube.oidc_ca_file: %w", err)
+		}
+		cfg.OIDC.CAPEM = pem
+	}
 	cfg.FailingVerify = d.failingVerify(ctx)
 	return cfg, nil
 }

@@ -1,0 +1,434 @@
+// Package lab is the embedded lab: a fleet of emulated Ubuntu GPU servers
+// reached over real SSH (lab/fleet), a real control plane on loopback
+// (lab/cluster) with a 3-member etcd, the platform's workloads on it
+// (lab/world), an intent repository copied from examples/intent, and a
+// lab-only approval key. The unchanged production code drives it through
+// an ordinary configuration file. It also holds the agent client that runs
+// a round by following the tools' next steps. Production packages never
+// import it.
+package lab
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"sigs.k8s.io/yaml"
+
+	"mcp-patch/config"
+	"mcp-patch/examples"
+	"mcp-patch/intent"
+	"mcp-patch/lab/cluster"
+	"mcp-patch/lab/fleet"
+	"mcp-patch/lab/world"
+	"mcp-patch/policy"
+)
+
+// Options size and pace the lab. Zero values take the defaults.
+type Options struct {
+	// Dir holds everything the lab writes. Required.
+	Dir string
+	// ControlPlanes, Canary and GPUServers: default 3, 1, 4.
+	ControlPlanes, Canary, GPUServers int
+	// RebootDowntime is how long a rebooting host is unreachable. Default 1s.
+	RebootDowntime time.Duration
+	// InstallStep is how long dpkg takes per package. Default 20ms.
+	InstallStep time.Duration
+	// Logger gets the lab's events; Progress one line per stage.
+	Logger   *slog.Logger
+	Progress func(string)
+}
+
+func (o *Options) defaults() {
+	if o.ControlPlanes == 0 && o.Canary == 0 && o.GPUServers == 0 {
+		o.ControlPlanes, o.Canary, o.GPUServers = 3, 1, 4
+	}
+	if o.RebootDowntime == 0 {
+		o.RebootDowntime = time.Second
+	}
+	if o.InstallStep == 0 {
+		o.InstallStep = 20 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+}
+
+// Lab is a running lab.
+type Lab struct {
+	Dir     string
+	Cluster *cluster.Cluster
+	Etcd    *cluster.EtcdCluster
+	Fleet   *fleet.Fleet
+	World   *world.World
+	// IntentRepo is the lab's intent repository (a git working copy).
+	IntentRepo string
+	// ApproverKey is the lab-only key that signs approvals in the demo;
+	// AllowedSigners lists it, labelled lab-only.
+	ApproverKey    string
+	AllowedSigners string
+	// Config is mcp-patch's configuration for the lab; ConfigFile holds it.
+	Config     config.Config
+	ConfigFile string
+	Clock      *Clock
+
+	approver ssh.Signer
+	closers  []func() error
+}
+
+// Clock is the lab's clock: real time plus an offset the lab can advance
+// (the soak is shortened by moving the clock, not by changing the intent).
+type Clock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+// Now is the lab's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+// AdvanceTo moves the clock forward to t (never backwards).
+func (c *Clock) AdvanceTo(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d := time.Until(t) - c.offset; d > 0 {
+		c.offset += d
+	}
+}
+
+// Up starts the lab. On error everything started is stopped.
+func Up(ctx context.Context, opts Options) (l *Lab, err error) {
+	opts.defaults()
+	if opts.Dir == "" {
+		return nil, errors.New("lab: Options.Dir is required")
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	l = &Lab{Dir: opts.Dir, Clock: &Clock{}}
+	defer func() {
+		if err != nil {
+			l.Close()
+		}
+	}()
+	say := opts.Progress
+
+	say("control plane: finding or building etcd, kube-apiserver, controller-manager, scheduler, kwok (first time: minutes)")
+	bins, err := cluster.FindBinaries(ctx, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("lab: control-plane binaries: %w", err)
+	}
+	say("etcd: 3 members on loopback (client TLS like kubeadm)")
+	l.Etcd, err = cluster.StartEtcdCluster(ctx, cluster.EtcdOptions{Members: 3, Dir: filepath.Join(opts.Dir, "etcd"), BinDir: bins.Dir, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("lab: etcd: %w", err)
+	}
+	l.closers = append(l.closers, l.Etcd.Stop)
+
+	say(fmt.Sprintf("hosts: %d control-plane, %d canary, %d GPU servers behind real SSH on 127.0.0.1",
+		opts.ControlPlanes, opts.Canary, opts.GPUServers))
+	l.Fleet, err = fleet.New(ctx, fleet.Options{Dir: filepath.Join(opts.Dir, "fleet"), ControlPlanes: opts.ControlPlanes,
+		Canary: opts.Canary, GPUServers: opts.GPUServers, RebootDowntime: opts.RebootDowntime, InstallStep: opts.InstallStep,
+		TimerScale: 0.1, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("lab: fleet: %w", err)
+	}
+	l.closers = append(l.closers, l.Fleet.Close)
+	if err := l.provisionSysctls(); err != nil {
+		return nil, fmt.Errorf("lab: sysctls: %w", err)
+	}
+
+	say("kube-apiserver, controller-manager, scheduler, kwok")
+	l.Cluster, err = cluster.Start(ctx, cluster.Options{Dir: filepath.Join(opts.Dir, "cluster"), BinDir: bins.Dir, Etcd: l.Etcd, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("lab: control plane: %w", err)
+	}
+	l.closers = append(l.closers, l.Cluster.Stop)
+
+	say("workloads: nodes, CloudNativePG cluster, admission webhook, model serving, kube-vip lease")
+	var hosts []world.Host
+	probes := map[string]world.HostProbe{}
+	for _, h := range l.Fleet.Hosts() {
+		role := world.RoleGPU
+		if string(h.Role) == "control-plane" {
+			role = world.RoleControlPlane
+		}
+		st, err := h.State()
+		if err != nil {
+			return nil, err
+		}
+		hosts = append(hosts, world.Host{Name: h.Name, Role: role, Canary: h.Canary, Kernel: st.Kernel})
+		probes[h.Name] = fleetProbe(h)
+	}
+	l.World, err = world.Setup(ctx, world.Options{Cluster: l.Cluster, Hosts: hosts, Etcd: l.Etcd, Probes: probes, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("lab: workloads: %w", err)
+	}
+	l.closers = append(l.closers, l.World.Close)
+
+	say("intent repository (from examples/intent) and a lab-only approval key")
+	if err := l.writeIntentRepo(); err != nil {
+		return nil, fmt.Errorf("lab: intent repository: %w", err)
+	}
+	if err := l.writeApprover(); err != nil {
+		return nil, fmt.Errorf("lab: approval key: %w", err)
+	}
+	if err := l.writeConfig(); err != nil {
+		return nil, fmt.Errorf("lab: config: %w", err)
+	}
+	return l, nil
+}
+
+// fleetProbe reports a host as up while it answers SSH, with its kernel.
+func fleetProbe(h *fleet.Host) world.HostProbe {
+	return func() (bool, string) {
+		switch h.Power() {
+		case fleet.PowerUp, fleet.PowerShuttingDown:
+			st, err := h.State()
+			if err != nil {
+				return true, ""
+			}
+			return true, st.Kernel
+		}
+		return false, ""
+	}
+}
+
+// provisionSysctls writes the intent's sysctls into every host's
+// /etc/sysctl.d, as the platform's provisioning would: they hold from the
+// next boot on, which is what verify_node checks after the trial boot.
+func (l *Lab) provisionSysctls() error {
+	b, err := fs.ReadFile(examples.Intent, "intent/os-layer/settings.yaml")
+	if err != nil {
+		return err
+	}
+	st, err := intent.ParseSettings(b)
+	if err != nil {
+		return err
+	}
+	if st.Node == nil {
+		return nil
+	}
+	keys := make([]string, 0, len(st.Node.Sysctls))
+	for k := range st.Node.Sysctls {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var conf strings.Builder
+	conf.WriteString("# platform sysctls (os-layer intent)\n")
+	for _, k := range keys {
+		fmt.Fprintf(&conf, "%s = %s\n", k, st.Node.Sysctls[k])
+	}
+	for _, h := range l.Fleet.Hosts() {
+		p := h.Path("/etc/sysctl.d/90-platform.conf")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(conf.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close stops everything the lab started, in reverse order.
+func (l *Lab) Close() error {
+	var errs []error
+	for i := len(l.closers) - 1; i >= 0; i-- {
+		if err := l.closers[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	l.closers = nil
+	return errors.Join(errs...)
+}
+
+var (
+	modelURLLine  = regexp.MustCompile(`(?m)^(\s*url:\s*).*$`)
+	issuerURLLine = regexp.MustCompile(`(?m)^(\s*issuer_url:\s*).*$`)
+)
+
+// writeIntentRepo copies examples/intent into the lab, points the model
+// endpoint and the OIDC issuer at the lab's, and commits it on main.
+func (l *Lab) writeIntentRepo() error {
+	dir := filepath.Join(l.Dir, "intent")
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	sub, err := fs.Sub(examples.Intent, "intent")
+	if err != nil {
+		return err
+	}
+	if err := os.CopyFS(dir, sub); err != nil {
+		return err
+	}
+	edits := map[string]func(string) string{
+		"gpu-fleet/settings.yaml": func(s string) string {
+			return modelURLLine.ReplaceAllString(s, "${1}"+l.World.ModelCompletionsURL())
+		},
+		"control-plane/settings.yaml": func(s string) string {
+			return issuerURLLine.ReplaceAllString(s, "${1}"+l.World.OIDCIssuer())
+		},
+	}
+	for f, edit := range edits {
+		p := filepath.Join(dir, f)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(edit(string(b))), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "-m", "Intent of the lab platform (from examples/intent)"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=lab", "GIT_AUTHOR_EMAIL=lab@mcp-patch.lab",
+			"GIT_COMMITTER_NAME=lab", "GIT_COMMITTER_EMAIL=lab@mcp-patch.lab", "GIT_CONFIG_GLOBAL=/dev/null")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	l.IntentRepo = dir
+	return nil
+}
+
+// writeApprover makes the lab's approval key and an allowed_signers file
+// that lists it as lab-only.
+func (l *Lab) writeApprover() error {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		return err
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "lab approver")
+	if err != nil {
+		return err
+	}
+	l.ApproverKey = filepath.Join(l.Dir, "approver_ed25519")
+	if err := os.WriteFile(l.ApproverKey, pem.EncodeToMemory(block), 0o600); err != nil {
+		return err
+	}
+	pub := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))
+	if err := os.WriteFile(l.ApproverKey+".pub", []byte(pub+" lab approver\n"), 0o644); err != nil {
+		return err
+	}
+	l.AllowedSigners = filepath.Join(l.Dir, "allowed_signers")
+	line := fmt.Sprintf("lab-approver@mcp-patch.lab namespaces=\"mcp-patch\" %s lab-only: signs approvals in the lab demo, never in production\n", pub)
+	l.approver = signer
+	return os.WriteFile(l.AllowedSigners, []byte(line), 0o644)
+}
+
+// writeConfig writes mcp-patch's configuration for the lab.
+func (l *Lab) writeConfig() error {
+	c := config.DefaultConfig()
+	c.IntentRepo = l.IntentRepo
+	c.Kubeconfig = l.Cluster.Kubeconfig
+	c.StateDir = filepath.Join(l.Dir, "state")
+	c.Identity = "mcp-patch-lab"
+	c.SSH.KnownHosts = []string{l.Fleet.KnownHostsFile()}
+	c.SSH.KeyFiles = []string{l.Fleet.OperatorKeyFile()}
+	c.SSH.Inventory = l.Fleet.InventoryFile()
+	c.SSH.RebootTimeout = config.Duration(2 * time.Minute)
+	c.SSH.CommandTimeout = config.Duration(2 * time.Minute)
+	c.Approvals.AllowedSigners = l.AllowedSigners
+	c.Approvals.AllowLabOnly = true
+	c.Kube.EtcdEndpoints = l.Etcd.Endpoints()
+	c.Kube.EtcdCA, c.Kube.EtcdCert, c.Kube.EtcdKey = l.Etcd.CAFile, l.Etcd.ClientCertFile, l.Etcd.ClientKeyFile
+	c.Kube.EvictRetry = config.Duration(time.Second)
+	c.Kube.GateSettle = config.Duration(90 * time.Second)
+	ca := filepath.Join(l.Dir, "oidc-ca.pem")
+	if err := os.WriteFile(ca, l.World.OIDCCAPEM(), 0o644); err != nil {
+		return err
+	}
+	c.Kube.OIDCCAFile = ca
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	l.Config = c
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return err
+	}
+	l.ConfigFile = filepath.Join(l.Dir, "mcp-patch.yaml")
+	return os.WriteFile(l.ConfigFile, append([]byte("# mcp-patch configuration for the lab (written by mcp-patch lab up)\n"), b...), 0o644)
+}
+
+// Sign signs an approval request (or a statement) with the lab's key and
+// returns the approval to hand back, as a person would with
+// `mcp-patch approve`.
+func (l *Lab) Sign(request string) (string, error) {
+	req, err := policy.ParseRequest([]byte(request))
+	if err != nil {
+		return "", fmt.Errorf("lab sign: %w", err)
+	}
+	res, err := policy.Sign(l.approver, req.Canonical())
+	if err != nil {
+		return "", err
+	}
+	return policy.FormatApproval(req, res.Signature), nil
+}
+
+// FaultNames lists every fault the lab can inject, host and cluster side.
+func FaultNames() []string {
+	var out []string
+	for _, f := range fleet.Faults() {
+		out = append(out, f.Name)
+	}
+	for _, f := range world.Faults() {
+		out = append(out, f.Name)
+	}
+	return out
+}
+
+// Inject injects the named fault: a host fault on node, or a cluster fault
+// (arg as the fault takes it).
+func (l *Lab) Inject(ctx context.Context, name, node, arg string) error {
+	if f, err := fleet.FaultByName(name, arg); err == nil {
+		h := l.Fleet.Host(node)
+		if h == nil {
+			return fmt.Errorf("fault %s: name a lab host (--node), not %q", name, node)
+		}
+		return h.Inject(f)
+	}
+	f, err := world.FaultByName(name, arg)
+	if err != nil {
+		return fmt.Errorf("unknown fault %q (known: %s)", name, strings.Join(FaultNames(), ", "))
+	}
+	return l.World.Inject(ctx, f)
+}
+
+// Clear removes an injected fault.
+func (l *Lab) Clear(ctx context.Context, name, node string) error {
+	if _, err := fleet.FaultByName(name, ""); err == nil {
+		h := l.Fleet.Host(node)
+		if h == nil {
+			return fmt.Errorf("clear %s: name a lab host", name)
+		}
+		return h.Clear(name)
+	}
+	return l.World.Clear(ctx, name)
+}

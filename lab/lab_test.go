@@ -1,0 +1,65 @@
+package lab
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func testLog(t *testing.T) *slog.Logger {
+	if os.Getenv("LAB_VERBOSE") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+type tw struct{ t *testing.T }
+
+func (w tw) Write(p []byte) (int, error) { w.t.Log(strings.TrimRight(string(p), "\n")); return len(p), nil }
+
+func upLab(t *testing.T, opts Options) *Lab {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	opts.Dir = t.TempDir()
+	opts.Logger = testLog(t)
+	opts.Progress = func(s string) { t.Log("lab: " + s) }
+	l, err := Up(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// TestDemoRound runs the whole demo round on the lab, driven by the agent
+// client, and checks what it left: every node on the new kernel, the
+// report and timeline committed, every window closed.
+func TestDemoRound(t *testing.T) {
+	l := upLab(t, Options{ControlPlanes: 3, Canary: 1, GPUServers: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	res, err := l.RunRound(ctx, "2026-11", tw{t}, testLog(t))
+	if err != nil {
+		t.Fatalf("round: %v (after %d calls)", err, res.Outcome.Calls)
+	}
+	if !res.Outcome.Closed {
+		t.Fatalf("round did not close: %+v", res.Outcome)
+	}
+	t.Logf("round closed in %s: %d calls, %d approvals", res.Duration, res.Outcome.Calls, res.Outcome.Approvals)
+	for _, h := range l.Fleet.Hosts() {
+		st, err := h.State()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Kernel == "" || strings.Contains(st.Kernel, "6.8.0-48") {
+			t.Errorf("%s still runs %s", h.Name, st.Kernel)
+		}
+	}
+	if !strings.Contains(res.Log, "report") {
+		t.Errorf("no report commit on %s:\n%s", res.Branch, res.Log)
+	}
+}
