@@ -171,12 +171,28 @@ var _ Runner = (*Pool)(nil)
 // conn is one pooled connection, or a dial in progress.
 type conn struct {
 	node   string
+	target Target        // what it was dialled for
 	ready  chan struct{} // closed when the dial finished (client or err set)
 	client *ssh.Client
 	err    error
 	dead   chan struct{} // closed when the connection ended
 	// lastActive is when a session last started or ended (UnixNano).
 	lastActive atomic.Int64
+}
+
+// sameTarget says whether a connection dialled for a still serves b.
+func sameTarget(a, b Target) bool {
+	return a.Address == b.Address && a.Port == b.Port && a.LoginUser() == b.LoginUser() &&
+		a.Jump == b.Jump && a.HostKeyAlias == b.HostKeyAlias && slices.Equal(a.IdentityFiles, b.IdentityFiles)
+}
+
+// closeWhenDialled closes c's client once its dial is over; a dial still
+// running sees c is no longer current and closes its client itself.
+func closeWhenDialled(c *conn) {
+	<-c.ready
+	if c.client != nil {
+		c.client.Close()
+	}
 }
 
 func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
@@ -300,8 +316,16 @@ func (p *Pool) client(ctx context.Context, t Target, hops int) (*conn, error) {
 			return nil, fmt.Errorf("connect to node %s: %w", t.Name, ErrPoolClosed)
 		}
 		c, ok := p.conns[t.Name]
+		if ok && !sameTarget(c.target, t) {
+			// The inventory changed (a new InternalIP, another user):
+			// the old connection goes to the old place.
+			delete(p.conns, t.Name)
+			p.dropped.Add(1)
+			go closeWhenDialled(c)
+			ok = false
+		}
 		if !ok {
-			c = &conn{node: t.Name, ready: make(chan struct{}), dead: make(chan struct{})}
+			c = &conn{node: t.Name, target: t, ready: make(chan struct{}), dead: make(chan struct{})}
 			p.conns[t.Name] = c
 			p.wg.Add(1)
 			go p.dial(c, t, hops)
@@ -331,9 +355,7 @@ func (p *Pool) client(ctx context.Context, t Target, hops int) (*conn, error) {
 // dial opens the connection for c and publishes the result.
 func (p *Pool) dial(c *conn, t Target, hops int) {
 	defer p.wg.Done()
-	ctx, cancel := context.WithTimeout(p.base, p.cfg.DialTimeout*time.Duration(hops+1))
-	defer cancel()
-	client, err := p.connect(ctx, t, hops)
+	client, err := p.connect(p.base, t, hops)
 
 	p.mu.Lock()
 	current := p.conns[c.node] == c
@@ -360,12 +382,26 @@ func (p *Pool) dial(c *conn, t Target, hops int) {
 	close(c.ready)
 }
 
-// connect does the TCP (or jump) dial and the SSH handshake.
-func (p *Pool) connect(ctx context.Context, t Target, hops int) (*ssh.Client, error) {
+// connect does the TCP (or jump) dial and the SSH handshake, bounded by
+// DialTimeout once the jump host's connection (bounded by its own dial) is
+// there. base ends when the pool closes.
+func (p *Pool) connect(base context.Context, t Target, hops int) (*ssh.Client, error) {
 	callback, algos, err := p.kh.hostKeyConfig(t.Name, t.knownHostsAddr())
 	if err != nil {
 		return nil, fmt.Errorf("connect to node %s: %w", t.Name, err)
 	}
+	var jump *conn
+	if t.Jump != "" {
+		jt, err := p.lookup(t.Jump)
+		if err != nil {
+			return nil, fmt.Errorf("connect to node %s: jump host: %w", t.Name, err)
+		}
+		if jump, err = p.client(base, jt, hops+1); err != nil {
+			return nil, fmt.Errorf("connect to node %s through jump host %s: %w", t.Name, jt.Name, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(base, p.cfg.DialTimeout)
+	defer cancel()
 	auth, agentConn, err := p.authFor(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("connect to node %s: %w", t.Name, err)
@@ -374,25 +410,18 @@ func (p *Pool) connect(ctx context.Context, t Target, hops int) (*ssh.Client, er
 
 	var netConn net.Conn
 	p.dials.Add(1)
-	if t.Jump == "" {
+	if jump == nil {
 		var d net.Dialer
 		netConn, err = d.DialContext(ctx, "tcp", t.DialAddr())
 		if err != nil {
 			return nil, fmt.Errorf("connect to node %s at %s: %w", t.Name, t.DialAddr(), err)
 		}
 	} else {
-		jt, err := p.lookup(t.Jump)
+		netConn, err = jump.client.DialContext(ctx, "tcp", t.DialAddr())
 		if err != nil {
-			return nil, fmt.Errorf("connect to node %s: jump host: %w", t.Name, err)
+			return nil, fmt.Errorf("connect to node %s at %s through jump host %s: %w", t.Name, t.DialAddr(), t.Jump, err)
 		}
-		jc, err := p.client(ctx, jt, hops+1)
-		if err != nil {
-			return nil, fmt.Errorf("connect to node %s through jump host %s: %w", t.Name, jt.Name, err)
-		}
-		netConn, err = jc.client.DialContext(ctx, "tcp", t.DialAddr())
-		if err != nil {
-			return nil, fmt.Errorf("connect to node %s at %s through jump host %s: %w", t.Name, t.DialAddr(), jt.Name, err)
-		}
+		jump.touch()
 	}
 
 	// The handshake has no context of its own: closing the connection is

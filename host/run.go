@@ -106,10 +106,20 @@ func scriptWithEnv(script []byte, env map[string]string) ([]byte, error) {
 
 // RunScript runs script with `sh -s` on node (through `sudo -n` when the
 // login user is not root), env exported first. See Runner. Bad input
-// (invalid node name or env, unknown node) is refused before any dial.
-// On cancellation or CommandTimeout the remote script is signalled, the
-// session closed, and the error wraps context.Cause (ErrCommandTimeout for
-// the timeout); Output holds what arrived until then.
+// (invalid node name or env, unknown node, jump loop) is refused before
+// any dial.
+//
+// Errors, besides those of the dial (HostKeyError, ErrAuthFailed, ...):
+//   - cancellation or CommandTimeout: the remote script and its children
+//     are ended (see scriptGuard), the error wraps context.Cause
+//     (ErrCommandTimeout for the timeout), Output holds what arrived so far
+//     and ExitCode is -1;
+//   - ErrConnectionLost: the connection broke mid-script; the script may
+//     have partly run and may still run on the host;
+//   - *SudoError: the login user has no password-less sudo; nothing ran.
+//
+// A script killed by a signal reports 128+n as ExitCode (and the guard's
+// shell notes it on stderr, e.g. "Killed").
 func (p *Pool) RunScript(ctx context.Context, node string, script []byte, env map[string]string) (Output, error) {
 	payload, err := scriptWithEnv(script, env)
 	if err != nil {

@@ -724,3 +724,29 @@ func slicesRepeat(s string, n int) []string {
 	}
 	return out
 }
+
+// When the inventory moves a node (a new InternalIP, another port), the
+// pooled connection to the old place is not used again.
+func TestPoolFollowsInventoryChanges(t *testing.T) {
+	f := newFixture(t)
+	old := f.server("node-1", sshdtest.Options{}, "", true)
+	moved := f.server("node-1-new", sshdtest.Options{}, "", true)
+	p := f.pool(f.config())
+	ctx := ctxFor(t, 30*time.Second)
+	if _, err := p.RunScript(ctx, "node-1", []byte("true\n"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.inv.Set(Target{Name: "node-1", Address: moved.Host, Port: moved.Port}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := p.RunScript(ctx, "node-1", []byte("echo \"${SSH_CONNECTION##* }\"\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(fmt.Sprintf("%d\n", moved.Port), string(out.Stdout)); diff != "" {
+		t.Errorf("served by port (-want +got):\n%s", diff)
+	}
+	if got := []int{old.Count("Accepted publickey"), moved.Count("Accepted publickey")}; !slices.Equal(got, []int{1, 1}) {
+		t.Errorf("logins (old, moved) = %v, want [1 1]", got)
+	}
+}
