@@ -419,22 +419,36 @@ func StartAgent(t testing.TB, keyFiles ...string) string {
 	return sock
 }
 
+// testUserComment marks users EnsureUser created, so a leftover from an
+// interrupted run is recognised and removed by the next one.
+const testUserComment = "mcp-patch test user"
+
 // EnsureUser makes sure a local login user exists (useradd, shell /bin/sh,
 // no password but not locked, so key login works with UsePAM no) and
-// removes it at cleanup if this call created it. Requires root.
+// removes it at cleanup if it is a test user (created here now or by an
+// earlier, interrupted run). Requires root.
 func EnsureUser(t testing.TB, name string) {
 	t.Helper()
 	requireRoot(t, "create test user "+name)
-	if _, err := user.Lookup(name); err == nil {
-		return
-	}
-	if out, err := exec.Command("useradd", "--create-home", "--shell", "/bin/sh", "--password", "*", name).CombinedOutput(); err != nil {
+	if u, err := user.Lookup(name); err == nil {
+		if u.Name != testUserComment {
+			// A real user: never hand it sudo rights or remove it.
+			t.Fatalf("sshdtest: user %s exists and is not a test user (comment %q): pick another name", name, u.Name)
+		}
+	} else if out, err := exec.Command("useradd", "--create-home", "--shell", "/bin/sh", "--password", "*",
+		"--comment", testUserComment, name).CombinedOutput(); err != nil {
 		t.Fatalf("sshdtest: useradd %s: %v: %s", name, err, out)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", "--remove", name).CombinedOutput(); err != nil {
-			t.Errorf("sshdtest: userdel %s: %v: %s", name, err, out)
+		var out []byte
+		var err error
+		for range 50 { // its last processes may still be exiting
+			if out, err = exec.Command("userdel", "--remove", name).CombinedOutput(); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
+		t.Errorf("sshdtest: userdel %s: %v: %s", name, err, out)
 	})
 }
 
@@ -514,8 +528,17 @@ func stopTree(pid int, exited <-chan struct{}) {
 		syscall.Kill(pid, syscall.SIGKILL)
 		<-exited
 	}
-	for _, k := range append(kids, descendantsOfAll(kids)...) {
+	all := append(kids, descendantsOfAll(kids)...)
+	for _, k := range all {
 		syscall.Kill(k, syscall.SIGKILL)
+	}
+	// Wait (bounded) until they are gone, so that what cleanup does next
+	// (removing their user, say) does not find them.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, k := range all {
+		for ProcessAlive(k) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 }
 
