@@ -23,6 +23,9 @@ type Agent struct {
 	Wait func(t time.Time)
 	// BeforeClose runs once before close_round (to record lessons).
 	BeforeClose func(ctx context.Context) error
+	// AfterCall, when set, runs after each tool call the agent makes (a
+	// test injects faults from it).
+	AfterCall func(ctx context.Context, tool, node, status string)
 	// Say receives one line per call.
 	Say func(string)
 	// Poll is the pause before calling a step in progress again. Default 200ms.
@@ -187,6 +190,9 @@ func (a *Agent) Run(ctx context.Context, roundID string) (Outcome, error) {
 			delete(args, "approval")
 		}
 		out.Steps = append(out.Steps, fmt.Sprintf("%s %s %s", next.tool, next.node, r.Status))
+		if a.AfterCall != nil {
+			a.AfterCall(ctx, next.tool, next.node, r.Status)
+		}
 		say(fmt.Sprintf("%-16s %-14s %-12s %s", next.tool, next.node, r.Status, first(r.Reasons)))
 		if next.tool == "close_round" && r.Status == "ok" {
 			out.Closed = true

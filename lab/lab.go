@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,15 @@ type Options struct {
 	RebootDowntime time.Duration
 	// InstallStep is how long dpkg takes per package. Default 20ms.
 	InstallStep time.Duration
+	// RebootTimeout is how long trial_boot waits for a host before it calls
+	// for console access. Default 2m.
+	RebootTimeout time.Duration
+	// GateSettle is how long a red gate is waited on before it stops the
+	// round. Default 90s.
+	GateSettle time.Duration
+	// DrainTimeoutMinutes is written into the lab intent's drain settings.
+	// Default 2.
+	DrainTimeoutMinutes int
 	// Logger gets the lab's events; Progress one line per stage.
 	Logger   *slog.Logger
 	Progress func(string)
@@ -62,6 +72,15 @@ func (o *Options) defaults() {
 	}
 	if o.InstallStep == 0 {
 		o.InstallStep = 20 * time.Millisecond
+	}
+	if o.RebootTimeout == 0 {
+		o.RebootTimeout = 2 * time.Minute
+	}
+	if o.GateSettle == 0 {
+		o.GateSettle = 90 * time.Second
+	}
+	if o.DrainTimeoutMinutes == 0 {
+		o.DrainTimeoutMinutes = 2
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -187,13 +206,13 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	l.closers = append(l.closers, l.World.Close)
 
 	say("intent repository (from examples/intent) and a lab-only approval key")
-	if err := l.writeIntentRepo(); err != nil {
+	if err := l.writeIntentRepo(opts.DrainTimeoutMinutes); err != nil {
 		return nil, fmt.Errorf("lab: intent repository: %w", err)
 	}
 	if err := l.writeApprover(); err != nil {
 		return nil, fmt.Errorf("lab: approval key: %w", err)
 	}
-	if err := l.writeConfig(); err != nil {
+	if err := l.writeConfig(opts); err != nil {
 		return nil, fmt.Errorf("lab: config: %w", err)
 	}
 	return l, nil
@@ -266,11 +285,12 @@ func (l *Lab) Close() error {
 var (
 	modelURLLine  = regexp.MustCompile(`(?m)^(\s*url:\s*).*$`)
 	issuerURLLine = regexp.MustCompile(`(?m)^(\s*issuer_url:\s*).*$`)
+	drainTimeoutLine = regexp.MustCompile(`(?m)^(\s*timeout_minutes:\s*).*$`)
 )
 
 // writeIntentRepo copies examples/intent into the lab, points the model
 // endpoint and the OIDC issuer at the lab's, and commits it on main.
-func (l *Lab) writeIntentRepo() error {
+func (l *Lab) writeIntentRepo(drainMinutes int) error {
 	dir := filepath.Join(l.Dir, "intent")
 	if err := os.RemoveAll(dir); err != nil {
 		return err
@@ -285,6 +305,9 @@ func (l *Lab) writeIntentRepo() error {
 	edits := map[string]func(string) string{
 		"gpu-fleet/settings.yaml": func(s string) string {
 			return modelURLLine.ReplaceAllString(s, "${1}"+l.World.ModelCompletionsURL())
+		},
+		"os-layer/settings.yaml": func(s string) string {
+			return drainTimeoutLine.ReplaceAllString(s, "${1}"+strconv.Itoa(drainMinutes))
 		},
 		"control-plane/settings.yaml": func(s string) string {
 			return issuerURLLine.ReplaceAllString(s, "${1}"+l.World.OIDCIssuer())
@@ -343,7 +366,7 @@ func (l *Lab) writeApprover() error {
 }
 
 // writeConfig writes mcp-patch's configuration for the lab.
-func (l *Lab) writeConfig() error {
+func (l *Lab) writeConfig(opts Options) error {
 	c := config.DefaultConfig()
 	c.IntentRepo = l.IntentRepo
 	c.Kubeconfig = l.Cluster.Kubeconfig
@@ -352,14 +375,14 @@ func (l *Lab) writeConfig() error {
 	c.SSH.KnownHosts = []string{l.Fleet.KnownHostsFile()}
 	c.SSH.KeyFiles = []string{l.Fleet.OperatorKeyFile()}
 	c.SSH.Inventory = l.Fleet.InventoryFile()
-	c.SSH.RebootTimeout = config.Duration(2 * time.Minute)
+	c.SSH.RebootTimeout = config.Duration(opts.RebootTimeout)
 	c.SSH.CommandTimeout = config.Duration(2 * time.Minute)
 	c.Approvals.AllowedSigners = l.AllowedSigners
 	c.Approvals.AllowLabOnly = true
 	c.Kube.EtcdEndpoints = l.Etcd.Endpoints()
 	c.Kube.EtcdCA, c.Kube.EtcdCert, c.Kube.EtcdKey = l.Etcd.CAFile, l.Etcd.ClientCertFile, l.Etcd.ClientKeyFile
 	c.Kube.EvictRetry = config.Duration(time.Second)
-	c.Kube.GateSettle = config.Duration(90 * time.Second)
+	c.Kube.GateSettle = config.Duration(opts.GateSettle)
 	ca := filepath.Join(l.Dir, "oidc-ca.pem")
 	if err := os.WriteFile(ca, l.World.OIDCCAPEM(), 0o644); err != nil {
 		return err

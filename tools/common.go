@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"mcp-patch/host"
@@ -110,6 +111,21 @@ func (s *session) check(step round.Step, node string, ok bool, kernel, detail st
 		return s.finish(step, node, kernel, detail)
 	}
 	return s.fail(step, node, detail)
+}
+
+// hostFailure records a check that could not run on its host as failed
+// (not sure means stop: a person decides), except for bad input, which
+// changed nothing and is only refused.
+func (s *session) hostFailure(step round.Step, node string, err error) error {
+	var f *Failure
+	if s == nil || !errors.As(err, &f) {
+		return err
+	}
+	if rerr := s.check(step, node, false, "", strings.Join(f.Reasons, "; ")); rerr != nil {
+		return rerr
+	}
+	f.NextAction = "Stop: the check could not run. " + f.NextAction + " A person signs resume (after fixing it) or abort."
+	return f
 }
 
 // stepState is the state of a step on a node in the open round.

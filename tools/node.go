@@ -49,7 +49,7 @@ func InspectNode() Tool {
 		}
 		insp, err := h.Steps.Inspect(ctx, in.Node, steps.InspectInput{TargetKernel: target})
 		if err != nil {
-			return InspectOut{}, hostError(in.Node, "inspect", err)
+			return InspectOut{}, s.hostFailure(round.StepInspect, in.Node, hostError(in.Node, "inspect", err))
 		}
 		var reasons []string
 		if !insp.Grub.EnvWritableAtBoot {
@@ -104,7 +104,7 @@ func SimulateUpgrade() Tool {
 		}
 		sim, err := h.Steps.Simulate(ctx, in.Node)
 		if err != nil {
-			return SimulateOut{}, hostError(in.Node, "simulate upgrade", err)
+			return SimulateOut{}, s.hostFailure(round.StepSimulate, in.Node, hostError(in.Node, "simulate upgrade", err))
 		}
 		kern, _ := h.Steps.Kernel(ctx, in.Node)
 		var problems []string
@@ -289,7 +289,7 @@ func VerifyNode() Tool {
 		}
 		v, err := h.Steps.Verify(ctx, in.Node, vin)
 		if err != nil {
-			return VerifyOut{Verification: &v}, hostError(in.Node, "verify", err)
+			return VerifyOut{Verification: &v}, s.hostFailure(round.StepVerify, in.Node, hostError(in.Node, "verify", err))
 		}
 		out := VerifyOut{Verification: &v}
 		if !v.Passed {

@@ -587,6 +587,16 @@ func CheckGate() Tool {
 			return GateOut{}, err
 		}
 		rep := gate.Evaluate(ctx, kc.Kube, kc.Dynamic, cfg)
+		// An etcd member down keeps quorum, but the next control-plane
+		// reboot would lose it: the gate is red until every member answers.
+		for i, c := range rep.Checks {
+			if c.Name == gate.NameEtcd && c.OK && len(c.Warnings) > 0 {
+				rep.Checks[i].OK = false
+				rep.Checks[i].Reason = "an etcd member is not healthy (" + strings.Join(c.Warnings, "; ") + "): quorum holds now, but the next control-plane reboot would lose it"
+				rep.OK = false
+				rep.Failed = append(rep.Failed, c.Name)
+			}
+		}
 		out := GateOut{Gate: &rep}
 		var reasons []string
 		for _, c := range rep.Checks {

@@ -1,0 +1,257 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"mcp-patch/lab"
+	"mcp-patch/tools"
+)
+
+func init() { extraCommands["lab"] = runLab }
+
+func labDir(getenv func(string) string) string {
+	if d := getenv("MCP_PATCH_LAB_DIR"); d != "" {
+		return d
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	return filepath.Join(base, "mcp-patch", "lab")
+}
+
+// runLab is `mcp-patch lab up|demo|fault|down`.
+func runLab(ctx context.Context, g *globals, args []string, stdio IO) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stdio.Stderr, "usage: mcp-patch lab up|demo|fault|down [flags]")
+		return ExitUsage
+	}
+	sub, args := args[0], args[1:]
+	fs := subFlags("lab "+sub, g, stdio)
+	dir := fs.String("dir", labDir(stdio.Getenv), "where the lab keeps its files (env MCP_PATCH_LAB_DIR)")
+	cps := fs.Int("control-planes", 3, "control-plane hosts")
+	canary := fs.Int("canary", 1, "canary GPU servers")
+	gpus := fs.Int("gpu-servers", 4, "other GPU servers")
+	round := fs.String("round", time.Now().UTC().Format("2006-01"), "round id for the demo")
+	node := fs.String("node", "", "lab fault: the host the fault applies to")
+	arg := fs.String("arg", "", "lab fault: the fault's argument")
+	clear := fs.Bool("clear", false, "lab fault: clear the fault instead of injecting it")
+	httpAddr := fs.String("http", "127.0.0.1:8765", "lab up: also serve MCP over HTTP here (on the lab clock)")
+	if err := parseSub(fs, g, args); err != nil {
+		return ExitUsage
+	}
+	log, err := g.logger(stdio.Stderr)
+	if err != nil {
+		return ExitUsage
+	}
+	say := func(s string) { fmt.Fprintln(stdio.Stderr, "lab: "+s) }
+	opts := lab.Options{Dir: *dir, ControlPlanes: *cps, Canary: *canary, GPUServers: *gpus, Logger: log, Progress: say}
+	switch sub {
+	case "demo":
+		return labDemo(ctx, opts, *round, stdio, log)
+	case "up":
+		return labUp(ctx, opts, *httpAddr, stdio, log)
+	case "fault":
+		return labFault(fs.Args(), *dir, *node, *arg, *clear, stdio)
+	case "down":
+		return labDown(*dir, stdio)
+	}
+	fmt.Fprintf(stdio.Stderr, "mcp-patch lab: unknown subcommand %q (up, demo, fault, down)\n", sub)
+	return ExitUsage
+}
+
+func labDemo(ctx context.Context, opts lab.Options, roundID string, stdio IO, log *slog.Logger) int {
+	start := time.Now()
+	if err := os.RemoveAll(opts.Dir); err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
+		return ExitNotOK
+	}
+	l, err := lab.Up(ctx, opts)
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
+		return ExitNotOK
+	}
+	defer l.Close()
+	fmt.Fprintf(stdio.Stdout, "Lab up in %s: %d hosts over SSH, a real control plane, intent repo %s\n",
+		time.Since(start).Round(time.Second), len(l.Fleet.Hosts()), l.IntentRepo)
+	fmt.Fprintf(stdio.Stdout, "Running round %s as an agent would: following each next step, approvals signed with the lab-only key.\n\n", roundID)
+	res, err := l.RunRound(ctx, roundID, stdio.Stdout, log)
+	fmt.Fprintln(stdio.Stdout)
+	if err != nil {
+		fmt.Fprintf(stdio.Stderr, "mcp-patch lab demo: the round did not finish: %v\n", err)
+		return ExitNotOK
+	}
+	if !res.Outcome.Closed {
+		fmt.Fprintf(stdio.Stderr, "mcp-patch lab demo: the round stopped at %s on %s: %s\n", res.Outcome.Stopped.Step, res.Outcome.Stopped.Node, res.Outcome.Stopped.Reason)
+		return ExitNotOK
+	}
+	report := filepath.Join(l.IntentRepo, "rounds", roundID, "report.md")
+	fmt.Fprintf(stdio.Stdout, "Round %s closed in %s: %d tool calls, %d approvals signed.\n", roundID, res.Duration.Round(time.Second), res.Outcome.Calls, res.Outcome.Approvals)
+	fmt.Fprintf(stdio.Stdout, "Report: %s (timeline: timeline.svg beside it)\nCommits on %s:\n%s\n", report, res.Branch, indent(res.Log))
+	if b, err := os.ReadFile(report); err == nil {
+		fmt.Fprintf(stdio.Stdout, "\n%s\n", string(b))
+	}
+	return ExitOK
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}
+
+func labUp(ctx context.Context, opts lab.Options, httpAddr string, stdio IO, log *slog.Logger) int {
+	l, err := lab.Up(ctx, opts)
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
+		return ExitNotOK
+	}
+	defer l.Close()
+	cfg := l.Config
+	d, cleanup, err := tools.Build(ctx, &cfg, log, stdio.Getenv, l.Clock.Now)
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
+		return ExitNotOK
+	}
+	defer cleanup()
+	tok := make([]byte, 24)
+	_, _ = rand.Read(tok)
+	token := hex.EncodeToString(tok)
+	tokenFile := filepath.Join(opts.Dir, "http.token")
+	_ = os.WriteFile(tokenFile, []byte(token+"\n"), 0o600)
+	server := tools.NewServer(tools.Builtin(), d, Version)
+	handler := auth.RequireBearerToken(func(_ context.Context, got string, _ *http.Request) (*auth.TokenInfo, error) {
+		if got != token {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{UserID: "lab", Expiration: time.Now().Add(time.Hour)}, nil
+	}, nil)(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	ln, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
+		return ExitNotOK
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+	ctl, err := listenControl(ctx, opts.Dir, l)
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
+		return ExitNotOK
+	}
+	defer ctl.Close()
+	self, _ := os.Executable()
+	fmt.Fprintf(stdio.Stdout, `The lab is up (%d hosts). Connect Claude Code:
+
+  stdio:  claude mcp add mcp-patch-lab -- %s serve --config %s
+  HTTP:   claude mcp add --transport http mcp-patch-lab http://%s/ --header "Authorization: Bearer $(cat %s)"
+
+Sign approvals as the lab's person:   %s approve --key %s request.txt
+Inject a fault:                      %s lab fault NAME --node HOST   (names: %s)
+Stop it:                             Ctrl-C, or %s lab down
+`, len(l.Fleet.Hosts()), self, l.ConfigFile, ln.Addr(), tokenFile, self, l.ApproverKey, self, strings.Join(lab.FaultNames(), ", "), self)
+	<-ctx.Done()
+	fmt.Fprintln(stdio.Stderr, "lab: stopping")
+	return ExitOK
+}
+
+// The control socket lets `lab fault` and `lab down` reach a running lab.
+func listenControl(ctx context.Context, dir string, l *lab.Lab) (net.Listener, error) {
+	path := filepath.Join(dir, "lab.sock")
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	stop := make(chan struct{})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				f := strings.Split(strings.TrimSpace(line), "\t")
+				var err error
+				switch {
+				case len(f) == 4 && f[0] == "inject":
+					err = l.Inject(ctx, f[1], f[2], f[3])
+				case len(f) == 4 && f[0] == "clear":
+					err = l.Clear(ctx, f[1], f[2])
+				case len(f) == 1 && f[0] == "down":
+					fmt.Fprintln(c, "ok")
+					close(stop)
+					return
+				default:
+					err = errors.New("bad control request")
+				}
+				if err != nil {
+					fmt.Fprintln(c, "error: "+err.Error())
+					return
+				}
+				fmt.Fprintln(c, "ok")
+			}(c)
+		}
+	}()
+	go func() {
+		<-stop
+		p, _ := os.FindProcess(os.Getpid())
+		_ = p.Signal(os.Interrupt)
+	}()
+	return ln, nil
+}
+
+func control(dir, req string) (string, error) {
+	c, err := net.DialTimeout("unix", filepath.Join(dir, "lab.sock"), 5*time.Second)
+	if err != nil {
+		return "", fmt.Errorf("no running lab in %s (start one with mcp-patch lab up): %w", dir, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+	fmt.Fprintln(c, req)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+func labFault(args []string, dir, node, arg string, clear bool, stdio IO) int {
+	if len(args) != 1 {
+		fmt.Fprintf(stdio.Stderr, "usage: mcp-patch lab fault NAME [--node HOST] [--arg ARG] [--clear]\nfaults: %s\n", strings.Join(lab.FaultNames(), ", "))
+		return ExitUsage
+	}
+	verb := "inject"
+	if clear {
+		verb = "clear"
+	}
+	resp, err := control(dir, strings.Join([]string{verb, args[0], node, arg}, "\t"))
+	if err != nil || resp != "ok" {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab fault:", err, resp)
+		return ExitNotOK
+	}
+	fmt.Fprintf(stdio.Stdout, "%s %s: ok\n", verb, args[0])
+	return ExitOK
+}
+
+func labDown(dir string, stdio IO) int {
+	resp, err := control(dir, "down")
+	if err != nil || resp != "ok" {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab down:", err, resp)
+		return ExitNotOK
+	}
+	fmt.Fprintln(stdio.Stdout, "lab stopping")
+	return ExitOK
+}

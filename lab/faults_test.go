@@ -1,0 +1,119 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestFaultCatalogue injects each fault of the catalogue into a small lab
+// (2 control-plane nodes, 1 canary) and lets the agent client run the
+// round: the round must stop at the right step, on the right node, with
+// the right words, and nothing destructive may run after the stop. The
+// faults that are not regressions (an SSH drop mid-install, every GPU
+// allocated) must let the round close.
+func TestFaultCatalogue(t *testing.T) {
+	cases := []struct {
+		fault, node, arg string
+		after            string // inject after this tool's call ("" = before the round)
+		stopStep         string // "" = the round closes
+		stopNode, reason string
+	}{
+		{fault: "apt-would-remove", node: "cp-1", stopStep: "simulate", stopNode: "cp-1", reason: "remove"},
+		{fault: "package-not-held", node: "cp-1", stopStep: "simulate", stopNode: "cp-1", reason: "not held"},
+		{fault: "host-key-changed", node: "cp-1", stopStep: "inspect", stopNode: "cp-1", reason: "host key"},
+		{fault: "kernel-panic", node: "cp-1", stopStep: "trial_boot", stopNode: "cp-1", reason: "OLD kernel"},
+		{fault: "hang-on-boot", node: "cp-1", stopStep: "trial_boot", stopNode: "cp-1", reason: "hang"},
+		{fault: "boot-on-mdraid", node: "cp-1", stopStep: "trial_boot", stopNode: "cp-1", reason: "grubenv"},
+		{fault: "pdb-blocks-drain", arg: "cp-1", stopStep: "drain", stopNode: "cp-1", reason: "disruption budget"},
+		{fault: "etcd-member-lost", arg: "cp-2", stopStep: "gate", stopNode: "cp-1", reason: "etcd"},
+		{fault: "postgres-not-ready", stopStep: "gate", stopNode: "cp-1", reason: "postgres"},
+		{fault: "webhook-short", stopStep: "gate", stopNode: "cp-1", reason: "webhook"},
+		{fault: "new-failing-pod", after: "plan_round", stopStep: "gate", stopNode: "cp-1", reason: "stack-health"},
+		{fault: "nvidia-modules-missing", node: "gpu-canary-1", stopStep: "trial_boot", stopNode: "gpu-canary-1", reason: "NVIDIA"},
+		{fault: "gpu-missing", node: "gpu-canary-1", stopStep: "gpu_acceptance", stopNode: "gpu-canary-1", reason: "GPU"},
+		{fault: "fabric-manager-down", node: "gpu-canary-1", stopStep: "gpu_acceptance", stopNode: "gpu-canary-1", reason: "abric"},
+		{fault: "model-errors", stopStep: "gpu_acceptance", stopNode: "gpu-canary-1", reason: "completion"},
+		{fault: "ssh-drop-mid-install", node: "cp-1"},
+		{fault: "gpus-exhausted", arg: "gpu-canary-1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.fault, func(t *testing.T) {
+			l := upLab(t, Options{ControlPlanes: 2, Canary: 1, GPUServers: 0,
+				RebootTimeout: 15 * time.Second, GateSettle: 5 * time.Second, DrainTimeoutMinutes: 1})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			inject := func() {
+				if err := l.Inject(ctx, tc.fault, tc.node, tc.arg); err != nil {
+					t.Fatalf("inject %s: %v", tc.fault, err)
+				}
+			}
+			if tc.after == "" {
+				inject()
+			}
+			cs, _, closeSession, err := l.Session(ctx, testLog(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeSession()
+			sawNoCapacity := false
+			agent := &Agent{Session: cs, Sign: l.Sign, Wait: l.Clock.AdvanceTo, Say: func(s string) {
+				t.Log(s)
+				if strings.Contains(s, "no capacity") {
+					sawNoCapacity = true
+				}
+			}, AfterCall: func(ctx context.Context, tool, node, status string) {
+				if tool == tc.after {
+					inject()
+				}
+			}}
+			out, err := agent.Run(ctx, "2026-11")
+			if err != nil {
+				t.Fatalf("agent: %v", err)
+			}
+			if tc.stopStep == "" {
+				if !out.Closed {
+					t.Fatalf("the round should close despite %s; stopped: %+v", tc.fault, out.Stopped)
+				}
+				if tc.fault == "gpus-exhausted" && !sawNoCapacity {
+					t.Error("gpu_acceptance did not report no capacity")
+				}
+				return
+			}
+			if out.Stopped == nil {
+				t.Fatalf("the round did not stop (closed=%v)", out.Closed)
+			}
+			if out.Stopped.Step != tc.stopStep || out.Stopped.Node != tc.stopNode ||
+				!strings.Contains(strings.ToLower(out.Stopped.Reason), strings.ToLower(tc.reason)) {
+				t.Fatalf("stopped at %s on %s (%q); want %s on %s mentioning %q",
+					out.Stopped.Step, out.Stopped.Node, out.Stopped.Reason, tc.stopStep, tc.stopNode, tc.reason)
+			}
+			// Nothing destructive runs after the stop, approval or not.
+			for _, tool := range []string{"drain_node", "install_updates", "trial_boot", "promote_kernel"} {
+				for _, node := range []string{"cp-1", "cp-2", "gpu-canary-1"} {
+					res := callTool(t, cs, tool, map[string]any{"node": node})
+					if res["status"] == "ok" || res["status"] == "in_progress" || res["status"] == "approval_required" {
+						t.Errorf("%s on %s after the stop: %v", tool, node, res["status"])
+					}
+				}
+			}
+		})
+	}
+}
+
+func callTool(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) map[string]any {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
