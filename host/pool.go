@@ -593,7 +593,8 @@ func (p *Pool) Close() error {
 // Dial opens a TCP connection to addr as seen from node, tunnelled through
 // node's pooled SSH connection (direct-tcpip), e.g. to reach etcd on
 // 127.0.0.1:2379 of a control-plane node. network must be "tcp", "tcp4" or
-// "tcp6". The host's sshd must allow TCP forwarding.
+// "tcp6". The host's sshd must allow TCP forwarding. The tunnel lives on
+// the pooled connection: Forget(node), a lost connection or Close ends it.
 func (p *Pool) Dial(ctx context.Context, node, network, addr string) (net.Conn, error) {
 	switch network {
 	case "tcp", "tcp4", "tcp6":

@@ -3,8 +3,10 @@
 // an authorized_keys file and a free port, all in a temp dir; it also runs
 // a real ssh-agent and prepares test users and sudo rules. Everything it
 // starts or changes is undone through t.Cleanup (processes ended by pid).
-// It owns nothing outside its temp dirs, the test user it creates and the
-// sudoers drop-in it writes; it must not be imported by production code.
+// Outside its temp dirs it touches only: the test user it creates, the
+// sudoers drop-in it writes, /run/sshd (created when missing, as sshd
+// needs it) and, when sudo is missing, `apt-get install sudo`. It must not
+// be imported by production code.
 package sshdtest
 
 import (
