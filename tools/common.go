@@ -88,6 +88,16 @@ func (s *session) start(step round.Step, node, approvalID string) error {
 	return ruleRefusal(err)
 }
 
+// begin starts a step, or, when an earlier attempt is still in flight (the
+// process running it stopped), carries on with that attempt: the callers
+// are idempotent steps whose run is their own re-check.
+func (s *session) begin(step round.Step, node, approvalID string) error {
+	if s.inFlight(step, node) {
+		return nil
+	}
+	return s.start(step, node, approvalID)
+}
+
 func (s *session) finish(step round.Step, node, kernel, detail string) error {
 	_, err := s.j.FinishStep(step, node, round.Meta{Kernel: kernel, Detail: detail})
 	return err

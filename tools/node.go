@@ -170,7 +170,7 @@ func DownloadUpdates() Tool {
 		if err != nil {
 			return DownloadOut{}, err
 		}
-		if err := s.start(round.StepDownload, in.Node, ""); err != nil {
+		if err := s.begin(round.StepDownload, in.Node, ""); err != nil {
 			return DownloadOut{}, err
 		}
 		dl, err := h.Steps.Download(ctx, in.Node)
@@ -222,7 +222,7 @@ func SnapshotNode() Tool {
 		if err != nil {
 			return SnapshotOut{}, err
 		}
-		if err := s.start(round.StepSnapshot, in.Node, ""); err != nil {
+		if err := s.begin(round.StepSnapshot, in.Node, ""); err != nil {
 			return SnapshotOut{}, err
 		}
 		snap, err := h.Steps.Snapshot(ctx, in.Node, s.id, role, "")

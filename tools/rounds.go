@@ -438,6 +438,18 @@ func CloseRound() Tool {
 			return CloseRoundOut{}, err
 		}
 		st := s.j.State()
+		if s.inFlight(round.StepClose, "") {
+			// A close the stopped process began: finish it.
+			if err := s.finish(round.StepClose, "", "", "closed (resumed)"); err != nil {
+				return CloseRoundOut{}, err
+			}
+			c, err := d.commitRound(ctx, s, "closed")
+			if err != nil {
+				return CloseRoundOut{}, err
+			}
+			return CloseRoundOut{Report: "rounds/" + s.id + "/" + round.ReportFile, Timeline: "rounds/" + s.id + "/" + round.TimelineFile, Commit: c,
+				Result: Result{Reasons: []string{"round " + s.id + " closed"}, NextAction: "Ask people to review and merge the round's working branch."}}, nil
+		}
 		if !st.Aborted && !st.RoundSteps[round.StepAutoremove].Green() {
 			return CloseRoundOut{}, ruleRefusal(st.Admit(round.StepClose, "", d.now()))
 		}
@@ -451,7 +463,7 @@ func CloseRound() Tool {
 		if _, err := s.j.FindingsCommitted(c); err != nil {
 			return CloseRoundOut{}, err
 		}
-		if err := s.start(round.StepClose, "", ""); err != nil {
+		if err := s.begin(round.StepClose, "", ""); err != nil {
 			return CloseRoundOut{}, err
 		}
 		if err := s.finish(round.StepClose, "", "", "closed"); err != nil {
@@ -483,12 +495,32 @@ type AutoremoveOut struct {
 	Nodes []steps.AutoremoveResult `json:"nodes"`
 }
 
+type autoremoveFunc func(ctx context.Context, d *Deps, s *session, action string) ([]steps.AutoremoveResult, []string, error)
+
+// runAutoremove runs autoremove on every node (idempotent) and records it.
+func runAutoremove(ctx context.Context, d *Deps, s *session, run autoremoveFunc) (AutoremoveOut, error) {
+	res, problems, err := run(ctx, d, s, steps.AutoremoveRun)
+	if err != nil {
+		_ = s.fail(round.StepAutoremove, "", err.Error())
+		return AutoremoveOut{}, err
+	}
+	if len(problems) > 0 {
+		_ = s.fail(round.StepAutoremove, "", strings.Join(problems, "; "))
+		return AutoremoveOut{Nodes: res}, Fail("Tell a person which nodes failed.", problems...)
+	}
+	if err := s.finish(round.StepAutoremove, "", "", fmt.Sprintf("%d nodes", len(res))); err != nil {
+		return AutoremoveOut{}, err
+	}
+	return AutoremoveOut{Nodes: res, Result: Result{Reasons: []string{fmt.Sprintf("autoremove ran on %d nodes", len(res))},
+		NextAction: "record_lesson for what the round taught, then close_round."}}, nil
+}
+
 // FleetTarget is the node name approvals use for a fleet-wide step.
 const FleetTarget = "all-nodes"
 
 // Autoremove is the autoremove tool.
 func Autoremove() Tool {
-	simulate := func(ctx context.Context, d *Deps, s *session, action string) ([]steps.AutoremoveResult, []string, error) {
+	var simulate autoremoveFunc = func(ctx context.Context, d *Deps, s *session, action string) ([]steps.AutoremoveResult, []string, error) {
 		h, err := d.hosts(ctx)
 		if err != nil {
 			return nil, nil, err
@@ -518,6 +550,17 @@ func Autoremove() Tool {
 			"run it. Never removes the running kernel. One approval covers the fleet; its plan lists what each node removes.",
 		Idempotent: true, OpenWorld: true,
 	}, Steps[AutoremoveIn, AutoremoveOut]{
+		Reenter: func(ctx context.Context, d *Deps, in AutoremoveIn, p Progress) (AutoremoveOut, bool, error) {
+			s, err := d.openSession()
+			if err != nil {
+				return AutoremoveOut{}, true, err
+			}
+			if !s.inFlight(round.StepAutoremove, "") {
+				return AutoremoveOut{}, false, nil
+			}
+			out, err := runAutoremove(ctx, d, s, simulate)
+			return out, true, err
+		},
 		Plan: func(ctx context.Context, d *Deps, in AutoremoveIn) (Plan, error) {
 			s, err := d.openSession()
 			if err != nil {
@@ -552,20 +595,7 @@ func Autoremove() Tool {
 			if err := s.start(round.StepAutoremove, "", a.ID); err != nil {
 				return AutoremoveOut{}, err
 			}
-			res, problems, err := simulate(ctx, d, s, steps.AutoremoveRun)
-			if err != nil {
-				_ = s.fail(round.StepAutoremove, "", err.Error())
-				return AutoremoveOut{}, err
-			}
-			if len(problems) > 0 {
-				_ = s.fail(round.StepAutoremove, "", strings.Join(problems, "; "))
-				return AutoremoveOut{Nodes: res}, Fail("Tell a person which nodes failed.", problems...)
-			}
-			if err := s.finish(round.StepAutoremove, "", "", fmt.Sprintf("%d nodes", len(res))); err != nil {
-				return AutoremoveOut{}, err
-			}
-			return AutoremoveOut{Nodes: res, Result: Result{Reasons: []string{fmt.Sprintf("autoremove ran on %d nodes", len(res))},
-				NextAction: "record_lesson for what the round taught, then close_round."}}, nil
+			return runAutoremove(ctx, d, s, simulate)
 		},
 	})
 }

@@ -292,6 +292,22 @@ func InstallUpdates() Tool {
 			return out, nil
 		}
 		switch {
+		case st.State == "not_started":
+			// The process that started the step stopped before the node
+			// started apt: start it now, bound to the recorded plan.
+			np, _ := s.nodePlan(d, node)
+			st2, err := h.Steps.Install(ctx, node, "start", s.id, np.PackageDigest)
+			out.Install = &st2
+			if err != nil {
+				if errors.Is(err, steps.ErrRefused) {
+					_ = s.fail(round.StepInstall, node, "the node refused to start the install (resumed): "+err.Error())
+					return out, Fail("Stop and tell a person: the node's package set drifted.", err.Error())
+				}
+				return out, Fail("Call install_updates again: it reads the install's state first.", "starting the install on "+node+": "+err.Error())
+			}
+			out.Result = Result{Status: StatusInProgress, Reasons: []string{"apt-get full-upgrade started detached on " + node + " (resumed)"},
+				NextAction: "Call install_updates again with the same node to follow it."}
+			return out, nil
 		case st.State == "running":
 			out.Result = Result{Status: StatusInProgress,
 				Reasons:    []string{fmt.Sprintf("apt is running on %s: %d unpacked, %d set up", node, st.Progress.Unpacked, st.Progress.SetUp)},

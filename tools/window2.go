@@ -73,8 +73,16 @@ func TrialBoot() Tool {
 		}
 		if !tb.Rebooted {
 			if tb.RebootRequestedAt == "" {
-				// Prepared but the reboot was never requested (the process
-				// stopped in between): request it now.
+				// The process that started the step stopped before the
+				// reboot was requested: finish what it began, from the
+				// entries it recorded (prepare is idempotent).
+				np, _ := s.nodePlan(d, node)
+				if tb.NextEntry == "" {
+					if _, err := h.Steps.TrialBootPrepare(ctx, node, steps.TrialBootInput{Round: s.id, OldEntry: np.OldEntry, NewEntry: np.NewEntry, PanicSeconds: panicSeconds(s)}); err != nil {
+						_ = s.fail(round.StepTrialBoot, node, "prepare (resumed): "+err.Error())
+						return out, Fail("Stop: the trial boot could not be prepared; the node was not rebooted. Tell a person.", "prepare trial boot on "+node+": "+err.Error())
+					}
+				}
 				if tb2, err := h.Steps.TrialBootReboot(ctx, node, s.id); err == nil {
 					tb = tb2
 				} else {
@@ -228,6 +236,13 @@ func TrialBoot() Tool {
 	})
 }
 
+func panicSeconds(s *session) int {
+	if k := s.settings.Kernel; k != nil && k.PanicRebootSeconds > 0 {
+		return k.PanicRebootSeconds
+	}
+	return 10
+}
+
 // ---- uncordon_node ----
 
 // UncordonOut says what happened.
@@ -252,8 +267,11 @@ func UncordonNode() Tool {
 		if err != nil {
 			return UncordonOut{}, err
 		}
-		if err := s.admit(d, round.StepUncordon, in.Node); err != nil {
-			return UncordonOut{}, err
+		resumed := s.inFlight(round.StepUncordon, in.Node)
+		if !resumed {
+			if err := s.admit(d, round.StepUncordon, in.Node); err != nil {
+				return UncordonOut{}, err
+			}
 		}
 		kc, err := d.cluster(ctx)
 		if err != nil {
@@ -263,11 +281,18 @@ func UncordonNode() Tool {
 		if err != nil {
 			return UncordonOut{}, Fail("Check the node name and the API server.", "read the cordon of "+in.Node+": "+err.Error())
 		}
+		if resumed && !st.Unschedulable {
+			// Uncordoned before the process that did it stopped.
+			if err := s.finish(round.StepUncordon, in.Node, "", "found uncordoned (resumed)"); err != nil {
+				return UncordonOut{}, err
+			}
+			return UncordonOut{Result: Result{Reasons: []string{in.Node + " is schedulable again"}, NextAction: "Call round_status for the next step."}}, nil
+		}
 		if st.Owner == nil || st.Owner.Identity != d.Identity {
 			return UncordonOut{}, Refuse("Leave it: only the person or tool that cordoned the node may uncordon it.",
 				fmt.Sprintf("%s was not cordoned by this server (%s)", in.Node, st.Describe()), "nothing was changed")
 		}
-		if err := s.start(round.StepUncordon, in.Node, ""); err != nil {
+		if err := s.begin(round.StepUncordon, in.Node, ""); err != nil {
 			return UncordonOut{}, err
 		}
 		res, err := drain.Uncordon(ctx, kc.Kube, in.Node, d.Identity)
@@ -314,8 +339,10 @@ func GPUAcceptance() Tool {
 		if err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		if err := s.admit(d, round.StepGPUAcceptance, in.Node); err != nil {
-			return GPUAcceptanceOut{}, err
+		if !s.inFlight(round.StepGPUAcceptance, in.Node) {
+			if err := s.admit(d, round.StepGPUAcceptance, in.Node); err != nil {
+				return GPUAcceptanceOut{}, err
+			}
 		}
 		g := s.settings.GPU
 		if g == nil {
@@ -329,7 +356,7 @@ func GPUAcceptance() Tool {
 		if err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		if err := s.start(round.StepGPUAcceptance, in.Node, ""); err != nil {
+		if err := s.begin(round.StepGPUAcceptance, in.Node, ""); err != nil {
 			return GPUAcceptanceOut{}, err
 		}
 		out := GPUAcceptanceOut{}
@@ -420,6 +447,20 @@ func PromoteKernel() Tool {
 			"Only after verify_node (and gpu_acceptance on GPU servers) is green on the new kernel.",
 		Idempotent: true, OpenWorld: true,
 	}, Steps[PromoteIn, PromoteOut]{
+		Reenter: func(ctx context.Context, d *Deps, in PromoteIn, p Progress) (PromoteOut, bool, error) {
+			if err := ValidNode(in.Node); err != nil {
+				return PromoteOut{}, true, err
+			}
+			s, err := d.openSession()
+			if err != nil {
+				return PromoteOut{}, true, err
+			}
+			if !s.inFlight(round.StepPromote, in.Node) {
+				return PromoteOut{}, false, nil
+			}
+			out, err := promote(ctx, d, s, in.Node)
+			return out, true, err
+		},
 		Plan: func(ctx context.Context, d *Deps, in PromoteIn) (Plan, error) {
 			if err := ValidNode(in.Node); err != nil {
 				return Plan{}, err
@@ -441,30 +482,35 @@ func PromoteKernel() Tool {
 			if err != nil {
 				return PromoteOut{}, err
 			}
-			np, _ := s.nodePlan(d, in.Node)
-			h, err := d.hosts(ctx)
-			if err != nil {
-				return PromoteOut{}, err
-			}
 			if err := s.start(round.StepPromote, in.Node, a.ID); err != nil {
 				return PromoteOut{}, err
 			}
-			res, err := h.Steps.Promote(ctx, in.Node, s.id, np.TargetKernel)
-			if err != nil || !res.Promoted {
-				why := fmt.Sprintf("promote on %s: default is now %q (%s), want %s", in.Node, res.NextBootKernel, res.NextBootEntry, np.TargetKernel)
-				if err != nil {
-					why = "promote on " + in.Node + ": " + err.Error()
-				}
-				_ = s.fail(round.StepPromote, in.Node, why)
-				return PromoteOut{Promote: &res}, Fail("Stop and tell a person: GRUB's default is not what it should be.", why)
-			}
-			if err := s.finish(round.StepPromote, in.Node, "", "default is "+res.NextBootKernel); err != nil {
-				return PromoteOut{}, err
-			}
-			return PromoteOut{Promote: &res, Result: Result{Reasons: []string{in.Node + " boots " + res.NextBootKernel + " by default now"},
-				NextAction: "check_gate with this node: the next node's drain waits for it to be green."}}, nil
+			return promote(ctx, d, s, in.Node)
 		},
 	})
+}
+
+// promote makes the new kernel the default (idempotent) and records it.
+func promote(ctx context.Context, d *Deps, s *session, node string) (PromoteOut, error) {
+	np, _ := s.nodePlan(d, node)
+	h, err := d.hosts(ctx)
+	if err != nil {
+		return PromoteOut{}, err
+	}
+	res, err := h.Steps.Promote(ctx, node, s.id, np.TargetKernel)
+	if err != nil || !res.Promoted {
+		why := fmt.Sprintf("promote on %s: default is now %q (%s), want %s", node, res.NextBootKernel, res.NextBootEntry, np.TargetKernel)
+		if err != nil {
+			why = "promote on " + node + ": " + err.Error()
+		}
+		_ = s.fail(round.StepPromote, node, why)
+		return PromoteOut{Promote: &res}, Fail("Stop and tell a person: GRUB's default is not what it should be.", why)
+	}
+	if err := s.finish(round.StepPromote, node, "", "default is "+res.NextBootKernel); err != nil {
+		return PromoteOut{}, err
+	}
+	return PromoteOut{Promote: &res, Result: Result{Reasons: []string{node + " boots " + res.NextBootKernel + " by default now"},
+		NextAction: "check_gate with this node: the next node's drain waits for it to be green."}}, nil
 }
 
 // ---- check_gate ----

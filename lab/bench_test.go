@@ -1,0 +1,109 @@
+package lab
+
+import (
+	"context"
+	"io"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"mcp-patch/host"
+	"mcp-patch/host/steps"
+	"mcp-patch/lab/fleet"
+	"mcp-patch/round"
+)
+
+// BenchmarkLabRound runs the whole round on a 3+1+2 lab with the lab's own
+// waits cut to the minimum (reboot downtime and dpkg steps ~0, the
+// scripts' reboot timer at 0.5 s), and reports the wall time of the round
+// and of each window (drain to green gate), plus the orchestration
+// overhead: a window's time minus the lab's reboot and install waits.
+func BenchmarkLabRound(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		dir := b.TempDir()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		l, err := Up(ctx, Options{Dir: dir, ControlPlanes: 3, Canary: 1, GPUServers: 2,
+			RebootDowntime: time.Millisecond, InstallStep: time.Millisecond, GateSettle: 30 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		res, err := l.RunRound(ctx, "2026-11", io.Discard, nil)
+		if err != nil || !res.Outcome.Closed {
+			b.Fatalf("round: %v %+v", err, res.Outcome.Stopped)
+		}
+		total := time.Since(start)
+		st, _, err := round.ReadState(filepath.Join(l.IntentRepo, "rounds", "2026-11"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var ws []time.Duration
+		for _, d := range st.WindowDurations() {
+			ws = append(ws, d)
+		}
+		sort.Slice(ws, func(i, j int) bool { return ws[i] < ws[j] })
+		// The lab's own waits per window: the scripts' reboot timer (5 s
+		// scaled by 0.1), the agent's poll pauses while install and the
+		// reboot run (counted from its calls), downtime and dpkg steps (~0).
+		const rebootTimer = 500 * time.Millisecond
+		polls := time.Duration(0)
+		for _, s := range res.Outcome.Steps {
+			if len(s) > 12 && s[len(s)-11:] == "in_progress" {
+				polls += 200 * time.Millisecond
+			}
+		}
+		perWindowWait := rebootTimer + polls/time.Duration(len(ws))
+		median := ws[len(ws)/2]
+		b.ReportMetric(total.Seconds(), "s/round")
+		b.ReportMetric(median.Seconds(), "s/window-median")
+		b.ReportMetric((median - perWindowWait).Seconds(), "s/window-overhead")
+		b.ReportMetric(float64(res.Outcome.Calls)/float64(len(ws)), "calls/window")
+		l.Close()
+		cancel()
+	}
+}
+
+// BenchmarkFleetCheck200 fans the fleet check's host step (kernel.sh) out
+// over 200 lab hosts through the production SSH pool at concurrency 50:
+// cold (new connections) and pooled.
+func BenchmarkFleetCheck200(b *testing.B) {
+	ctx := context.Background()
+	f, err := fleet.New(ctx, fleet.Options{Dir: b.TempDir(), ControlPlanes: 3, Canary: 1, GPUServers: 196, Parallelism: 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	inv, err := host.LoadInventory(f.InventoryFile())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var nodes []string
+	for _, h := range f.Hosts() {
+		nodes = append(nodes, h.Name)
+	}
+	run := func(pool *host.Pool) time.Duration {
+		st := steps.New(pool, nil)
+		start := time.Now()
+		res := host.FanOut(ctx, nodes, 50, func(ctx context.Context, node string) (steps.KernelInfo, error) {
+			return st.Kernel(ctx, node)
+		})
+		for _, r := range res {
+			if r.Err != nil {
+				b.Fatalf("%s: %v", r.Node, r.Err)
+			}
+		}
+		return time.Since(start)
+	}
+	for i := 0; i < b.N; i++ {
+		pool, err := host.NewPool(inv, host.Config{KnownHostsFiles: []string{f.KnownHostsFile()}, IdentityFiles: []string{f.OperatorKeyFile()}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cold := run(pool)
+		warm := run(pool)
+		b.ReportMetric(cold.Seconds(), "s/cold-200")
+		b.ReportMetric(warm.Seconds(), "s/pooled-200")
+		pool.Close()
+	}
+}
