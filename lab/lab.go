@@ -283,8 +283,8 @@ func (l *Lab) Close() error {
 }
 
 var (
-	modelURLLine  = regexp.MustCompile(`(?m)^(\s*url:\s*).*$`)
-	issuerURLLine = regexp.MustCompile(`(?m)^(\s*issuer_url:\s*).*$`)
+	modelURLLine     = regexp.MustCompile(`(?m)^(\s*url:\s*).*$`)
+	issuerURLLine    = regexp.MustCompile(`(?m)^(\s*issuer_url:\s*).*$`)
 	drainTimeoutLine = regexp.MustCompile(`(?m)^(\s*timeout_minutes:\s*).*$`)
 )
 

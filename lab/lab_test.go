@@ -18,7 +18,10 @@ func testLog(t *testing.T) *slog.Logger {
 
 type tw struct{ t *testing.T }
 
-func (w tw) Write(p []byte) (int, error) { w.t.Log(strings.TrimRight(string(p), "\n")); return len(p), nil }
+func (w tw) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
 
 func upLab(t *testing.T, opts Options) *Lab {
 	t.Helper()
