@@ -16,8 +16,9 @@
 // Node NotReady while the host is down, its etcd member stopped, its pods
 // Ready again when it is back).
 //
-// The package owns only the objects it creates (all carry
-// LabelManagedBy=ManagedByValue) and the listeners it opens. It must not
-// start or stop cluster processes other than the etcd members it is handed,
-// and production packages must not import it.
+// The package owns only the objects it creates (all but the CNPG CRD carry
+// LabelWorld=true), the status it writes for them and for the Nodes and
+// pods it plays the kubelet of, and the listeners it opens. It must not
+// start or stop cluster processes other than the etcd members it is
+// handed, and production packages must not import it.
 package world

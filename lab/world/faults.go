@@ -19,6 +19,20 @@ import (
 	"mcp-patch/kube"
 )
 
+var (
+	_ Fault     = PDBBlocksDrain{}
+	_ Fault     = EtcdMemberLost{}
+	_ Fault     = PostgresNotReady{}
+	_ resolver  = PostgresNotReady{}
+	_ podHolder = PostgresNotReady{}
+	_ Fault     = WebhookShort{}
+	_ podHolder = WebhookShort{}
+	_ Fault     = NewFailingPod{}
+	_ podHolder = NewFailingPod{}
+	_ Fault     = ModelErrors{}
+	_ Fault     = GPUsExhausted{}
+)
+
 // Fault is a cluster-side failure the World plays. World.Inject applies
 // it; World.Clear (by name) takes it back.
 type Fault interface {
@@ -102,11 +116,6 @@ func (w *World) activeFault(name string) Fault {
 	}
 	return nil
 }
-
-// reconcileFaults re-applies what faults keep true (the GPU fillers' and
-// guarded app's objects stay as created; held pods are enforced by the
-// kubelet part). Nothing to do today beyond the holds.
-func (w *World) reconcileFaults(context.Context) error { return nil }
 
 // FaultInfo names and describes a fault kind.
 type FaultInfo struct {

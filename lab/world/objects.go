@@ -122,7 +122,6 @@ func nodeObject(h Host, o Options) *corev1.Node {
 				KernelVersion:           kernel,
 				OSImage:                 OSImage,
 				KubeletVersion:          KubeletVersion,
-				KubeProxyVersion:        KubeletVersion,
 				ContainerRuntimeVersion: "containerd://1.7.12",
 				OperatingSystem:         "linux",
 				Architecture:            "amd64",

@@ -32,8 +32,8 @@ type Host struct {
 }
 
 // HostProbe reports whether a host is up (booted, its kubelet would be
-// running) and the kernel it booted. The World polls it; see
-// FleetProbe-style adapters in the report of the package.
+// running) and the kernel it booted ("" when unknown). The World polls it
+// every TickInterval; package fromfleet makes them from a lab fleet.
 type HostProbe func() (up bool, kernel string)
 
 // Names are the namespaces and object names the World creates. The zero

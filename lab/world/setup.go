@@ -17,7 +17,7 @@ import (
 func (w *World) createPostgres(ctx context.Context) error {
 	o := w.opts
 	var uid types.UID
-	if err := create(ctx, "CNPG cluster "+o.Names.PostgresCluster, func() error {
+	if err := create("CNPG cluster "+o.Names.PostgresCluster, func() error {
 		out, err := w.dc.Resource(kube.CNPGClusters).Namespace(o.Names.PostgresNamespace).Create(ctx, cnpgClusterObject(o), metav1.CreateOptions{FieldManager: fieldManager})
 		if err == nil {
 			uid = out.GetUID()
@@ -58,7 +58,7 @@ func (w *World) createPostgres(ctx context.Context) error {
 		if in.name == primary {
 			role = rolePrimary
 		}
-		if err := create(ctx, "CNPG instance pod "+in.name, func() error {
+		if err := create("CNPG instance pod "+in.name, func() error {
 			_, err := w.kc.CoreV1().Pods(o.Names.PostgresNamespace).Create(ctx, instancePod(o, uid, in.name, in.node, role), metav1.CreateOptions{FieldManager: fieldManager})
 			return err
 		}); err != nil {
@@ -66,7 +66,7 @@ func (w *World) createPostgres(ctx context.Context) error {
 		}
 	}
 	for _, pdb := range cnpgPDBs(o) {
-		if err := create(ctx, "PDB "+pdb.Name, func() error {
+		if err := create("PDB "+pdb.Name, func() error {
 			_, err := w.kc.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Create(ctx, pdb, metav1.CreateOptions{FieldManager: fieldManager})
 			return err
 		}); err != nil {
@@ -92,7 +92,7 @@ func (w *World) createMirrorPods(ctx context.Context) error {
 			{"kube-apiserver", apiserverCommand(w.oidc.issuer)},
 		} {
 			pod := mirrorPod(node, p.component, p.cmd)
-			if err := create(ctx, "mirror pod "+pod.Name, func() error {
+			if err := create("mirror pod "+pod.Name, func() error {
 				_, err := w.kc.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{FieldManager: fieldManager})
 				return err
 			}); err != nil {
@@ -140,7 +140,7 @@ func (w *World) createWebhook(ctx context.Context) error {
 		}},
 	}
 	for _, s := range steps {
-		if err := create(ctx, s.what, s.do); err != nil {
+		if err := create(s.what, s.do); err != nil {
 			return err
 		}
 	}
@@ -152,27 +152,27 @@ func (w *World) createWebhook(ctx context.Context) error {
 func (w *World) createWorkloads(ctx context.Context) error {
 	o := w.opts
 	op := cnpgOperatorDeployment(o)
-	if err := create(ctx, "deployment "+op.Name, func() error {
+	if err := create("deployment "+op.Name, func() error {
 		_, err := w.kc.AppsV1().Deployments(op.Namespace).Create(ctx, op, metav1.CreateOptions{FieldManager: fieldManager})
 		return err
 	}); err != nil {
 		return err
 	}
 	ds := devicePluginDaemonSet(o)
-	if err := create(ctx, "daemonset "+ds.Name, func() error {
+	if err := create("daemonset "+ds.Name, func() error {
 		_, err := w.kc.AppsV1().DaemonSets(ds.Namespace).Create(ctx, ds, metav1.CreateOptions{FieldManager: fieldManager})
 		return err
 	}); err != nil {
 		return err
 	}
 	dep, svc := modelObjects(o)
-	if err := create(ctx, "service "+svc.Name, func() error {
+	if err := create("service "+svc.Name, func() error {
 		_, err := w.kc.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{FieldManager: fieldManager})
 		return err
 	}); err != nil {
 		return err
 	}
-	return create(ctx, "deployment "+dep.Name, func() error {
+	return create("deployment "+dep.Name, func() error {
 		_, err := w.kc.AppsV1().Deployments(dep.Namespace).Create(ctx, dep, metav1.CreateOptions{FieldManager: fieldManager})
 		return err
 	})
@@ -191,7 +191,7 @@ func (w *World) createVIPLease(ctx context.Context, holder string) error {
 			RenewTime:            &now,
 		},
 	}
-	return create(ctx, "lease "+lease.Name, func() error {
+	return create("lease "+lease.Name, func() error {
 		_, err := w.kc.CoordinationV1().Leases(lease.Namespace).Create(ctx, lease, metav1.CreateOptions{FieldManager: fieldManager})
 		return err
 	})

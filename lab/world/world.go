@@ -146,7 +146,7 @@ func (w *World) setup(ctx context.Context) error {
 		namespaces = append(namespaces, o.Names.VIPLeaseNamespace)
 	}
 	for _, ns := range dedupe(namespaces) {
-		if err := create(ctx, "namespace "+ns, func() error {
+		if err := create("namespace "+ns, func() error {
 			_, err := w.kc.CoreV1().Namespaces().Create(ctx, namespaceObject(ns), metav1.CreateOptions{FieldManager: fieldManager})
 			return err
 		}); err != nil {
@@ -155,13 +155,13 @@ func (w *World) setup(ctx context.Context) error {
 	}
 
 	policy, binding := nodePowerPolicy()
-	if err := create(ctx, "admission policy "+policy.Name, func() error {
+	if err := create("admission policy "+policy.Name, func() error {
 		_, err := w.kc.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{FieldManager: fieldManager})
 		return err
 	}); err != nil {
 		return err
 	}
-	if err := create(ctx, "admission policy binding "+binding.Name, func() error {
+	if err := create("admission policy binding "+binding.Name, func() error {
 		_, err := w.kc.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{FieldManager: fieldManager})
 		return err
 	}); err != nil {
@@ -169,7 +169,7 @@ func (w *World) setup(ctx context.Context) error {
 	}
 
 	for _, h := range o.Hosts {
-		if err := create(ctx, "node "+h.Name, func() error {
+		if err := create("node "+h.Name, func() error {
 			_, err := w.kc.CoreV1().Nodes().Create(ctx, nodeObject(h, o), metav1.CreateOptions{FieldManager: fieldManager})
 			return err
 		}); err != nil {
@@ -374,7 +374,6 @@ func (w *World) reconcile(ctx context.Context) {
 		{"hosts", w.reconcileHosts},
 		{"postgres", w.reconcilePostgres},
 		{"vip", w.reconcileVIP},
-		{"faults", w.reconcileFaults},
 		{"kubelet", w.reconcilePods},
 	}
 	for _, p := range parts {
@@ -489,8 +488,8 @@ func (w *World) OIDCCAPEM() []byte { return w.oidc.caPEM }
 // WebhookCAPEM is the CA bundle of the admission webhook.
 func (w *World) WebhookCAPEM() []byte { return w.webhookCA }
 
-// Inventory returns the production inventory options that fit the World
-// (its canary label).
+// InventoryOptions returns the production inventory options that fit the
+// World (its canary label).
 func (w *World) InventoryOptions() kube.InventoryOptions {
 	return kube.InventoryOptions{CanaryLabel: w.opts.Names.CanaryLabel}
 }
@@ -528,7 +527,7 @@ func (w *World) waitFor(ctx context.Context, what string, check func(context.Con
 
 // create runs a create call; an object that already exists is an error
 // (the World needs a fresh cluster).
-func create(_ context.Context, what string, do func() error) error {
+func create(what string, do func() error) error {
 	if err := do(); err != nil {
 		return fmt.Errorf("create %s: %w", what, err)
 	}

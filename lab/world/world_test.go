@@ -91,7 +91,7 @@ func (tw testWorld) gateConfig(t *testing.T, base *gate.Baseline) gate.Config {
 		// The lab's pods are minutes old; the default grace would call a
 		// pod the World holds not Ready "starting".
 		Health: gate.HealthConfig{CriticalNamespaces: criticalNamespaces, StartupGrace: time.Millisecond},
-		OIDC:     gate.OIDCConfig{CAPEM: tw.OIDCCAPEM(), Timeout: 5 * time.Second},
+		OIDC:   gate.OIDCConfig{CAPEM: tw.OIDCCAPEM(), Timeout: 5 * time.Second},
 	}
 }
 
@@ -142,11 +142,11 @@ func TestWorld(t *testing.T) {
 			t.Fatal(err)
 		}
 		type row struct {
-			Name                          string
-			CP, GPU, Canary, Ready        bool
-			GPUs, Requested               int64
+			Name                           string
+			CP, GPU, Canary, Ready         bool
+			GPUs, Requested                int64
 			Address, AddressSource, Kernel string
-			Machine                       string
+			Machine                        string
 		}
 		var got []row
 		for _, n := range inv.Nodes {

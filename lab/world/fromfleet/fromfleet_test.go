@@ -2,7 +2,6 @@ package fromfleet
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -108,7 +107,7 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal(fmt.Sprintf("%s: not within %v", what, within))
+			t.Fatalf("%s: not within %v", what, within)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
