@@ -32,8 +32,8 @@ func TestFaultCatalogue(t *testing.T) {
 		{fault: "pdb-blocks-drain", arg: "cp-1", stopStep: "drain", stopNode: "cp-1", reason: "disruption budget"},
 		{fault: "etcd-member-lost", arg: "cp-2", stopStep: "gate", stopNode: "cp-1", reason: "etcd"},
 		{fault: "postgres-not-ready", stopStep: "gate", stopNode: "cp-1", reason: "postgres"},
-		{fault: "webhook-short", stopStep: "gate", stopNode: "cp-1", reason: "webhook"},
-		{fault: "new-failing-pod", after: "plan_round", stopStep: "gate", stopNode: "cp-1", reason: "stack-health"},
+		{fault: "webhook-short", after: "promote_kernel", stopStep: "gate", stopNode: "cp-1", reason: "webhook"},
+		{fault: "new-failing-pod", after: "promote_kernel", stopStep: "gate", stopNode: "cp-1", reason: "stack-health"},
 		{fault: "nvidia-modules-missing", node: "gpu-canary-1", stopStep: "trial_boot", stopNode: "gpu-canary-1", reason: "NVIDIA"},
 		{fault: "gpu-missing", node: "gpu-canary-1", stopStep: "gpu_acceptance", stopNode: "gpu-canary-1", reason: "GPU"},
 		{fault: "fabric-manager-down", node: "gpu-canary-1", stopStep: "gpu_acceptance", stopNode: "gpu-canary-1", reason: "abric"},
@@ -60,14 +60,15 @@ func TestFaultCatalogue(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer closeSession()
-			sawNoCapacity := false
+			sawNoCapacity, injected := false, false
 			agent := &Agent{Session: cs, Sign: l.Sign, Wait: l.Clock.AdvanceTo, Say: func(s string) {
 				t.Log(s)
 				if strings.Contains(s, "no capacity") {
 					sawNoCapacity = true
 				}
 			}, AfterCall: func(ctx context.Context, tool, node, status string) {
-				if tool == tc.after {
+				if tool == tc.after && !injected {
+					injected = true
 					inject()
 				}
 			}}

@@ -225,8 +225,11 @@ func DrainNode() Tool {
 				return Plan{}, Fail("Check the node name and the API server.", "preview drain: "+err.Error())
 			}
 			if len(pl.Blockers) > 0 {
-				return Plan{}, Refuse("A person must deal with these pods (or change the intent's drain policy) before the drain.",
-					append([]string{"the drain would be blocked before it starts:"}, pl.Blockers...)...)
+				why := append([]string{"the drain of " + in.Node + " would be blocked before it starts (nothing was cordoned):"}, pl.Blockers...)
+				if err := s.start(round.StepDrain, in.Node, ""); err == nil {
+					_ = s.fail(round.StepDrain, in.Node, strings.Join(why, " "))
+				}
+				return Plan{}, Fail("Stop: a person must deal with these pods (or change the intent's drain policy), then sign resume or abort.", why...)
 			}
 			summary := []string{fmt.Sprintf("cordon %s and evict %d pods (PDBs respected, DaemonSets stay)", in.Node, len(pl.Evict))}
 			var pods []string
