@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-const fixtures = "../../shared/fixtures"
+const fixtures = "../testdata/fixtures"
 
 // offlineEnv points kubectl at a closed port on loopback, so the examples'
 // live checks meet a real refusal instead of whatever cluster is around.

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-const fixtures = "../../shared/fixtures/k8s/"
+const fixtures = "../testdata/fixtures/k8s/"
 
 func readFixture(t *testing.T, name string) []byte {
 	t.Helper()

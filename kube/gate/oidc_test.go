@@ -25,7 +25,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-const fixtures = "../../../shared/fixtures/k8s/"
+const fixtures = "../../testdata/fixtures/k8s/"
 
 func readFixture(t testing.TB, name string) []byte {
 	t.Helper()

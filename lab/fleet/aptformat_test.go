@@ -13,7 +13,7 @@ import (
 	"mcp-patch/host/parse"
 )
 
-const fixtures = "../../../shared/fixtures"
+const fixtures = "../../testdata/fixtures"
 
 // aptGrammar is the line grammar of `apt-get -s` output (apt 2.x, the
 // "The following ..." layout). Every pattern is checked against the real

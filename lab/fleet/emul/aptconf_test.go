@@ -17,7 +17,7 @@ func TestAptConfDumpMatchesAptConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("apt-config (apt) is needed: %v", err)
 	}
-	dir := "../../../../shared/fixtures/livepatch"
+	dir := "../../../testdata/fixtures/livepatch"
 	for _, name := range []string{
 		"50unattended-upgrades_ubuntu-server_automatic-reboot-0200-with-users.conf",
 		"50unattended-upgrades_ubuntu2204-stock.conf",

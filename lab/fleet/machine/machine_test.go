@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-const fixtures = "../../../../shared/fixtures"
+const fixtures = "../../../testdata/fixtures"
 
 // TestGrubEnvAgainstGrubEditenv checks the environment block both ways
 // against the real grub-editenv.
