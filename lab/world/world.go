@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/yaml"
 
 	"mcp-patch/kube"
 )
@@ -571,3 +573,47 @@ func dedupe(s []string) []string {
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
 func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
+
+// APIServerManifest is the kube-apiserver static pod manifest of a
+// control-plane host (/etc/kubernetes/manifests/kube-apiserver.yaml), the
+// file its mirror pod stands for: same command, OIDC flags included.
+func (w *World) APIServerManifest(node string) ([]byte, error) {
+	if !w.isCP(node) {
+		return nil, fmt.Errorf("kube-apiserver manifest: %s is not a control-plane host", node)
+	}
+	pod := mirrorPod(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, "kube-apiserver", apiserverCommand(w.oidc.issuer))
+	pod.Name, pod.OwnerReferences, pod.Annotations, pod.Spec.NodeName = "kube-apiserver", nil, nil, ""
+	pod.Labels = map[string]string{"component": "kube-apiserver", "tier": "control-plane"}
+	pod.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+	out, err := yaml.Marshal(pod)
+	if err != nil {
+		return nil, fmt.Errorf("kube-apiserver manifest for %s: %w", node, err)
+	}
+	return out, nil
+}
+
+// Intent settings the lab cannot keep as examples/intent has them: a lab
+// copy of the intent repository should carry these values instead.
+const (
+	SettingModelURL   = "gpu.model_endpoint.url"
+	SettingOIDCIssuer = "control_plane.oidc.issuer_url"
+	SettingAPIVIP     = "control_plane.api_vip"
+	SettingAPIPort    = "control_plane.api_port"
+)
+
+// IntentOverrides returns, by setting path, the values a lab copy of the
+// intent needs: the model's completions URL on loopback, the lab's OIDC
+// issuer, and the lab API server's address in place of the VIP (no VIP
+// exists on loopback).
+func (w *World) IntentOverrides() (map[string]string, error) {
+	u, err := url.Parse(w.opts.Cluster.Server)
+	if err != nil {
+		return nil, fmt.Errorf("intent overrides: API server URL %q: %w", w.opts.Cluster.Server, err)
+	}
+	return map[string]string{
+		SettingModelURL:   w.ModelCompletionsURL(),
+		SettingOIDCIssuer: w.oidc.issuer,
+		SettingAPIVIP:     u.Hostname(),
+		SettingAPIPort:    u.Port(),
+	}, nil
+}

@@ -213,6 +213,31 @@ func TestWorld(t *testing.T) {
 		}
 	})
 
+	t.Run("intent overrides name what answers in the lab", func(t *testing.T) {
+		ov, err := tw.IntentOverrides()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What control-plane/verify.sh does with api_vip and api_port.
+		out, err := tw.c.Kubectl(ctx, "--server", "https://"+ov[SettingAPIVIP]+":"+ov[SettingAPIPort], "get", "--raw=/readyz")
+		if err != nil || strings.TrimSpace(string(out)) != "ok" {
+			t.Errorf("readyz through the overridden VIP: %q, %v", out, err)
+		}
+		c := gate.CheckOIDC(ctx, nil, gate.OIDCConfig{
+			Manifests: map[string][]byte{"cp-1": mustManifest(t, tw.World, "cp-1")},
+			Files:     map[string][]byte{OIDCCAFile: tw.OIDCCAPEM()},
+		})
+		if !c.OK || !strings.Contains(strings.Join(c.Evidence, " "), ov[SettingOIDCIssuer]) {
+			t.Errorf("OIDC from the manifest: %+v, want OK for %s", c, ov[SettingOIDCIssuer])
+		}
+		res, err := gpucheck.Complete(ctx, gpucheck.CompletionRequest{
+			Endpoint: strings.TrimSuffix(ov[SettingModelURL], "/completions"), Model: "smoke", Prompt: "Reply with the single word: ready", API: gpucheck.APICompletions,
+		})
+		if err != nil || !res.OK {
+			t.Errorf("completion at the overridden URL: %+v, %v", res, err)
+		}
+	})
+
 	t.Run("smoke pod schedules on a GPU server", func(t *testing.T) {
 		res, err := gpucheck.SmokePod(ctx, kc, "gpu-1", gpucheck.SmokeOptions{Image: "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", Timeout: time.Minute, PollInterval: 200 * time.Millisecond})
 		if err != nil {
@@ -537,4 +562,13 @@ func testHostPower(t *testing.T, tw testWorld) {
 			t.Fatal(err)
 		}
 	})
+}
+
+func mustManifest(t *testing.T, w *World, node string) []byte {
+	t.Helper()
+	m, err := w.APIServerManifest(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

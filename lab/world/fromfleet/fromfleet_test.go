@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +101,47 @@ func TestFleetRebootDrivesNode(t *testing.T) {
 	})
 	if !check.OK {
 		t.Errorf("etcd through cp-1's tunnel: %+v", check)
+	}
+
+	// The round reads the control-plane host's files over SSH: with them,
+	// and nothing else, the OIDC check and an etcd client from the host's
+	// own certificates pass.
+	if err := InstallControlPlaneFiles(f, e, w); err != nil {
+		t.Fatal(err)
+	}
+	cat := func(path string) []byte {
+		s, err := sc.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		// Lab hosts keep their files under $LAB_ROOT.
+		out, err := s.Output(`cat "$LAB_ROOT"` + path)
+		if err != nil {
+			t.Fatalf("cat %s on cp-1: %v", path, err)
+		}
+		return out
+	}
+	oidc := gate.CheckOIDC(ctx, nil, gate.OIDCConfig{
+		Manifests: map[string][]byte{"cp-1:" + APIServerManifest: cat(APIServerManifest)},
+		Files:     map[string][]byte{OIDCCAFile: cat(OIDCCAFile)},
+	})
+	if !oidc.OK {
+		t.Errorf("OIDC from cp-1's files: %+v", oidc)
+	}
+	dir := t.TempDir()
+	for name, path := range map[string]string{"ca.crt": EtcdCAFile, "hc.crt": EtcdHealthCertFile, "hc.key": EtcdHealthKeyFile} {
+		if err := os.WriteFile(filepath.Join(dir, name), cat(path), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check = gate.CheckEtcd(ctx, gate.EtcdConfig{
+		Endpoints: []string{"https://" + EtcdClientAddr},
+		CAFile:    filepath.Join(dir, "ca.crt"), CertFile: filepath.Join(dir, "hc.crt"), KeyFile: filepath.Join(dir, "hc.key"),
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) { return sc.DialContext(ctx, "tcp", addr) },
+	})
+	if !check.OK {
+		t.Errorf("etcd with cp-1's own certificates: %+v", check)
 	}
 }
 
