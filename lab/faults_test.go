@@ -43,6 +43,7 @@ func TestFaultCatalogue(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.fault, func(t *testing.T) {
+			t.Parallel() // each case has its own lab; most of a case is waiting
 			l := upLab(t, Options{ControlPlanes: 2, Canary: 1, GPUServers: 0,
 				RebootTimeout: 15 * time.Second, GateSettle: 5 * time.Second, DrainTimeoutMinutes: 1})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
