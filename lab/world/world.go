@@ -385,6 +385,9 @@ func (w *World) reconcile(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := p.run(rctx)
 		cancel()
+		if ctx.Err() != nil {
+			return // closing: what failed does not matter any more
+		}
 		w.noteError(p.name, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -478,6 +479,18 @@ func testHostPower(t *testing.T, tw testWorld) {
 		}
 		return nil
 	})
+	// cp-1 holds a Postgres instance: it is not ready while its node is
+	// down.
+	eventually(t, 30*time.Second, "postgres short of cp-1's instance", func(ctx context.Context) error {
+		st, err := tw.PostgresStatus(ctx)
+		if err != nil {
+			return err
+		}
+		if st.ReadyInstances != 2 || st.Phase != PhaseWaitingForInstances || !slices.Contains(st.Failed, "platform-pg-1") {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
 	// What kwok's delayed heartbeat would write is refused while the host
 	// is down.
 	readyPatch := []byte(`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady"}]}}`)
@@ -521,6 +534,9 @@ func testHostPower(t *testing.T, tw testWorld) {
 		}
 		if !tw.etcd.Running(0) {
 			return errors.New("etcd member 0 not running")
+		}
+		if st, err := tw.PostgresStatus(ctx); err != nil || st.ReadyInstances != 3 || st.Phase != PhaseHealthy {
+			return fmt.Errorf("postgres %+v, %v", st, err)
 		}
 		return nil
 	})
