@@ -3,10 +3,11 @@ package host
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,8 +35,9 @@ func (e *SudoError) Error() string {
 // children included. sshd cannot be relied on for that: closing a session
 // leaves its processes running, and OpenSSH refuses "signal" requests on
 // root logins. So the guard
-//   - announces its pid as the first line of stderr (guardMarker, stripped
-//     from Output.Stderr), for the client to kill it from a second session;
+//   - carries a per-call token as its $0 (guardName), by which the client
+//     finds it from a second session with pkill (procps) when it cancels;
+//     nothing is printed for it, so a normal run costs no extra traffic;
 //   - runs `sh -s` as a background job (reading the real stdin through fd 3,
 //     since a background job's stdin would be /dev/null) and waits for it,
 //     because a shell runs traps only after a foreground child finishes;
@@ -43,12 +45,26 @@ func (e *SudoError) Error() string {
 //
 // A script that must outlive its session (a detached apt run) starts that
 // work with setsid and redirects its output.
-const scriptGuard = `trap 'trap - TERM HUP INT; kill -TERM 0' TERM HUP INT; echo "` + guardMarker + `$$" >&2; exec 3<&0; sh -s <&3 3<&- & wait $!`
+const scriptGuard = `trap 'trap - TERM HUP INT; kill -TERM 0' TERM HUP INT; exec 3<&0; sh -s <&3 3<&- & wait $!`
 
-const guardMarker = "mcp-patch-guard-pid="
+const guardPrefix = "mcp-patch-guard-"
 
-func remoteCommand(viaSudo bool) string {
-	cmd := "sh -c " + shellQuote(scriptGuard)
+// newGuardToken returns 12 random hex digits naming one call's guard.
+func newGuardToken() string {
+	return fmt.Sprintf("%012x", rand.Uint64()&(1<<48-1))
+}
+
+func guardName(token string) string { return guardPrefix + token }
+
+// guardPattern is a pkill -f regular expression matching the guard's
+// command line but not itself (the bracket), so neither pkill nor a shell
+// or sudo running it matches.
+func guardPattern(token string) string {
+	return guardPrefix + "[" + token[:1] + "]" + token[1:]
+}
+
+func remoteCommand(viaSudo bool, token string) string {
+	cmd := "sh -c " + shellQuote(scriptGuard) + " " + guardName(token)
 	if viaSudo {
 		cmd = "sudo -n " + cmd
 	}
@@ -142,7 +158,7 @@ func (p *Pool) RunScript(ctx context.Context, node string, script []byte, env ma
 
 func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Session, payload []byte) (Output, error) {
 	stdout := &capBuffer{max: p.cfg.MaxOutputBytes}
-	stderr := &guardStderr{out: &capBuffer{max: p.cfg.MaxOutputBytes}}
+	stderr := &capBuffer{max: p.cfg.MaxOutputBytes}
 	stdin, err := sess.StdinPipe()
 	if err != nil {
 		return Output{}, fmt.Errorf("run script on node %s: %w", t.Name, err)
@@ -150,7 +166,8 @@ func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Sess
 	sess.Stdout = stdout
 	sess.Stderr = stderr
 	viaSudo := t.LoginUser() != "root"
-	if err := sess.Start(remoteCommand(viaSudo)); err != nil {
+	token := newGuardToken()
+	if err := sess.Start(remoteCommand(viaSudo, token)); err != nil {
 		if isConnectionLoss(err) {
 			p.drop(c, "exec failed: "+err.Error())
 			return Output{}, fmt.Errorf("run script on node %s: start: %w: %w", t.Name, ErrConnectionLost, err)
@@ -161,9 +178,10 @@ func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Sess
 	// keeps the common path to the goroutines x/crypto needs anyway.
 	finished := make(chan struct{})
 	cancelDone := make(chan struct{})
+	var ended bool // by endSession; read after cancelDone
 	stop := context.AfterFunc(ctx, func() {
 		defer close(cancelDone)
-		p.endSession(c, sess, viaSudo, stderr, finished)
+		ended = p.endSession(c, sess, viaSudo, token, finished)
 	})
 	// A write blocked on a full channel window ends when a cancellation
 	// closes the session; a write error (the remote exited without reading
@@ -175,6 +193,8 @@ func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Sess
 	close(finished)
 	if !stop() {
 		<-cancelDone
+	}
+	if ended {
 		out := collect(stdout, stderr)
 		out.ExitCode = -1
 		return out, fmt.Errorf("run script on node %s: ended the remote script: %w", t.Name, context.Cause(ctx))
@@ -197,7 +217,7 @@ func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Sess
 		}
 		return out, fmt.Errorf("run script on node %s: %w", t.Name, err)
 	}
-	if _, started := stderr.guardPID(); !started && viaSudo {
+	if viaSudo {
 		if reason, ok := sudoRefusal(out); ok {
 			return out, &SudoError{Node: t.Name, User: t.LoginUser(), Reason: reason}
 		}
@@ -210,37 +230,23 @@ func (p *Pool) runSession(ctx context.Context, t Target, c *conn, sess *ssh.Sess
 // sends a "signal" request (honoured by sshd for non-root logins), waits
 // a short grace for the exit report and closes the session. If the
 // connection does not answer within the grace it is dropped, so this is
-// bounded in every case.
-func (p *Pool) endSession(c *conn, sess *ssh.Session, viaSudo bool, stderr *guardStderr, done <-chan struct{}) {
+// bounded in every case. It reports false, doing nothing, when the script
+// had already finished (done closed).
+func (p *Pool) endSession(c *conn, sess *ssh.Session, viaSudo bool, token string, done <-chan struct{}) (ended bool) {
 	select {
 	case <-done:
-		return // it ended on its own; its pid may belong to someone else now
+		return false
 	default:
 	}
 	_ = sess.Signal(ssh.SIGTERM) // best effort; refused for root logins
-	// The guard announces its pid before the script starts, but the line
-	// may still be in flight when a script is cancelled early.
-	announceWait := time.NewTimer(p.cfg.CancelGrace)
-	select {
-	case <-stderr.announced():
-	case <-done:
-	case <-announceWait.C:
-	}
-	announceWait.Stop()
-	if pid, ok := stderr.guardPID(); ok {
-		if err := p.killRemote(c, pid, viaSudo); err != nil {
-			p.log.Warn("could not end cancelled remote script", "node", c.node, "pid", pid, "err", err)
-		} else {
-			p.log.Debug("ended cancelled remote script", "node", c.node, "pid", pid)
-		}
-	} else {
-		p.log.Warn("cancelled remote script never announced its pid", "node", c.node)
+	if err := p.killGuard(c, token, viaSudo, done); err != nil {
+		p.log.Warn("could not end cancelled remote script", "node", c.node, "guard", guardName(token), "err", err)
 	}
 	grace := time.NewTimer(p.cfg.CancelGrace)
 	defer grace.Stop()
 	select {
 	case <-done:
-		return
+		return true
 	case <-grace.C:
 	}
 	sess.Close()
@@ -252,31 +258,56 @@ func (p *Pool) endSession(c *conn, sess *ssh.Session, viaSudo bool, stderr *guar
 		p.drop(c, "session did not close after cancellation")
 		<-done
 	}
+	return true
 }
 
-// killRemote sends SIGTERM to the guard pid from a new session, bounded by
-// CancelGrace.
-func (p *Pool) killRemote(c *conn, pid int, viaSudo bool) error {
-	sess, err := c.client.NewSession()
+// killGuard sends SIGTERM to the call's guard with pkill from new sessions.
+// The guard may not be running yet when a call is cancelled right after it
+// started, so a miss is retried until the script ends or CancelGrace passes.
+func (p *Pool) killGuard(c *conn, token string, viaSudo bool, done <-chan struct{}) error {
+	cmd := "pkill -TERM -f " + shellQuote(guardPattern(token))
+	if viaSudo {
+		cmd = "sudo -n " + cmd
+	}
+	deadline := time.NewTimer(p.cfg.CancelGrace)
+	defer deadline.Stop()
+	for {
+		err := runBounded(c.client, cmd, deadline.C)
+		var exitErr *ssh.ExitError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &exitErr) && exitErr.ExitStatus() == 1:
+			// No such process (yet, or any more).
+		default:
+			return fmt.Errorf("%s: %w", cmd, err)
+		}
+		select {
+		case <-done:
+			return nil
+		case <-deadline.C:
+			return fmt.Errorf("%s: no guard process found within %s", cmd, p.cfg.CancelGrace)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+var errNoAnswer = errors.New("no answer in time")
+
+// runBounded runs cmd in a new session, giving up when stop fires.
+func runBounded(client *ssh.Client, cmd string, stop <-chan time.Time) error {
+	sess, err := client.NewSession()
 	if err != nil {
 		return err
 	}
 	defer sess.Close()
-	// Success also when the guard is already gone (the signal request
-	// got there first).
-	cmd := fmt.Sprintf("kill -TERM %d 2>/dev/null || test ! -d /proc/%d", pid, pid)
-	if viaSudo {
-		cmd = "sudo -n sh -c " + shellQuote(cmd)
-	}
 	result := make(chan error, 1)
 	go func() { result <- sess.Run(cmd) }()
-	timer := time.NewTimer(p.cfg.CancelGrace)
-	defer timer.Stop()
 	select {
 	case err := <-result:
 		return err
-	case <-timer.C:
-		return fmt.Errorf("kill -TERM %d: no answer within %s", pid, p.cfg.CancelGrace)
+	case <-stop:
+		return errNoAnswer
 	}
 }
 
@@ -328,7 +359,7 @@ func signalExitCode(sig ssh.Signal) int {
 	return 128 + n
 }
 
-func collect(stdout *capBuffer, stderr *guardStderr) Output {
+func collect(stdout, stderr *capBuffer) Output {
 	o, oTrunc := stdout.snapshot()
 	e, eTrunc := stderr.snapshot()
 	return Output{Stdout: o, Stderr: e, Truncated: oTrunc || eTrunc}
@@ -360,78 +391,4 @@ func (b *capBuffer) snapshot() ([]byte, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return bytes.Clone(b.buf), b.truncated
-}
-
-// guardStderr passes the remote stderr to out, minus the guard's pid line
-// (the first line carrying guardMarker). Lines before it (sshd's own
-// notices, sudo's refusal) pass through; if no marker shows up within the
-// first 4 KiB, everything passes through.
-type guardStderr struct {
-	mu      sync.Mutex
-	out     *capBuffer
-	pending []byte
-	pid     int
-	found   bool
-	gaveUp  bool
-	once    sync.Once
-	seen    chan struct{} // closed once the pid line was read
-}
-
-func (g *guardStderr) announced() <-chan struct{} { return g.seenChan() }
-
-func (g *guardStderr) seenChan() chan struct{} {
-	g.once.Do(func() { g.seen = make(chan struct{}) })
-	return g.seen
-}
-
-const guardSearchLimit = 4 << 10
-
-func (g *guardStderr) Write(p []byte) (int, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.found || g.gaveUp {
-		return g.out.Write(p)
-	}
-	g.pending = append(g.pending, p...)
-	for {
-		i := bytes.IndexByte(g.pending, '\n')
-		if i < 0 {
-			if len(g.pending) > guardSearchLimit {
-				g.gaveUp = true
-				g.out.Write(g.pending)
-				g.pending = nil
-			}
-			return len(p), nil
-		}
-		line := g.pending[:i]
-		if rest, ok := bytes.CutPrefix(line, []byte(guardMarker)); ok {
-			if pid, err := strconv.Atoi(string(rest)); err == nil && pid > 1 {
-				g.found, g.pid = true, pid
-				close(g.seenChan())
-				g.out.Write(g.pending[i+1:])
-				g.pending = nil
-				return len(p), nil
-			}
-		}
-		g.out.Write(g.pending[:i+1])
-		g.pending = g.pending[i+1:]
-	}
-}
-
-func (g *guardStderr) guardPID() (int, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.pid, g.found
-}
-
-// snapshot returns what was kept, including a partial line still waiting
-// for its newline.
-func (g *guardStderr) snapshot() ([]byte, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.pending) > 0 {
-		g.out.Write(g.pending)
-		g.pending = nil
-	}
-	return g.out.snapshot()
 }

@@ -750,3 +750,36 @@ func TestPoolFollowsInventoryChanges(t *testing.T) {
 		t.Errorf("logins (old, moved) = %v, want [1 1]", got)
 	}
 }
+
+// A cancellation that lands while the remote side is still starting (the
+// guard not yet running) must still end the script once it appears.
+func TestCancelRightAfterStart(t *testing.T) {
+	f := newFixture(t)
+	f.server("node-1", sshdtest.Options{}, "", true)
+	p := f.pool(f.config())
+	if _, err := p.RunScript(ctxFor(t, 30*time.Second), "node-1", []byte("true\n"), nil); err != nil {
+		t.Fatal(err) // connection up, so the delays below are about the session only
+	}
+	for _, delay := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 80 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			pidDir := sshdtest.TempDir(t, "pids-")
+			ctx, cancel := context.WithCancel(t.Context())
+			time.AfterFunc(delay, cancel)
+			_, err := p.RunScript(ctx, "node-1", []byte(cancelScript(pidDir)), nil)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want context.Canceled", err)
+			}
+			// Whatever got started must be gone (or never start).
+			time.Sleep(300 * time.Millisecond)
+			for _, name := range []string{"sh.pid", "sleep.pid"} {
+				b, err := os.ReadFile(filepath.Join(pidDir, name))
+				if err != nil {
+					continue
+				}
+				var pid int
+				fmt.Sscan(string(b), &pid)
+				waitGone(t, map[string]int{name: pid})
+			}
+		})
+	}
+}

@@ -159,48 +159,44 @@ func TestShellQuoteRoundTrip(t *testing.T) {
 	}
 }
 
-// The guard itself, run by a local sh: exit codes pass through, the pid
-// line comes first on stderr, and SIGTERM to the guard ends the whole
-// script including a foreground child.
+// The guard itself, run by a local sh: exit codes and output pass
+// through untouched, and pkill with the guard's pattern finds it (and
+// nothing else) and ends the whole script, including a foreground child.
 func TestScriptGuardLocally(t *testing.T) {
-	run := func(script string) (string, string, int) {
-		cmd := exec.Command("sh", "-c", scriptGuard)
-		cmd.Stdin = strings.NewReader(script)
-		var stdout, stderr strings.Builder
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		}
-		return stdout.String(), stderr.String(), code
-	}
-	stdout, stderr, code := run("echo a; echo b >&2; exit 7\n")
-	if stdout != "a\n" || code != 7 || !strings.HasPrefix(stderr, guardMarker) || !strings.HasSuffix(stderr, "\nb\n") {
-		t.Errorf("got stdout %q stderr %q code %d", stdout, stderr, code)
+	cmd := exec.Command("sh", "-c", scriptGuard, guardName(newGuardToken()))
+	cmd.Stdin = strings.NewReader("echo a; echo b >&2; exit 7\n")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 || stdout.String() != "a\n" || stderr.String() != "b\n" {
+		t.Errorf("got stdout %q stderr %q err %v; want a, b, exit 7", stdout.String(), stderr.String(), err)
 	}
 
 	dir := t.TempDir()
-	cmd := exec.Command("sh", "-c", scriptGuard)
+	token := newGuardToken()
+	guard := exec.Command("sh", "-c", scriptGuard, guardName(token))
 	// Its own process group, as under sshd: the guard signals its group.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stdin = strings.NewReader(cancelScript(dir))
-	g := &guardStderr{out: &capBuffer{max: 1 << 20}}
-	cmd.Stderr = g
-	if err := cmd.Start(); err != nil {
+	guard.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	guard.Stdin = strings.NewReader(cancelScript(dir))
+	if err := guard.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { done <- guard.Wait() }()
 	sleepPID := readPID(t, filepath.Join(dir, "sleep.pid"))
 	shPID := readPID(t, filepath.Join(dir, "sh.pid"))
-	pid, ok := g.guardPID()
-	if !ok || pid != cmd.Process.Pid {
-		t.Fatalf("guard pid = %d, %v; want %d", pid, ok, cmd.Process.Pid)
+
+	other := guardPattern(newGuardToken())
+	if err := exec.Command("pkill", "-TERM", "-f", other).Run(); err == nil {
+		t.Fatalf("pkill with another call's pattern %q matched something", other)
 	}
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	list, err := exec.Command("pgrep", "-f", guardPattern(token)).Output()
+	if err != nil || strings.TrimSpace(string(list)) != fmt.Sprint(guard.Process.Pid) {
+		t.Fatalf("pgrep found %q (%v), want only the guard %d", list, err, guard.Process.Pid)
+	}
+	if out, err := exec.Command("sh", "-c", "pkill -TERM -f "+shellQuote(guardPattern(token))).CombinedOutput(); err != nil {
+		t.Fatalf("pkill: %v: %s", err, out)
 	}
 	select {
 	case <-done:
@@ -224,38 +220,6 @@ func readPID(t *testing.T, path string) int {
 			t.Fatalf("%s not written", path)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func TestGuardStderr(t *testing.T) {
-	tests := []struct {
-		name    string
-		writes  []string
-		want    string
-		wantPID int
-	}{
-		{name: "marker first", writes: []string{guardMarker + "123\nerr\n"}, want: "err\n", wantPID: 123},
-		{name: "marker split across writes", writes: []string{"mcp-pa", "tch-guard-pid=4", "5\nx", "y\n"}, want: "xy\n", wantPID: 45},
-		{name: "sshd notice before marker", writes: []string{"Could not chdir to home directory /home/u\n" + guardMarker + "9\n"}, want: "Could not chdir to home directory /home/u\n", wantPID: 9},
-		{name: "no marker: sudo refusal", writes: []string{"sudo: a password is required\n"}, want: "sudo: a password is required\n"},
-		{name: "partial line without marker", writes: []string{"oops"}, want: "oops"},
-		{name: "later marker-like line is script output", writes: []string{guardMarker + "9\n" + guardMarker + "10\n"}, want: guardMarker + "10\n", wantPID: 9},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			g := &guardStderr{out: &capBuffer{max: 1 << 10}}
-			for _, w := range tc.writes {
-				g.Write([]byte(w))
-			}
-			got, _ := g.snapshot()
-			pid, _ := g.guardPID()
-			if diff := cmp.Diff(tc.want, string(got)); diff != "" {
-				t.Errorf("stderr (-want +got):\n%s", diff)
-			}
-			if pid != tc.wantPID {
-				t.Errorf("pid = %d, want %d", pid, tc.wantPID)
-			}
-		})
 	}
 }
 
