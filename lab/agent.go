@@ -23,6 +23,9 @@ type Agent struct {
 	Wait func(t time.Time)
 	// BeforeClose runs once before close_round (to record lessons).
 	BeforeClose func(ctx context.Context) error
+	// BeforeCall, when set, runs before each call the agent makes from
+	// round_status (the demo runs the canary's fallback drill from it).
+	BeforeCall func(ctx context.Context, tool, node string) error
 	// AfterCall, when set, runs after each tool call the agent makes (a
 	// test injects faults from it).
 	AfterCall func(ctx context.Context, tool, node, status string)
@@ -166,6 +169,11 @@ func (a *Agent) Run(ctx context.Context, roundID string) (Outcome, error) {
 		if repeats > 300 {
 			return out, fmt.Errorf("%s is not making progress", key)
 		}
+		if a.BeforeCall != nil {
+			if err := a.BeforeCall(ctx, next.tool, next.node); err != nil {
+				return out, err
+			}
+		}
 		args := map[string]any{}
 		if next.node != "" {
 			args["node"] = next.node
@@ -210,6 +218,41 @@ func (a *Agent) Run(ctx context.Context, roundID string) (Outcome, error) {
 		}
 	}
 	return out, fmt.Errorf("gave up after %d calls", out.Calls)
+}
+
+// Follow calls tool until it no longer answers in_progress, signing an
+// approval request once when asked. It returns the last result's status
+// and reasons.
+func (a *Agent) Follow(ctx context.Context, tool string, args map[string]any) (string, []string, error) {
+	var out Outcome
+	for i := 0; i < 1000; i++ {
+		r, err := a.call(ctx, &out, tool, args)
+		if err != nil {
+			return "", nil, err
+		}
+		if r.Status == "approval_required" && r.Approval != nil {
+			approval, err := a.Sign(r.Approval.Request)
+			if err != nil {
+				return "", nil, err
+			}
+			withApproval := map[string]any{"approval": approval}
+			for k, v := range args {
+				withApproval[k] = v
+			}
+			if r, err = a.call(ctx, &out, tool, withApproval); err != nil {
+				return "", nil, err
+			}
+		}
+		if r.Status != "in_progress" {
+			return r.Status, r.Reasons, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", nil, ctx.Err()
+		case <-time.After(a.Poll):
+		}
+	}
+	return "", nil, fmt.Errorf("%s stayed in progress", tool)
 }
 
 func first(xs []string) string {

@@ -72,6 +72,22 @@ func (l *Lab) RunRound(ctx context.Context, roundID string, w io.Writer, log *sl
 			return nil
 		},
 	}
+	drilled := false
+	agent.BeforeCall = func(ctx context.Context, tool, node string) error {
+		if tool != "trial_boot" || drilled || !strings.HasPrefix(node, "gpu-canary") {
+			return nil
+		}
+		drilled = true
+		status, reasons, err := agent.Follow(ctx, "fallback_drill", map[string]any{"node": node})
+		if err != nil {
+			return fmt.Errorf("fallback drill: %w", err)
+		}
+		fmt.Fprintf(w, "  %-16s %-14s %-12s %s\n", "fallback_drill", node, status, first(reasons))
+		if status != "ok" {
+			return fmt.Errorf("fallback drill on %s: %s: %v", node, status, reasons)
+		}
+		return nil
+	}
 	out, err := agent.Run(ctx, roundID)
 	res := DemoResult{Outcome: out, Duration: time.Since(start), Branch: "mcp-patch/round-" + roundID}
 	if b, gerr := exec.Command("git", "-C", l.IntentRepo, "log", "--oneline", res.Branch).Output(); gerr == nil {

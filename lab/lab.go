@@ -36,6 +36,7 @@ import (
 	"mcp-patch/lab/cluster"
 	"mcp-patch/lab/fleet"
 	"mcp-patch/lab/world"
+	"mcp-patch/lab/world/fromfleet"
 	"mcp-patch/policy"
 )
 
@@ -199,11 +200,19 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		hosts = append(hosts, world.Host{Name: h.Name, Role: role, Canary: h.Canary, Kernel: st.Kernel})
 		probes[h.Name] = fleetProbe(h)
 	}
-	l.World, err = world.Setup(ctx, world.Options{Cluster: l.Cluster, Hosts: hosts, Etcd: l.Etcd, Probes: probes, Logger: opts.Logger})
+	l.World, err = world.Setup(ctx, world.Options{Cluster: l.Cluster, Hosts: hosts, Etcd: l.Etcd, Probes: probes,
+		RestartsOnReboot: true, Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("lab: workloads: %w", err)
 	}
 	l.closers = append(l.closers, l.World.Close)
+	// Each control-plane host's 127.0.0.1:2379 reaches its etcd member, and
+	// its /etc/kubernetes holds the real etcd certificates and apiserver
+	// manifest, so snapshots and tunnels work as on a kubeadm node.
+	fromfleet.ForwardEtcd(l.Fleet, l.Etcd)
+	if err := fromfleet.InstallControlPlaneFiles(l.Fleet, l.Etcd, l.World); err != nil {
+		return nil, fmt.Errorf("lab: control-plane files on the hosts: %w", err)
+	}
 
 	say("intent repository (from examples/intent) and a lab-only approval key")
 	if err := l.writeIntentRepo(opts.DrainTimeoutMinutes); err != nil {

@@ -189,6 +189,10 @@ type NodePlan struct {
 	Nvidia        []string `json:"nvidia_packages"`
 	OldEntry      string   `json:"old_entry,omitempty"`
 	NewEntry      string   `json:"new_entry,omitempty"`
+	// DrillStarted is when fallback_drill rebooted the canary; DrillPassed
+	// says the fallback was proven this round.
+	DrillStarted time.Time `json:"drill_started,omitzero"`
+	DrillPassed  bool      `json:"drill_passed,omitempty"`
 	// GateRedSince is when check_gate first saw this node's gate red.
 	GateRedSince time.Time `json:"gate_red_since,omitzero"`
 }

@@ -13,6 +13,6 @@ func builtin() []Tool {
 		PlanRound(), RoundStatus(), RecordDecision(), CloseRound(),
 		InspectNode(), SimulateUpgrade(), DownloadUpdates(), SnapshotNode(), VerifyNode(), FleetCheck(),
 		DrainNode(), InstallUpdates(), TrialBoot(), UncordonNode(), GPUAcceptance(), PromoteKernel(), CheckGate(),
-		Autoremove(),
+		Autoremove(), FallbackDrill(),
 	}
 }

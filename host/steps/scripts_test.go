@@ -100,17 +100,18 @@ func TestScriptHeaders(t *testing.T) {
 func TestScriptsRefuseBadInputWithOneJSON(t *testing.T) {
 	r := &LocalRunner{}
 	cases := map[string]map[string]string{
-		"inspect":    {"TARGET_KERNEL": "5.15; rm -rf /"},
-		"install":    {"ACTION": "start", "ROUND": "r1", "EXPECTED_PLAN_DIGEST": "sha256:nothex"},
-		"trial_boot": {"ACTION": "prepare", "ROUND": "r1", "OLD_ENTRY": "a'b", "NEW_ENTRY": "c"},
-		"promote":    {"ROUND": "../etc"},
-		"verify":     {"TARGET_KERNEL": "6.8.0-45-generic", "EXPECTED_SYSCTLS": "kernel.panic=10,=x"},
-		"gpu_check":  {"EXPECTED_GPUS": "eight"},
-		"kernel":     {"BOOT_ID_FILE": "relative/path"},
-		"autoremove": {"ACTION": "purge-everything"},
-		"snapshot":   {"ROUND": "r1", "ROLE": "master"},
-		"simulate":   nil,
-		"download":   nil,
+		"inspect":        {"TARGET_KERNEL": "5.15; rm -rf /"},
+		"install":        {"ACTION": "start", "ROUND": "r1", "EXPECTED_PLAN_DIGEST": "sha256:nothex"},
+		"trial_boot":     {"ACTION": "prepare", "ROUND": "r1", "OLD_ENTRY": "a'b", "NEW_ENTRY": "c"},
+		"promote":        {"ROUND": "../etc"},
+		"verify":         {"TARGET_KERNEL": "6.8.0-45-generic", "EXPECTED_SYSCTLS": "kernel.panic=10,=x"},
+		"gpu_check":      {"EXPECTED_GPUS": "eight"},
+		"kernel":         {"BOOT_ID_FILE": "relative/path"},
+		"autoremove":     {"ACTION": "purge-everything"},
+		"snapshot":       {"ROUND": "r1", "ROLE": "master"},
+		"fallback_drill": {"ACTION": "arm", "ROUND": "r1", "DRILL_KERNEL": "6.8; reboot"},
+		"simulate":       nil,
+		"download":       nil,
 	}
 	for _, name := range scriptNames(t) {
 		step := strings.TrimSuffix(strings.TrimPrefix(name, "host/"), ".sh")

@@ -169,6 +169,13 @@ func Boot(h *Host, now time.Time, bootID string) (BootOutcome, error) {
 		for k, v := range persistent {
 			s.Sysctl[k] = v
 		}
+		if drillFires(h, release, now) {
+			// The fallback drill's unit runs after systemd-sysctl and
+			// crashes the kernel through sysrq (fallback_drill.sh).
+			out.Result = BootPanic
+			out.Reason = "sysrq: Trigger a crash; Kernel panic - not syncing: sysrq triggered crash (mcp-patch fallback drill)"
+			return nil
+		}
 		_, statErr := os.Stat(h.Path("/lib/modules/" + release + "/" + nvidiaModuleDir + "/nvidia.ko"))
 		s.DriverLoaded = s.Role == RoleGPU && statErr == nil
 		s.GPUsVisible = 0
@@ -234,4 +241,21 @@ func clearRun(h *Host) error {
 		}
 	}
 	return nil
+}
+
+// drillFires plays the fallback drill's one-shot unit: enabled, armed for
+// this kernel → it removes the armed file, notes that it fired, and the
+// kernel crashes.
+func drillFires(h *Host, release string, now time.Time) bool {
+	armed := h.Path("/var/lib/mcp-patch/fallback-drill.armed")
+	if _, err := os.Lstat(h.Path("/etc/systemd/system/multi-user.target.wants/mcp-patch-fallback-drill.service")); err != nil {
+		return false
+	}
+	b, err := os.ReadFile(armed)
+	if err != nil || strings.TrimSpace(string(b)) != release {
+		return false
+	}
+	_ = os.Remove(armed)
+	_ = os.WriteFile(h.Path("/var/lib/mcp-patch/fallback-drill.fired"), []byte(now.UTC().Format(time.RFC3339)+"\n"), 0o644)
+	return true
 }

@@ -1,0 +1,204 @@
+#!/bin/sh
+# fallback_drill.sh — prove, on the canary, that a trial kernel which panics
+# brings the host back on the old kernel by itself.
+#
+# The drill arms a one-shot systemd unit that runs only on the trial kernel,
+# only once, after systemd-sysctl has loaded the sysctls (so kernel.panic is
+# in force), and crashes the kernel through sysrq. The trial boot itself is
+# the usual one (trial_boot.sh prepare + reboot): GRUB boots the new kernel
+# once; it panics; the kernel reboots after kernel.panic seconds; GRUB boots
+# the default, the old kernel. The armed file is removed before the crash, so
+# the next boot of the new kernel is a normal one.
+#
+# By hand:  ACTION=arm ROUND=2026-11 DRILL_KERNEL=6.8.0-51-generic sh fallback_drill.sh
+#           then trial_boot.sh prepare + reboot; afterwards ACTION=status.
+#
+# Environment: ACTION (arm|disarm|status), ROUND, DRILL_KERNEL (arm),
+#   STATE_DIR [/var/lib/mcp-patch], ETC_DIR [/etc] (the unit goes to
+#   $ETC_DIR/systemd/system and is enabled by the multi-user.target.wants link).
+#
+# Output: {"step":"fallback_drill","status":..,"armed":bool,"drill_kernel":..,
+#          "unit":..,"fired":bool}
+# Exit status: 0 ok, 1 error, 2 bad input.
+# shellcheck disable=SC2317 # shared helpers below: not every script calls each one
+set -eu
+# The whole body is one { } group: the shell reads all of it from stdin
+# (sh -s) before running any of it, so a script cut short in transit runs
+# nothing, and no command can read the rest of the script as its input.
+{
+STEP=fallback_drill
+
+# ---- common: begin (identical in every host script; a test keeps them in sync) ----
+# Stdout carries exactly one JSON object: it is moved to fd 3 and everything
+# else (tool chatter, errors) goes to stderr.
+exec 3>&1 1>&2
+NL='
+'
+STAGE='starting'
+FIELDS=''
+EMITTED=0
+TMPD=''
+
+# json_awk MODE: read stdin and print JSON. MODE "value": one string, lines
+# joined by \n; "text": one string, every line ends with \n (a missing final
+# newline is added); "lines": an array of the non-empty lines.
+json_awk() {
+	LC_ALL=C awk -v mode="$1" '
+	function esc(s,    out, p, c) {
+		out = ""
+		while ((p = match(s, /[\\"\001-\037]/)) > 0) {
+			c = substr(s, p, 1)
+			if (c == "\\") c = "\\\\"
+			else if (c == "\"") c = "\\\""
+			else c = ctl[c]
+			out = out substr(s, 1, p - 1) c
+			s = substr(s, p + 1)
+		}
+		return out s
+	}
+	BEGIN {
+		for (i = 1; i < 32; i++) ctl[sprintf("%c", i)] = sprintf("\\u%04x", i)
+		ctl["\t"] = "\\t"; ctl["\r"] = "\\r"
+		printf "%s", (mode == "lines" ? "[" : "\"")
+		n = 0
+	}
+	mode == "lines" { if ($0 != "") printf "%s\"%s\"", (n++ ? "," : ""), esc($0); next }
+	mode == "text" { printf "%s\\n", esc($0); next }
+	{ printf "%s%s", (n++ ? "\\n" : ""), esc($0) }
+	END { printf "%s", (mode == "lines" ? "]" : "\"") }'
+}
+jstr() { printf '%s\n' "$1" | json_awk value; }
+jtext() { if [ -z "$1" ]; then printf '""'; else printf '%s\n' "$1" | json_awk text; fi; }
+jlines() { printf '%s\n' "$1" | json_awk lines; }
+
+# field NAME JSON: add a field to the result object.
+field() { FIELDS="$FIELDS,\"$1\":$2"; }
+field_str() { field "$1" "$(jstr "$2")"; }
+field_text() { field "$1" "$(jtext "$2")"; }
+field_lines() { field "$1" "$(jlines "$2")"; }
+field_int() {
+	case $2 in
+	'' | - | *[!0-9-]* | ?*-*) field "$1" null ;;
+	*) field "$1" "$2" ;;
+	esac
+}
+field_bool() { if [ "$2" = 1 ] || [ "$2" = true ]; then field "$1" true; else field "$1" false; fi; }
+
+# emit STATUS EXIT REASON: print the one result object and exit.
+emit() {
+	EMITTED=1
+	printf '{"step":"%s","status":"%s","reason":%s%s}\n' "$STEP" "$1" "$(jstr "$3")" "$FIELDS" >&3
+	exit "$2"
+}
+ok() { emit ok 0 "$1"; }
+fail() { emit error 1 "$1"; }
+bad_input() { emit bad_input 2 "$1"; }
+refuse() { emit refused 3 "$1"; }
+check_failed() { emit check_failed 4 "$1"; }
+
+on_exit() {
+	rc=$?
+	if [ -n "$TMPD" ]; then rm -rf "$TMPD"; fi
+	if [ "$EMITTED" = 0 ]; then
+		EMITTED=1
+		printf '{"step":"%s","status":"error","reason":%s%s}\n' "$STEP" \
+			"$(jstr "stopped unexpectedly while $STAGE (exit $rc)")" "$FIELDS" >&3
+		exit 1
+	fi
+}
+trap on_exit EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+make_tmpdir() { TMPD=$(mktemp -d); }
+yes_if() { if "$@"; then echo 1; else echo 0; fi; }
+true_if() { if "$@"; then echo true; else echo false; fi; }
+
+# check NAME VALUE ERE WHAT: refuse bad input before anything runs.
+check() {
+	case $2 in *"$NL"*) bad_input "$1 must be a single line" ;; esac
+	printf '%s\n' "$2" | grep -Eqx -- "$3" || bad_input "$1='$2' is not $4"
+}
+check_path() { check "$1" "$2" '/[^[:cntrl:]]*' 'an absolute path'; }
+check_round() { check "$1" "$2" '[A-Za-z0-9][A-Za-z0-9._-]{0,63}' 'a round id'; }
+check_kernel() {
+	check "$1" "$2" '[0-9]+\.[0-9]+(\.[0-9]+)?([.+~_-][A-Za-z0-9]+){0,12}' 'a kernel release'
+	[ "${#2}" -le 100 ] || bad_input "$1 is longer than 100 characters"
+}
+# ---- common: end ----
+
+: "${ACTION:=status}"
+: "${ROUND:=}"
+: "${DRILL_KERNEL:=}"
+: "${STATE_DIR:=/var/lib/mcp-patch}"
+: "${ETC_DIR:=/etc}"
+STAGE='checking input'
+check ACTION "$ACTION" 'arm|disarm|status' 'arm, disarm or status'
+check_path STATE_DIR "$STATE_DIR"
+check_path ETC_DIR "$ETC_DIR"
+UNIT=mcp-patch-fallback-drill.service
+UNIT_DIR="$ETC_DIR/systemd/system"
+UNIT_FILE="$UNIT_DIR/$UNIT"
+WANTS="$UNIT_DIR/multi-user.target.wants/$UNIT"
+ARMED="$STATE_DIR/fallback-drill.armed"
+FIRED="$STATE_DIR/fallback-drill.fired"
+
+report() {
+	armed=0
+	kern=''
+	if [ -f "$ARMED" ]; then
+		armed=1
+		kern=$(cat "$ARMED")
+	fi
+	field_bool armed "$armed"
+	field_str drill_kernel "$kern"
+	field_str unit "$UNIT_FILE"
+	field_bool fired "$(yes_if test -f "$FIRED")"
+	field_str fired_at "$(if [ -f "$FIRED" ]; then cat "$FIRED"; fi)"
+}
+
+case $ACTION in
+arm)
+	check_round ROUND "$ROUND"
+	check_kernel DRILL_KERNEL "$DRILL_KERNEL"
+	STAGE='writing the drill unit'
+	mkdir -p "$STATE_DIR" "$UNIT_DIR/multi-user.target.wants"
+	rm -f "$FIRED"
+	tmp="$UNIT_FILE.tmp.$$"
+	cat >"$tmp" <<UNITEOF
+# Written by mcp-patch fallback_drill.sh for round $ROUND: crashes kernel
+# $DRILL_KERNEL once, after the sysctls loaded, to prove GRUB falls back.
+[Unit]
+Description=mcp-patch fallback drill (one-shot kernel crash on $DRILL_KERNEL)
+After=systemd-sysctl.service
+ConditionKernelVersion=$DRILL_KERNEL
+ConditionPathExists=$ARMED
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'rm -f $ARMED; date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ > $FIRED; sync; echo 1 > /proc/sys/kernel/sysrq; echo c > /proc/sysrq-trigger'
+
+[Install]
+WantedBy=multi-user.target
+UNITEOF
+	mv "$tmp" "$UNIT_FILE"
+	ln -sf "../$UNIT" "$WANTS"
+	printf '%s\n' "$DRILL_KERNEL" >"$ARMED.tmp.$$"
+	mv "$ARMED.tmp.$$" "$ARMED"
+	report
+	ok "armed: $DRILL_KERNEL will crash once after its sysctls load"
+	;;
+disarm)
+	STAGE='removing the drill unit'
+	rm -f "$ARMED" "$WANTS" "$UNIT_FILE"
+	report
+	ok 'disarmed'
+	;;
+status)
+	STAGE='reading the drill state'
+	report
+	ok ''
+	;;
+esac
+}
