@@ -326,7 +326,8 @@ func (e *commandTimeoutError) Unwrap() error { return ErrCommandTimeout }
 
 // sudoRefusal recognises `sudo -n` failing before the script started:
 // sudo exits 1 with its own "sudo: ..." line as the only output; a shell
-// that cannot find sudo exits 127.
+// that cannot find sudo exits 127. (A script that itself exits 1 with no
+// stdout and a stderr starting "sudo: " would be taken for a refusal.)
 func sudoRefusal(out Output) (string, bool) {
 	msg := strings.TrimSpace(string(out.Stderr))
 	switch {
