@@ -20,6 +20,7 @@ func TestFaultCatalogue(t *testing.T) {
 	cases := []struct {
 		fault, node, arg string
 		after            string // inject after this tool's call ("" = before the round)
+		afterNode        string // ... on this node ("" = any)
 		stopStep         string // "" = the round closes
 		stopNode, reason string
 	}{
@@ -39,13 +40,13 @@ func TestFaultCatalogue(t *testing.T) {
 		{fault: "fabric-manager-down", node: "gpu-canary-1", stopStep: "gpu_acceptance", stopNode: "gpu-canary-1", reason: "abric"},
 		{fault: "model-errors", stopStep: "gpu_acceptance", stopNode: "gpu-canary-1", reason: "completion"},
 		{fault: "ssh-drop-mid-install", node: "cp-1"},
-		{fault: "gpus-exhausted", arg: "gpu-canary-1"},
+		{fault: "gpus-exhausted", arg: "gpu-canary-1", after: "uncordon_node", afterNode: "gpu-canary-1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.fault, func(t *testing.T) {
 			t.Parallel() // each case has its own lab; most of a case is waiting
 			l := upLab(t, Options{ControlPlanes: 2, Canary: 1, GPUServers: 0,
-				RebootTimeout: 15 * time.Second, GateSettle: 5 * time.Second, DrainTimeoutMinutes: 1})
+				RebootTimeout: 15 * time.Second, GateSettle: 30 * time.Second, DrainTimeoutMinutes: 1})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			inject := func() {
@@ -68,7 +69,7 @@ func TestFaultCatalogue(t *testing.T) {
 					sawNoCapacity = true
 				}
 			}, AfterCall: func(ctx context.Context, tool, node, status string) {
-				if tool == tc.after && !injected {
+				if tool == tc.after && (tc.afterNode == "" || node == tc.afterNode) && !injected {
 					injected = true
 					inject()
 				}

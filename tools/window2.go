@@ -404,7 +404,7 @@ func GPUAcceptance() Tool {
 		if err := s.finish(round.StepGPUAcceptance, in.Node, "", strings.Join(notes, "; ")); err != nil {
 			return out, err
 		}
-		out.Reasons = append([]string{fmt.Sprintf("%d GPUs healthy, driver %s; completion answered in %s", hc.GPUCount, hc.DriverVersion, comp.Latency.Round(time.Millisecond))}, notes...)
+		out.Reasons = append(notes, fmt.Sprintf("%d GPUs healthy, driver %s; completion answered in %s", hc.GPUCount, hc.DriverVersion, comp.Latency.Round(time.Millisecond)))
 		out.NextAction = "promote_kernel this node next."
 		return out, nil
 	})
