@@ -6,7 +6,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-pkgs="openssh-server openssh-client grub2-common shellcheck pssh ansible git sudo ca-certificates iproute2"
+pkgs="openssh-server openssh-client grub2-common shellcheck pssh ansible git sudo procps ca-certificates iproute2"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

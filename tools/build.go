@@ -24,6 +24,12 @@ func Build(ctx context.Context, c *config.Config, log *slog.Logger, getenv func(
 	if now == nil {
 		now = time.Now
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
 	d := &Deps{Config: c, Log: log, Now: now, Mode: c.Mode, Getenv: getenv}
 	cleanup, err := wire(ctx, d)
 	if err != nil {
