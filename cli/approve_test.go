@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"mcp-patch/policy"
+	"mcp-patch/round"
+)
+
+// TestApproveSignsWhatSSHKeygenVerifies: a person signs a request with
+// `mcp-patch approve --key`; the real ssh-keygen verifies the signature
+// against an allowed_signers file, and so does the server's verifier.
+func TestApproveSignsWhatSSHKeygenVerifies(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "id_ed25519")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v %s", err, out)
+	}
+	pub, _ := os.ReadFile(key + ".pub")
+	allowed := filepath.Join(dir, "allowed_signers")
+	os.WriteFile(allowed, []byte(`alice@example.org namespaces="mcp-patch" `+strings.TrimSpace(string(pub))+"\n"), 0o644)
+	req, err := policy.NewRequest("drain_node", "gpu-03", "2026-11", "sha256:"+strings.Repeat("ab", 32),
+		[]string{"cordon gpu-03 and evict 2 pods"}, 30*time.Minute, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqFile := filepath.Join(dir, "request.txt")
+	os.WriteFile(reqFile, req.Canonical(), 0o644)
+
+	code, out, errOut := run(t, "", nil, "approve", "--key", key, "--yes", reqFile)
+	if code != ExitOK {
+		t.Fatalf("approve: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "You approve: cordon node gpu-03") && !strings.Contains(errOut, "gpu-03") {
+		t.Errorf("the request was not shown in plain words:\n%s", errOut)
+	}
+	i := strings.Index(out, "-----BEGIN SSH SIGNATURE-----")
+	if i < 0 || out[:i] != string(req.Canonical()) {
+		t.Fatalf("approval is not the request followed by the signature:\n%s", out)
+	}
+	sig := filepath.Join(dir, "request.txt.sig")
+	os.WriteFile(sig, []byte(out[i:]), 0o644)
+	cmd := exec.Command("ssh-keygen", "-Y", "verify", "-f", allowed, "-I", "alice@example.org", "-n", "mcp-patch", "-s", sig)
+	cmd.Stdin = bytes.NewReader(req.Canonical())
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen -Y verify refused our approval: %v\n%s", err, b)
+	}
+	signers, err := policy.LoadAllowedSigners(allowed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := policy.OpenNonceStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	v := &policy.Verifier{AllowedSigners: signers, NonceStore: store}
+	if _, err := v.Verify(out, policy.Expectation{Tool: "drain_node", Node: "gpu-03", Round: "2026-11", PlanDigest: req.PlanDigest}); err != nil {
+		t.Fatalf("the server's verifier refused it: %v", err)
+	}
+
+	// A request someone edited is not signed.
+	os.WriteFile(reqFile, bytes.Replace(req.Canonical(), []byte("gpu-03"), []byte("gpu-04\nextra: x"), 1), 0o644)
+	if code, _, errOut := run(t, "", nil, "approve", "--key", key, "--yes", reqFile); code == ExitOK || !strings.Contains(errOut, "not a valid request") {
+		t.Fatalf("edited request: exit %d: %s", code, errOut)
+	}
+}
+
+// TestRoundStatusCommand prints the table of a round kept in the intent repo.
+func TestRoundStatusCommand(t *testing.T) {
+	repo := exampleRepo(t)
+	j, err := round.Open(filepath.Join(repo, "rounds", "2026-11"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, err := round.PlanOrder([]round.NodeInfo{{Name: "cp-1", ControlPlane: true}, {Name: "gpu-1", GPU: true}}, round.Placement{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Plan(order, 48*time.Hour, round.Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	code, out, errOut := run(t, "", nil, "round", "status", "--intent-repo", repo, "--state-dir", t.TempDir())
+	if code != ExitOK || !strings.Contains(out, "cp-1") || !strings.Contains(out, "gpu-1") || !strings.Contains(out, "Next:") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+}
