@@ -55,6 +55,9 @@ func runLab(ctx context.Context, g *globals, args []string, stdio IO) int {
 	if err := parseSub(fs, g, args); err != nil {
 		return ExitUsage
 	}
+	if !g.set["log-level"] {
+		g.logLevel = "warn" // the demo prints each step itself
+	}
 	log, err := g.logger(stdio.Stderr)
 	if err != nil {
 		return ExitUsage
