@@ -228,6 +228,27 @@ func runConfig(g *globals, args []string, stdio IO) error {
 	return usagef("config: unknown subcommand %q (want schema or show)", args[0])
 }
 
+// depsFor loads the effective configuration and builds the tool
+// dependencies; on failure it says why on stderr and returns the exit code.
+func (g *globals) depsFor(ctx context.Context, stdio IO) (*tools.Deps, func(), int) {
+	c, err := g.load(stdio.Getenv)
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch:", err)
+		return nil, nil, ExitUsage
+	}
+	log, err := g.logger(stdio.Stderr)
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch:", err)
+		return nil, nil, ExitUsage
+	}
+	d, cleanup, err := buildDeps(ctx, &c, log, stdio.Getenv)
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch:", err)
+		return nil, nil, ExitNotOK
+	}
+	return d, cleanup, ExitOK
+}
+
 // deps builds the tool dependencies from the effective configuration.
 func buildDeps(ctx context.Context, c *config.Config, log *slog.Logger, getenv func(string) string) (*tools.Deps, func(), error) {
 	return tools.Build(ctx, c, log, getenv, nil)

@@ -22,19 +22,9 @@ func runRound(ctx context.Context, g *globals, args []string, stdio IO) int {
 	if err := parseSub(fs, g, args[1:]); err != nil {
 		return ExitUsage
 	}
-	c, err := g.load(stdio.Getenv)
-	if err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch:", err)
-		return ExitUsage
-	}
-	log, err := g.logger(stdio.Stderr)
-	if err != nil {
-		return ExitUsage
-	}
-	d, cleanup, err := buildDeps(ctx, &c, log, stdio.Getenv)
-	if err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch:", err)
-		return ExitNotOK
+	d, cleanup, code := g.depsFor(ctx, stdio)
+	if code != ExitOK {
+		return code
 	}
 	defer cleanup()
 	args2, _ := json.Marshal(map[string]string{"round": *roundID})

@@ -69,20 +69,9 @@ func runTool(ctx context.Context, g *globals, args []string, stdio IO) int {
 		fmt.Fprintf(stdio.Stderr, "mcp-patch: tool %s: %v\n", name, err)
 		return ExitUsage
 	}
-	c, err := g.load(stdio.Getenv)
-	if err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch:", err)
-		return ExitUsage
-	}
-	log, err := g.logger(stdio.Stderr)
-	if err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch:", err)
-		return ExitUsage
-	}
-	d, cleanup, err := buildDeps(ctx, &c, log, stdio.Getenv)
-	if err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch:", err)
-		return ExitNotOK
+	d, cleanup, code := g.depsFor(ctx, stdio)
+	if code != ExitOK {
+		return code
 	}
 	defer cleanup()
 	progress := func(done, total float64, msg string) {
