@@ -31,7 +31,7 @@ func TestFaultCatalogue(t *testing.T) {
 		{fault: "hang-on-boot", node: "cp-1", stopStep: "trial_boot", stopNode: "cp-1", reason: "hang"},
 		{fault: "boot-on-mdraid", node: "cp-1", stopStep: "trial_boot", stopNode: "cp-1", reason: "grubenv"},
 		{fault: "pdb-blocks-drain", arg: "cp-1", stopStep: "drain", stopNode: "cp-1", reason: "disruption budget"},
-		{fault: "etcd-member-lost", arg: "cp-2", stopStep: "gate", stopNode: "cp-1", reason: "etcd"},
+		{fault: "etcd-member-lost", arg: "cp-2", stopStep: "drain", stopNode: "cp-1", reason: "etcd"},
 		{fault: "postgres-not-ready", stopStep: "gate", stopNode: "cp-1", reason: "postgres"},
 		{fault: "webhook-short", after: "promote_kernel", stopStep: "gate", stopNode: "cp-1", reason: "webhook"},
 		{fault: "new-failing-pod", after: "promote_kernel", stopStep: "gate", stopNode: "cp-1", reason: "stack-health"},

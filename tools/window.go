@@ -13,6 +13,7 @@ import (
 	"mcp-patch/host/steps"
 	"mcp-patch/kube"
 	"mcp-patch/kube/drain"
+	"mcp-patch/kube/gate"
 	"mcp-patch/kube/windowlock"
 	"mcp-patch/round"
 )
@@ -219,6 +220,20 @@ func DrainNode() Tool {
 			kc, err := d.cluster(ctx)
 			if err != nil {
 				return Plan{}, err
+			}
+			if n := s.j.State().Node(in.Node); n != nil && n.Role == round.RoleControlPlane {
+				// Rebooting a control-plane node takes its etcd member down:
+				// every other member must be healthy first, or quorum goes.
+				if cfg, err := d.gateConfig(ctx, s); err == nil && cfg.Etcd != nil {
+					if c := gate.CheckEtcd(ctx, *cfg.Etcd); !c.OK || len(c.Warnings) > 0 {
+						why := "etcd is not fully healthy before the window of control-plane node " + in.Node + ": " +
+							strings.Join(append([]string{c.Reason}, c.Warnings...), "; ") + " — its reboot would take another member down and could lose quorum"
+						if err := s.start(round.StepDrain, in.Node, ""); err == nil {
+							_ = s.fail(round.StepDrain, in.Node, why)
+						}
+						return Plan{}, Fail("Stop: a person restores the etcd member first, then signs resume.", why, "nothing was cordoned")
+					}
+				}
 			}
 			pl, err := drain.Preview(ctx, kc.Kube, in.Node, d.drainPolicy(s))
 			if err != nil {

@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -61,6 +62,22 @@ func TrialBoot() Tool {
 		h.Pool.Forget(node)
 		tb, err := h.Steps.TrialBootStatus(ctx, node, s.id)
 		out := TrialBootOut{TrialBoot: &tb}
+		if errors.Is(err, steps.ErrRefused) && tb.RebootRequestedAt == "" {
+			// The process that started the step stopped before it prepared
+			// the trial boot: nothing was prepared, so prepare now from the
+			// recorded entries, then request the reboot.
+			np, _ := s.nodePlan(d, node)
+			if _, err := h.Steps.TrialBootPrepare(ctx, node, steps.TrialBootInput{Round: s.id, OldEntry: np.OldEntry, NewEntry: np.NewEntry, PanicSeconds: panicSeconds(s)}); err != nil {
+				_ = s.fail(round.StepTrialBoot, node, "prepare (resumed): "+err.Error())
+				return out, Fail("Stop: the trial boot could not be prepared; the node was not rebooted. Tell a person.", "prepare trial boot on "+node+": "+err.Error())
+			}
+			if _, err := h.Steps.TrialBootReboot(ctx, node, s.id); err != nil {
+				return out, hostError(node, "request the trial reboot", err)
+			}
+			out.Result = Result{Status: StatusInProgress, Reasons: []string{node + ": trial boot prepared and reboot requested (resumed)"},
+				NextAction: "Call trial_boot again with the same node in a little while."}
+			return out, nil
+		}
 		if err != nil {
 			if waited := d.now().Sub(started); waited > d.Config.SSH.RebootTimeout.D() {
 				why := fmt.Sprintf("%s has not come back %s after its trial reboot (%v): it may hang at boot", node, waited.Round(time.Second), err)

@@ -609,7 +609,7 @@ func cordon(t *testing.T, cs kubernetes.Interface, node string, on bool) {
 // when it is missing.
 func fixture(t *testing.T, name string) string {
 	t.Helper()
-	path := filepath.Join("..", "..", "..", "shared", "fixtures", "k8s", name)
+	path := filepath.Join("..", "..", "testdata", "fixtures", "k8s", name)
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("fixture %s: %v", name, err)
 	}
