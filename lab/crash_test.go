@@ -32,18 +32,18 @@ func TestKillServerAnywhere(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
 	kills, midCall := 0, 0
 	reachedSoak := false
-	for iter := 0; iter < 400 && !reachedSoak; iter++ {
+	for iter := 0; iter < 1500 && !reachedSoak; iter++ {
 		cmd := exec.Command(bin, "serve", "--config", l.ConfigFile, "--log-level", "error")
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "crash", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 		if err != nil {
 			t.Fatalf("start server: %v", err)
 		}
 		var killer *time.Timer
-		if r.IntN(2) == 0 {
+		if r.IntN(3) == 0 {
 			delay := time.Duration(r.IntN(1500)) * time.Millisecond
 			killer = time.AfterFunc(delay, func() { cmd.Process.Kill() })
 		}
-		agent := &Agent{Session: cs, Sign: l.Sign, MaxCalls: 1 + r.IntN(8), Poll: 50 * time.Millisecond}
+		agent := &Agent{Session: cs, Sign: l.Sign, MaxCalls: 2 + r.IntN(12), Poll: 50 * time.Millisecond}
 		out, err := agent.Run(ctx, "2026-11")
 		mid := killer != nil && !killer.Stop()
 		if mid {
