@@ -472,3 +472,16 @@ func TestTypeScriptSDKClient(t *testing.T) {
 	}
 	git(t, repo, "fsck", "--strict")
 }
+
+// `lab fault NAME --node HOST` reaches for a running lab (and says when
+// there is none) instead of failing on its own arguments.
+func TestLabFaultArguments(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errOut := run(t, "", nil, "lab", "fault", "kernel-panic", "--node", "cp-1", "--dir", dir)
+	if code != ExitNotOK || !strings.Contains(errOut, "no running lab") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if code, _, _ := run(t, "", nil, "lab", "fault", "--dir", dir); code != ExitUsage {
+		t.Fatalf("no fault named: exit %d", code)
+	}
+}

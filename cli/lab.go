@@ -42,6 +42,10 @@ func runLab(ctx context.Context, g *globals, args []string, stdio IO) int {
 		return ExitUsage
 	}
 	sub, args := args[0], args[1:]
+	var faultName string
+	if sub == "fault" && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		faultName, args = args[0], args[1:] // `lab fault NAME --node HOST`
+	}
 	fs := subFlags("lab "+sub, g, stdio)
 	dir := fs.String("dir", labDir(stdio.Getenv), "where the lab keeps its files (env MCP_PATCH_LAB_DIR)")
 	cps := fs.Int("control-planes", 3, "control-plane hosts")
@@ -70,7 +74,11 @@ func runLab(ctx context.Context, g *globals, args []string, stdio IO) int {
 	case "up":
 		return labUp(ctx, opts, *httpAddr, stdio, log)
 	case "fault":
-		return labFault(fs.Args(), *dir, *node, *arg, *clear, stdio)
+		names := fs.Args()
+		if faultName != "" {
+			names = append([]string{faultName}, names...)
+		}
+		return labFault(names, *dir, *node, *arg, *clear, stdio)
 	case "down":
 		return labDown(*dir, stdio)
 	}
@@ -117,6 +125,18 @@ func indent(s string) string {
 }
 
 func labUp(ctx context.Context, opts lab.Options, httpAddr string, stdio IO, log *slog.Logger) int {
+	// A lab starts fresh: state left by an earlier one (etcd data, host
+	// roots) would not match the new certificates and keys.
+	if _, err := os.Stat(filepath.Join(opts.Dir, "lab.sock")); err == nil {
+		if _, err := control(opts.Dir, "ping"); err == nil {
+			fmt.Fprintln(stdio.Stderr, "mcp-patch lab up: a lab is already running in", opts.Dir, "(mcp-patch lab down first)")
+			return ExitNotOK
+		}
+	}
+	if err := os.RemoveAll(opts.Dir); err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
+		return ExitNotOK
+	}
 	l, err := lab.Up(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
@@ -189,13 +209,14 @@ func listenControl(ctx context.Context, dir string, l *lab.Lab) (net.Listener, e
 			go func(c net.Conn) {
 				defer c.Close()
 				line, _ := bufio.NewReader(c).ReadString('\n')
-				f := strings.Split(strings.TrimSpace(line), "\t")
+				f := strings.Split(strings.TrimRight(line, "\r\n"), "\t")
 				var err error
 				switch {
 				case len(f) == 4 && f[0] == "inject":
 					err = l.Inject(ctx, f[1], f[2], f[3])
 				case len(f) == 4 && f[0] == "clear":
 					err = l.Clear(ctx, f[1], f[2])
+				case len(f) == 1 && f[0] == "ping":
 				case len(f) == 1 && f[0] == "down":
 					fmt.Fprintln(c, "ok")
 					close(stop)
