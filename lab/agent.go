@@ -46,6 +46,11 @@ type Outcome struct {
 	Approvals int       `json:"approvals"`
 	// Steps is each call in order: "tool node status".
 	Steps []string `json:"steps"`
+	// Active is the time spent inside tool calls that did work (not the
+	// ones that answered in_progress while something waited), by node.
+	Active map[string]time.Duration `json:"active_ns"`
+	// ActiveByTool is the same time by tool, over the whole round.
+	ActiveByTool map[string]time.Duration `json:"active_by_tool_ns"`
 }
 
 // StopInfo says where the round stopped and why.
@@ -122,6 +127,7 @@ func (a *Agent) Run(ctx context.Context, roundID string) (Outcome, error) {
 	}
 	var out Outcome
 	closedOnce := false
+	lastActive := ""
 	lastKey, repeats := "", 0
 	for out.Calls < a.MaxCalls {
 		st, err := a.call(ctx, &out, "round_status", map[string]any{})
@@ -181,6 +187,7 @@ func (a *Agent) Run(ctx context.Context, roundID string) (Outcome, error) {
 		if next.round != "" {
 			args["round"] = next.round
 		}
+		callStart := time.Now()
 		r, err := a.call(ctx, &out, next.tool, args)
 		if err != nil {
 			return out, err
@@ -198,6 +205,17 @@ func (a *Agent) Run(ctx context.Context, roundID string) (Outcome, error) {
 			delete(args, "approval")
 		}
 		out.Steps = append(out.Steps, fmt.Sprintf("%s %s %s", next.tool, next.node, r.Status))
+		if r.Status != "in_progress" || out.Steps[len(out.Steps)-1] != lastActive {
+			if out.Active == nil {
+				out.Active = map[string]time.Duration{}
+			}
+			out.Active[next.node] += time.Since(callStart)
+			if out.ActiveByTool == nil {
+				out.ActiveByTool = map[string]time.Duration{}
+			}
+			out.ActiveByTool[next.tool] += time.Since(callStart)
+		}
+		lastActive = out.Steps[len(out.Steps)-1]
 		if a.AfterCall != nil {
 			a.AfterCall(ctx, next.tool, next.node, r.Status)
 		}
