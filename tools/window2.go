@@ -391,7 +391,7 @@ func GPUAcceptance() Tool {
 			problems = append(problems, hc.Problems...)
 		}
 		p(1, 3, "smoke pod")
-		smoke, err := gpucheck.SmokePod(ctx, kc.Kube, in.Node, gpucheck.SmokeOptions{Image: d.Config.Kube.SmokeImage, Timeout: 5 * time.Minute, Logger: d.Log})
+		smoke, err := gpucheck.SmokePod(ctx, kc.Kube, in.Node, gpucheck.SmokeOptions{Image: d.Config.Kube.SmokeImage, Timeout: 5 * time.Minute, PollInterval: 250 * time.Millisecond, Logger: d.Log})
 		out.Smoke = &smoke
 		switch {
 		case err != nil:
