@@ -15,9 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"mcp-patch/lab"
 	"mcp-patch/tools"
 )
@@ -156,12 +153,7 @@ func labUp(ctx context.Context, opts lab.Options, httpAddr string, stdio IO, log
 	tokenFile := filepath.Join(opts.Dir, "http.token")
 	_ = os.WriteFile(tokenFile, []byte(token+"\n"), 0o600)
 	server := tools.NewServer(tools.Builtin(), d, Version)
-	handler := auth.RequireBearerToken(func(_ context.Context, got string, _ *http.Request) (*auth.TokenInfo, error) {
-		if got != token {
-			return nil, auth.ErrInvalidToken
-		}
-		return &auth.TokenInfo{UserID: "lab", Expiration: time.Now().Add(time.Hour)}, nil
-	}, nil)(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	handler := bearerHandler(server, token, log)
 	ln, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)

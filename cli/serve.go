@@ -114,15 +114,7 @@ func serveHTTP(ctx context.Context, c *config.Config, server *mcp.Server, stdio 
 	if err != nil {
 		return err
 	}
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Logger: log})
-	verify := func(_ context.Context, got string, _ *http.Request) (*auth.TokenInfo, error) {
-		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			return nil, auth.ErrInvalidToken
-		}
-		return &auth.TokenInfo{UserID: "bearer", Expiration: time.Now().Add(time.Hour)}, nil
-	}
-	handler := auth.RequireBearerToken(verify, nil)(mcpHandler)
+	handler := bearerHandler(server, token, log)
 	ln, err := net.Listen("tcp", c.Serve.HTTP)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Serve.HTTP, err)
@@ -149,4 +141,18 @@ func serveHTTP(ctx context.Context, c *config.Config, server *mcp.Server, stdio 
 		defer cancel()
 		return srv.Shutdown(shut)
 	}
+}
+
+// bearerHandler serves MCP over streamable HTTP behind a bearer token
+// (compared in constant time), with the SDK's DNS-rebinding protection.
+func bearerHandler(server *mcp.Server, token string, log *slog.Logger) http.Handler {
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{Logger: log})
+	verify := func(_ context.Context, got string, _ *http.Request) (*auth.TokenInfo, error) {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{UserID: "bearer", Expiration: time.Now().Add(time.Hour)}, nil
+	}
+	return auth.RequireBearerToken(verify, nil)(mcpHandler)
 }
