@@ -1,4 +1,4 @@
-module mcp-patch
+module github.com/mcp-patch/mcp-patch
 
 go 1.26.8
 

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/term"
 
-	"mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/policy"
 )
 
 func init() { extraCommands["approve"] = runApprove }

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"mcp-patch/policy"
-	"mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/round"
 )
 
 // TestApproveSignsWhatSSHKeygenVerifies: a person signs a request with

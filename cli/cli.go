@@ -13,8 +13,8 @@ import (
 	"os"
 	"strings"
 
-	"mcp-patch/config"
-	"mcp-patch/tools"
+	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/tools"
 )
 
 // Version is set at build time with -ldflags "-X mcp-patch/cli.Version=…".

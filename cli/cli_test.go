@@ -20,7 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"mcp-patch/tools"
+	"github.com/mcp-patch/mcp-patch/tools"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "mcp-patch")
-	out, err := exec.Command("go", "build", "-o", binary, "mcp-patch/cmd/mcp-patch").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", binary, "github.com/mcp-patch/mcp-patch/cmd/mcp-patch").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build mcp-patch: %v\n%s", err, out)
 		os.Exit(1)

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/config"
 )
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

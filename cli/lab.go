@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"mcp-patch/lab"
-	"mcp-patch/tools"
+	"github.com/mcp-patch/mcp-patch/lab"
+	"github.com/mcp-patch/mcp-patch/tools"
 )
 
 func init() { extraCommands["lab"] = runLab }

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"mcp-patch/tools"
+	"github.com/mcp-patch/mcp-patch/tools"
 )
 
 func init() { extraCommands["round"] = runRound }

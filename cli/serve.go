@@ -16,8 +16,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"mcp-patch/config"
-	"mcp-patch/tools"
+	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/tools"
 )
 
 func runServe(ctx context.Context, g *globals, args []string, stdio IO) error {

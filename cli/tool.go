@@ -13,7 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"mcp-patch/tools"
+	"github.com/mcp-patch/mcp-patch/tools"
 )
 
 // runTool is `mcp-patch tool NAME`: the CLI twin of an MCP tool, with the

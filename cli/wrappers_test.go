@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"mcp-patch/tools"
+	"github.com/mcp-patch/mcp-patch/tools"
 )
 
 // Every tool has an operator wrapper in scripts/ that calls the CLI twin,

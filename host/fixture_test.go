@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"mcp-patch/host/sshdtest"
+	"github.com/mcp-patch/mcp-patch/host/sshdtest"
 )
 
 // fixture is a client identity, a known_hosts file and an inventory for

@@ -17,7 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"mcp-patch/host/sshdtest"
+	"github.com/mcp-patch/mcp-patch/host/sshdtest"
 )
 
 func TestRunScript(t *testing.T) {

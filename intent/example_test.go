@@ -6,7 +6,7 @@ import (
 	"log"
 	"time"
 
-	"mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/intent"
 )
 
 // A round opens the intent repository for its own id, reads a component,

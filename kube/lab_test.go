@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"mcp-patch/kube"
-	"mcp-patch/kube/internal/labkube"
-	"mcp-patch/lab/cluster"
+	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
+	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 
 func TestMain(m *testing.M) { labkube.Main(m) }

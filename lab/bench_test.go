@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"mcp-patch/host"
-	"mcp-patch/host/steps"
-	"mcp-patch/lab/fleet"
-	"mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/lab/fleet"
+	"github.com/mcp-patch/mcp-patch/round"
 )
 
 // BenchmarkLabRound runs the whole round on a 3+1+2 lab with the lab's own

@@ -12,7 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round"
 )
 
 // TestKillServerAnywhere runs the round against the real mcp-patch binary
@@ -24,7 +24,7 @@ import (
 func TestKillServerAnywhere(t *testing.T) {
 	l := upLab(t, Options{ControlPlanes: 2, Canary: 1, GPUServers: 0, GateSettle: 30 * time.Second})
 	bin := filepath.Join(t.TempDir(), "mcp-patch")
-	if out, err := exec.Command("go", "build", "-o", bin, "mcp-patch/cmd/mcp-patch").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/mcp-patch/mcp-patch/cmd/mcp-patch").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)

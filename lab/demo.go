@@ -11,7 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"mcp-patch/tools"
+	"github.com/mcp-patch/mcp-patch/tools"
 )
 
 // Session connects an in-process MCP client to mcp-patch's server built

@@ -30,14 +30,14 @@ import (
 	"golang.org/x/crypto/ssh"
 	"sigs.k8s.io/yaml"
 
-	"mcp-patch/config"
-	"mcp-patch/examples"
-	"mcp-patch/intent"
-	"mcp-patch/lab/cluster"
-	"mcp-patch/lab/fleet"
-	"mcp-patch/lab/world"
-	"mcp-patch/lab/world/fromfleet"
-	"mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/examples"
+	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/lab/cluster"
+	"github.com/mcp-patch/mcp-patch/lab/fleet"
+	"github.com/mcp-patch/mcp-patch/lab/world"
+	"github.com/mcp-patch/mcp-patch/lab/world/fromfleet"
+	"github.com/mcp-patch/mcp-patch/policy"
 )
 
 // Options size and pace the lab. Zero values take the defaults.

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/policy"
 )
 
 // The whole life of an approval: the server issues a request, a person signs

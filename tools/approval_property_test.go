@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"mcp-patch/config"
-	"mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/policy"
 )
 
 type propIn struct {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round"
 )
 
 var spillMu sync.Mutex

@@ -8,12 +8,12 @@ import (
 	"sync"
 	"time"
 
-	"mcp-patch/config"
-	"mcp-patch/host"
-	"mcp-patch/host/steps"
-	"mcp-patch/intent"
-	"mcp-patch/kube"
-	"mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/policy"
 )
 
 // Build makes the tool dependencies from a configuration: the intent

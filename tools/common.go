@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"mcp-patch/host"
-	"mcp-patch/host/steps"
-	"mcp-patch/intent"
-	"mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/round"
 )
 
 // NodeIn is the input of tools that act on one node.

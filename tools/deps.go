@@ -8,10 +8,10 @@ import (
 	"log/slog"
 	"time"
 
-	"mcp-patch/config"
-	"mcp-patch/intent"
-	"mcp-patch/kube"
-	"mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/round"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )

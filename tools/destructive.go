@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/policy"
 )
 
 // ApprovalArg is embedded in the input of every destructive tool.

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"mcp-patch/host/steps"
-	"mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/round"
 )
 
 // ---- fallback_drill ----

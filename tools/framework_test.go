@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"mcp-patch/config"
-	"mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/policy"
 )
 
 type echoIn struct {

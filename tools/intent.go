@@ -9,7 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/intent"
 )
 
 // intentError turns the intent package's errors into refusals (bad input,

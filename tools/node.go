@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"mcp-patch/host"
-	"mcp-patch/host/steps"
-	"mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/round"
 )
 
 // ---- inspect_node ----

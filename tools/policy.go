@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/policy"
 )
 
 // PolicyApprovals is the Approvals the server uses: SSHSIG approvals checked

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round"
 )
 
 // RoundBook keeps the rounds' journals in the intent repository under

@@ -8,13 +8,13 @@ import (
 	"strings"
 	"time"
 
-	"mcp-patch/host"
-	"mcp-patch/host/steps"
-	"mcp-patch/intent"
-	"mcp-patch/kube"
-	"mcp-patch/kube/gate"
-	"mcp-patch/policy"
-	"mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/gate"
+	"github.com/mcp-patch/mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/round"
 )
 
 // commitRound commits the round's record files to the intent repository's

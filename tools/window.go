@@ -10,12 +10,12 @@ import (
 	"sync"
 	"time"
 
-	"mcp-patch/host/steps"
-	"mcp-patch/kube"
-	"mcp-patch/kube/drain"
-	"mcp-patch/kube/gate"
-	"mcp-patch/kube/windowlock"
-	"mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/kube/gate"
+	"github.com/mcp-patch/mcp-patch/kube/windowlock"
+	"github.com/mcp-patch/mcp-patch/round"
 )
 
 // windowLocks holds the window Leases this process keeps renewed.

@@ -11,12 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"mcp-patch/host/parse"
-	"mcp-patch/host/steps"
-	"mcp-patch/kube/drain"
-	"mcp-patch/kube/gate"
-	"mcp-patch/kube/gpucheck"
-	"mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/host/parse"
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/kube/gate"
+	"github.com/mcp-patch/mcp-patch/kube/gpucheck"
+	"github.com/mcp-patch/mcp-patch/round"
 )
 
 // pickEntry finds the non-recovery GRUB entry booting kernel, preferring

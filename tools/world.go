@@ -4,9 +4,9 @@ import (
 	"context"
 	"net"
 
-	"mcp-patch/host"
-	"mcp-patch/host/steps"
-	"mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/kube"
 )
 
 // HostPool is what the tools need of the SSH pool beyond running scripts.

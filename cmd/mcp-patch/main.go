@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"mcp-patch/cli"
+	"github.com/mcp-patch/mcp-patch/cli"
 )
 
 func main() {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"mcp-patch/scripts"
+	"github.com/mcp-patch/mcp-patch/scripts"
 )
 
 // fixture reads a sample from testdata/fixtures (copies of

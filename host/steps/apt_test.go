@@ -14,8 +14,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"mcp-patch/host/parse"
-	"mcp-patch/scripts"
+	"github.com/mcp-patch/mcp-patch/host/parse"
+	"github.com/mcp-patch/mcp-patch/scripts"
 )
 
 // TestRealAptOutputParses runs the real apt-get -s full-upgrade against the

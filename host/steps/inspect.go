@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"mcp-patch/host/parse"
+	"github.com/mcp-patch/mcp-patch/host/parse"
 )
 
 // KernelInfo is the running kernel and boot id of a node.

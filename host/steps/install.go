@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"mcp-patch/host/parse"
+	"github.com/mcp-patch/mcp-patch/host/parse"
 )
 
 // Install actions.

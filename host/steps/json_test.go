@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"mcp-patch/scripts"
+	"github.com/mcp-patch/mcp-patch/scripts"
 )
 
 // commonBlock is the shared shell block of the scripts, without its first

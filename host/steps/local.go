@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/host"
 )
 
 // DefaultPath is the PATH a LocalRunner gives scripts: sudo's secure_path

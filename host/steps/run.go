@@ -23,8 +23,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"mcp-patch/host"
-	"mcp-patch/scripts"
+	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/scripts"
 )
 
 // Statuses a script reports in its "status" field, with the exit code it

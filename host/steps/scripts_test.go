@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"mcp-patch/scripts"
+	"github.com/mcp-patch/mcp-patch/scripts"
 )
 
 func scriptNames(t testing.TB) []string {

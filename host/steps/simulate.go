@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"mcp-patch/host/parse"
+	"github.com/mcp-patch/mcp-patch/host/parse"
 )
 
 // PlannedPackage is one package the upgrade moves.

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"mcp-patch/host/parse"
+	"github.com/mcp-patch/mcp-patch/host/parse"
 )
 
 // VerifyInput are the expectations of a node check.

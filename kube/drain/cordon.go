@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube"
 )
 
 // The annotations that record our cordon. They are written in the same

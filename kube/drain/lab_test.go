@@ -17,10 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"mcp-patch/kube"
-	"mcp-patch/kube/drain"
-	"mcp-patch/kube/internal/labkube"
-	"mcp-patch/lab/cluster"
+	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
+	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 
 // These tests drive a real API server, controller manager (ReplicaSets,

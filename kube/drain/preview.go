@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	kubedrain "k8s.io/kubectl/pkg/drain"
 
-	"mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube"
 )
 
 // Policy is what a drain may do to the pods it finds. The zero value is the

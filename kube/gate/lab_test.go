@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"mcp-patch/kube"
-	"mcp-patch/kube/internal/labkube"
-	"mcp-patch/lab/cluster"
+	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
+	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 
 // These tests run against lab/cluster: a real kube-apiserver with the real

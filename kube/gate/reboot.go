@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube"
 )
 
 // AcceptRebootRestarts raises the baseline's restart counts of the pods on

@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"mcp-patch/kube"
-	"mcp-patch/kube/internal/labkube"
-	"mcp-patch/lab/cluster"
+	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
+	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 
 // Smoke pods against lab/cluster: the real scheduler judges GPU capacity

@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
-	"mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube"
 )
 
 // Smoke outcomes.

@@ -11,8 +11,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"mcp-patch/kube/internal/labkube"
-	"mcp-patch/kube/windowlock"
+	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
+	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 )
 
 // Two "server instances" contend for the window Lease on a real API server,

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"mcp-patch/lab/cluster"
+	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 
 // A control plane with two GPU servers and a control-plane node, the way

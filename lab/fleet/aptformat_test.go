@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"mcp-patch/host/parse"
+	"github.com/mcp-patch/mcp-patch/host/parse"
 )
 
 const fixtures = "../../testdata/fixtures"

@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"mcp-patch/host"
-	"mcp-patch/scripts"
+	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/scripts"
 )
 
 // installViaScripts runs simulate.sh, then install.sh start with the

@@ -39,7 +39,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"mcp-patch/lab/fleet/machine"
+	"github.com/mcp-patch/mcp-patch/lab/fleet/machine"
 )
 
 // Options configure a fleet. Zero values take the defaults named per field.

@@ -21,8 +21,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"mcp-patch/lab/fleet/emul"
-	"mcp-patch/lab/fleet/machine"
+	"github.com/mcp-patch/mcp-patch/lab/fleet/emul"
+	"github.com/mcp-patch/mcp-patch/lab/fleet/machine"
 )
 
 // Power is where a host stands in its boot cycle.

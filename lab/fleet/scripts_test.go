@@ -13,9 +13,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"mcp-patch/host"
-	"mcp-patch/lab/fleet/emul"
-	"mcp-patch/scripts"
+	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/lab/fleet/emul"
+	"github.com/mcp-patch/mcp-patch/scripts"
 )
 
 // pool returns the production SSH client (host.Pool) over the fleet's

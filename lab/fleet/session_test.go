@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"mcp-patch/host"
-	"mcp-patch/lab/fleet/emul"
-	"mcp-patch/scripts"
+	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/lab/fleet/emul"
+	"github.com/mcp-patch/mcp-patch/scripts"
 )
 
 // hostProcesses lists the pids whose environment names h.

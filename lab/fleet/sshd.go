@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"mcp-patch/lab/fleet/machine"
+	"github.com/mcp-patch/mcp-patch/lab/fleet/machine"
 )
 
 // serve starts accepting on the host's listener (bound at creation or

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"mcp-patch/lab/cluster"
+	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 
 // BenchmarkSetup measures Setup on a fresh control plane (the control

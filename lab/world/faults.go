@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube"
 )
 
 var (

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"mcp-patch/lab/cluster"
+	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 
 // Role is what a lab host is in the cluster.

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
-	"mcp-patch/lab/cluster"
+	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 
 // SetHostUp records that a host went down (up false) or came back (up

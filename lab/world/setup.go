@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube"
 )
 
 // createPostgres creates the CNPG Cluster, its first status, its instance

@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
 
-	"mcp-patch/lab/cluster"
+	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 
 // TestNamesMatchIntent keeps the World's default names equal to what the

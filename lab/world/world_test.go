@@ -15,11 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"mcp-patch/kube"
-	"mcp-patch/kube/drain"
-	"mcp-patch/kube/gate"
-	"mcp-patch/kube/gpucheck"
-	"mcp-patch/lab/cluster"
+	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/kube/gate"
+	"github.com/mcp-patch/mcp-patch/kube/gpucheck"
+	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 
 // The critical namespaces of examples/intent/os-layer/settings.yaml.

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"mcp-patch/lab/fleet/machine"
+	"github.com/mcp-patch/mcp-patch/lab/fleet/machine"
 )
 
 func init() {

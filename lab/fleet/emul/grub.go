@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"mcp-patch/lab/fleet/machine"
+	"github.com/mcp-patch/mcp-patch/lab/fleet/machine"
 )
 
 func init() {

@@ -27,7 +27,7 @@ import (
 	"strings"
 	"time"
 
-	"mcp-patch/lab/fleet/machine"
+	"github.com/mcp-patch/mcp-patch/lab/fleet/machine"
 )
 
 // Env names the lab sets on every process of a host.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"syscall"
 
-	"mcp-patch/lab/fleet/machine"
+	"github.com/mcp-patch/mcp-patch/lab/fleet/machine"
 )
 
 func init() {

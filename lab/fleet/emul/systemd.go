@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"mcp-patch/lab/fleet/machine"
+	"github.com/mcp-patch/mcp-patch/lab/fleet/machine"
 )
 
 func init() {

@@ -7,7 +7,7 @@ package main
 import (
 	"os"
 
-	"mcp-patch/lab/fleet/emul"
+	"github.com/mcp-patch/mcp-patch/lab/fleet/emul"
 )
 
 func main() {

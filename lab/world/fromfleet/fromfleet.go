@@ -16,10 +16,10 @@ import (
 	"os"
 	"path/filepath"
 
-	"mcp-patch/lab/cluster"
-	"mcp-patch/lab/fleet"
-	"mcp-patch/lab/fleet/machine"
-	"mcp-patch/lab/world"
+	"github.com/mcp-patch/mcp-patch/lab/cluster"
+	"github.com/mcp-patch/mcp-patch/lab/fleet"
+	"github.com/mcp-patch/mcp-patch/lab/fleet/machine"
+	"github.com/mcp-patch/mcp-patch/lab/world"
 )
 
 // EtcdClientAddr is where a kubeadm control-plane host's etcd listens, as

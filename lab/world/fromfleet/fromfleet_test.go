@@ -15,10 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"mcp-patch/kube/gate"
-	"mcp-patch/lab/cluster"
-	"mcp-patch/lab/fleet"
-	"mcp-patch/lab/world"
+	"github.com/mcp-patch/mcp-patch/kube/gate"
+	"github.com/mcp-patch/mcp-patch/lab/cluster"
+	"github.com/mcp-patch/mcp-patch/lab/fleet"
+	"github.com/mcp-patch/mcp-patch/lab/world"
 )
 
 type testLog struct{ t *testing.T }
