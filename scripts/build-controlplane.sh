@@ -3,7 +3,8 @@
 #
 # Builds etcd, etcdctl, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl and kwok from the Go modules pinned under
-# lab/controlplane/, into
+# lab/controlplane/ as two multi-call binaries (etcd, which etcdctl links to,
+# and kube-controlplane, which the Kubernetes programs and kwok link to), into
 #
 #   ${MCP_PATCH_CACHE:-$HOME/.cache/mcp-patch}/controlplane/<key>/bin
 #
@@ -11,7 +12,7 @@
 # <key> is a hash of the pinning modules (go.mod, go.sum, *.go) and of
 # $recipe below, so a second run with the same pins is instant, and changing
 # a pin builds a new set beside the old one. Only the Go module proxy has to
-# be reachable. The first build takes 15-35 minutes on 2 busy cores.
+# be reachable. A line every 20 s tells how far each build is.
 #
 # Run by hand:   sh scripts/build-controlplane.sh
 #                sh scripts/build-controlplane.sh --cached-only
@@ -24,7 +25,7 @@ set -eu
 
 # Bump recipe when a change here changes what gets built (flags, binaries,
 # stages); editing comments or messages must not cost a rebuild.
-recipe=1
+recipe=2
 
 say() { printf 'build-controlplane: %s\n' "$*" >&2; }
 
@@ -116,20 +117,41 @@ main() {
 
 	start=$(date +%s)
 	say "key $key; building into $dest"
+	say "etcd $etcd_version (etcd, etcdctl) and Kubernetes $kube_version with kwok $kwok_version (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok), side by side"
 
-	say "etcd, etcdctl ($etcd_version)"
-	(cd "$src/etcd" && go build -ldflags="-s -w" -o "$work/bin/etcd" . &&
-		go build -ldflags="-s -w" -o "$work/bin/etcdctl" go.etcd.io/etcd/etcdctl/v3)
-	say "etcd done after $(($(date +%s) - start))s"
-
-	say "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl ($kube_version), kwok ($kwok_version)"
-	(cd "$src/kube" && go build -ldflags="$ld_kube" -o "$work/bin/" \
-		k8s.io/kubernetes/cmd/kube-apiserver \
-		k8s.io/kubernetes/cmd/kube-controller-manager \
-		k8s.io/kubernetes/cmd/kube-scheduler \
-		k8s.io/kubernetes/cmd/kubectl \
-		sigs.k8s.io/kwok/cmd/kwok)
-	say "kubernetes done after $(($(date +%s) - start))s"
+	# Two multi-call binaries, each linked once: bin/etcd (etcdctl links to
+	# it) and bin/kube-controlplane (the Kubernetes programs link to it); each
+	# picks its program by the name it was started under. The two modules are
+	# built at the same time, so one's link overlaps the other's compiles and
+	# module downloads overlap compiling.
+	timings=$cache/timings
+	build_one etcd "$src/etcd" "-s -w" &
+	etcd_pid=$!
+	build_one kube-controlplane "$src/kube" "$ld_kube" &
+	kube_pid=$!
+	watch_builds "$etcd_pid" "$kube_pid"
+	etcd_rc=0
+	wait "$etcd_pid" || etcd_rc=$?
+	kube_rc=0
+	wait "$kube_pid" || kube_rc=$?
+	for name in etcd kube-controlplane; do
+		case $name in etcd) rc=$etcd_rc ;; *) rc=$kube_rc ;; esac
+		if [ "$rc" -ne 0 ]; then
+			say "$name failed (exit $rc); the last lines of $work/$name.log:"
+			grep -v -e '^go: downloading' -e '^[a-zA-Z0-9._~/-]*$' "$work/$name.log" | tail -n 40 >&2 || true
+			exit 1
+		fi
+	done
+	ln -s etcd "$work/bin/etcdctl"
+	for name in kube-apiserver kube-controller-manager kube-scheduler kubectl kwok; do
+		ln -s kube-controlplane "$work/bin/$name"
+	done
+	# Figures for the summary and the next build's estimate.
+	{
+		for name in etcd kube-controlplane; do
+			printf '%s %s\n' "$name" "$(cat "$work/$name.seconds")"
+		done
+	} >"$timings.new" && mv "$timings.new" "$timings"
 
 	# kwok's own stage files: nodes become Ready and keep a heartbeat, pods
 	# bound to kwok nodes become Running (and go away when deleted).
@@ -148,14 +170,93 @@ main() {
 		printf 'go %s\n' "$(go env GOVERSION)"
 		printf 'kubernetes %s\netcd %s\nkwok %s\n' "$kube_version" "$etcd_version" "$kwok_version"
 		printf 'seconds %s\n' "$(($(date +%s) - start))"
+		for name in etcd kube-controlplane; do
+			printf 'binary %s seconds %s cpu %s packages %s\n' "$name" "$(cat "$work/$name.seconds")" "$(cat "$work/$name.cpu")" "$(cat "$work/$name.count")"
+		done
 	} >"$work/BUILD-INFO"
+	rm -f "$work"/*.seconds "$work"/*.cpu "$work"/*.count "$work"/*.total "$work"/*.log
 	touch "$work/COMPLETE"
 
 	rm -rf "$dest"
 	mv "$work" "$dest"
 	trap - EXIT INT TERM
-	say "built in $(($(date +%s) - start))s: $(du -sh "$dest/bin" | cut -f1) in $dest/bin"
+	for name in etcd kube-controlplane; do
+		say "$(grep "^binary $name " "$dest/BUILD-INFO" | awk '{printf "%s: %ss wall, %ss CPU, %s packages compiled", $2, $4, $6, $8}')"
+	done
+	say "built in $(($(date +%s) - start))s: $(du -shL "$dest/bin" | cut -f1) in $dest/bin"
 	printf '%s\n' "$dest/bin"
+}
+
+# build_one NAME MODULE_DIR LDFLAGS builds the module's main package into
+# $work/bin/NAME, logging to $work/NAME.log (go build -v names each package
+# as it compiles it), and leaves its wall seconds, CPU seconds and package
+# counts beside the log for watch_builds and the summary.
+build_one() {
+	name=$1 dir=$2 ldflags=$3
+	t0=$(date +%s)
+	# go list fetches the modules the build needs (and names them in the log).
+	(cd "$dir" && go list -deps . 2>>"$work/$name.log" | wc -l) >"$work/$name.total" || true
+	rc=0
+	(cd "$dir" && go build -v -ldflags="$ldflags" -o "$work/bin/$name" .) >>"$work/$name.log" 2>&1 || rc=$?
+	printf '%s\n' "$(($(date +%s) - t0))" >"$work/$name.seconds"
+	compiled "$name" >"$work/$name.count"
+	# times: this subshell's own line, then its children's (the go commands).
+	times | awk 'NR == 2 { u = $1; s = $2; sub(/m/, " ", u); sub(/m/, " ", s); split(u, a, " "); split(s, b, " "); printf "%d\n", a[1] * 60 + a[2] + b[1] * 60 + b[2] }' >"$work/$name.cpu"
+	return "$rc"
+}
+
+# compiled NAME counts the packages go build -v has named so far.
+compiled() {
+	n=$(grep -c '^[a-zA-Z0-9._~/-]*$' "$work/$1.log" 2>/dev/null) || true
+	printf '%s\n' "${n:-0}"
+}
+
+# watch_builds ETCD_PID KUBE_PID prints a line every 20 s while any of the builds runs:
+# per binary the packages compiled so far (of the total it depends on,
+# most of which need compiling on a first build), time elapsed, and the
+# previous build's time when one is recorded.
+watch_builds() {
+	last=0
+	while :; do
+		# A build is over when it has written its seconds or its process is
+		# gone (killed before it could).
+		running=false
+		for pid in "$@"; do
+			case $pid in
+			"$etcd_pid") name=etcd ;;
+			*) name=kube-controlplane ;;
+			esac
+			[ -f "$work/$name.seconds" ] && continue
+			kill -0 "$pid" 2>/dev/null && running=true
+		done
+		$running || return 0
+		now=$(date +%s)
+		if [ $((now - last)) -ge 20 ]; then
+			last=$now
+			line=""
+			for name in etcd kube-controlplane; do
+				if [ -f "$work/$name.seconds" ]; then
+					part="$name done in $(cat "$work/$name.seconds")s"
+				else
+					total=$(cat "$work/$name.total" 2>/dev/null) || true
+					part="$name $(compiled "$name")/${total:-?} packages"
+					if grep -q '^go: downloading' "$work/$name.log" 2>/dev/null; then
+						part="$part, $(grep -c '^go: downloading' "$work/$name.log") modules downloaded"
+					fi
+					prev=$(awk -v n="$name" '$1 == n { print $2 }' "$timings" 2>/dev/null || true)
+					[ -n "$prev" ] && part="$part (last build ${prev}s)"
+				fi
+				line="${line:+$line; }$part"
+			done
+			say "$(fmt_secs $((now - start))) elapsed: $line"
+		fi
+		sleep 2
+	done
+}
+
+# fmt_secs N prints N seconds as XmYYs.
+fmt_secs() {
+	printf '%dm%02ds' $(($1 / 60)) $(($1 % 60))
 }
 
 # built reports whether dir holds a finished build (COMPLETE is written last,

@@ -6,6 +6,22 @@
 set -eu
 cd "$(dirname "$0")/.."
 
+# The control-plane build is by far the longest part and needs only Go and the
+# module proxy, so it starts first and runs beside the rest.
+t_setup=$(date +%s)
+cp_pid=""
+if [ -x scripts/build-controlplane.sh ]; then
+	echo "setup: control plane (built once, then cached), in the background"
+	scripts/build-controlplane.sh &
+	cp_pid=$!
+fi
+phases=""
+# phase NAME START appends NAME's seconds since START to the summary.
+phase() {
+	phases="${phases:+$phases, }$1 $(($(date +%s) - $2))s"
+}
+t=$(date +%s)
+
 pkgs="openssh-server openssh-client grub2-common shellcheck pssh ansible git sudo procps ca-certificates iproute2"
 missing=""
 for p in $pkgs; do
@@ -25,16 +41,22 @@ if [ -n "$missing" ]; then
 	# shellcheck disable=SC2086
 	DEBIAN_FRONTEND=noninteractive $as_root apt-get install -y -qq --no-install-recommends $missing
 fi
+phase "Debian packages" "$t"
 
 echo "setup: Go modules"
+t=$(date +%s)
 go mod download
+phase "Go modules" "$t"
 
 if [ -f test/interop/package.json ] && [ ! -d test/interop/node_modules/@modelcontextprotocol/sdk ]; then
 	echo "setup: npm MCP client for the interoperability test"
+	t=$(date +%s)
 	(cd test/interop && npm install --no-audit --no-fund --silent)
+	phase "npm client" "$t"
 fi
 
-if [ -x scripts/build-controlplane.sh ]; then
-	echo "setup: control plane (built once, then cached)"
-	scripts/build-controlplane.sh
+if [ -n "$cp_pid" ]; then
+	wait "$cp_pid"
+	phase "control plane (beside the rest)" "$t_setup"
 fi
+echo "setup: done in $(($(date +%s) - t_setup))s: $phases"

@@ -33,7 +33,9 @@ const buildScript = "scripts/build-controlplane.sh"
 // buildTimeout bounds a build from nothing on a slow, shared machine.
 const buildTimeout = 40 * time.Minute
 
-// RequiredBinaries are the executables a Binaries directory must hold.
+// RequiredBinaries are the executables a Binaries directory must hold. The
+// build script makes them links to two multi-call binaries (etcd and
+// kube-controlplane) that pick the program by the name they are run under.
 var RequiredBinaries = []string{"etcd", "etcdctl", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"}
 
 // Binaries is a directory of control-plane executables built by
@@ -108,7 +110,7 @@ func FindBinaries(ctx context.Context, logger *slog.Logger) (Binaries, error) {
 
 // ErrNotBuilt is returned by CachedBinaries when the binaries for the current
 // pins are not in the cache yet.
-var ErrNotBuilt = errors.New("control-plane binaries are not built yet: run sh scripts/build-controlplane.sh once (15-20 minutes on 2 cores)")
+var ErrNotBuilt = errors.New("control-plane binaries are not built yet: run sh scripts/build-controlplane.sh once (minutes; it prints its progress)")
 
 // CachedBinaries is FindBinaries without the build: it returns ErrNotBuilt
 // when the cache lacks the binaries for the current pins.

@@ -197,13 +197,6 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-tool (
-	k8s.io/kubernetes/cmd/kube-apiserver
-	k8s.io/kubernetes/cmd/kube-controller-manager
-	k8s.io/kubernetes/cmd/kube-scheduler
-	k8s.io/kubernetes/cmd/kubectl
-	sigs.k8s.io/kwok/cmd/kwok
-)
 
 // k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them
 // with directories of its own repository; outside it they come from the

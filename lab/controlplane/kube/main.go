@@ -1,0 +1,96 @@
+// Command kube-controlplane is the lab's kube-apiserver,
+// kube-controller-manager, kube-scheduler, kubectl and kwok in one binary,
+// built from the modules this module pins. Linking one binary instead of five
+// saves most of the link time and disk of a first build; the build script
+// links each name in bin/ to it, and the binary picks the program by the name
+// it was invoked under (or by its first argument: `kube-controlplane
+// kube-apiserver --help`).
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"k8s.io/component-base/cli"
+	"k8s.io/component-base/logs"
+	_ "k8s.io/component-base/logs/json/register"          // JSON log format, as in the upstream mains
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics, as in the upstream mains
+	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric, as in the upstream mains
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubectl "k8s.io/kubectl/pkg/cmd"
+	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
+	kwokconfig "sigs.k8s.io/kwok/pkg/config"
+	kwokcmd "sigs.k8s.io/kwok/pkg/kwok/cmd"
+	kwoklog "sigs.k8s.io/kwok/pkg/log"
+	"sigs.k8s.io/kwok/pkg/utils/signals"
+
+	_ "time/tzdata" // CronJob time zones, as in the upstream mains
+)
+
+// programs maps each name the binary answers to onto its upstream main.
+var programs = map[string]func() int{
+	"kube-apiserver":          func() int { return cli.Run(apiserver.NewAPIServerCommand()) },
+	"kube-controller-manager": func() int { return cli.Run(controllermanager.NewControllerManagerCommand()) },
+	"kube-scheduler":          func() int { return cli.Run(scheduler.NewSchedulerCommand()) },
+	"kubectl":                 runKubectl,
+	"kwok":                    runKwok,
+}
+
+func main() {
+	if len(os.Args) > 1 {
+		if _, ok := programs[os.Args[1]]; ok {
+			os.Args = os.Args[1:]
+		}
+	}
+	run, ok := programs[filepath.Base(os.Args[0])]
+	if !ok {
+		names := make([]string, 0, len(programs))
+		for name := range programs {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		fmt.Fprintf(os.Stderr, "usage: %s PROGRAM [ARGS...], or invoke it as PROGRAM; PROGRAM is one of %s\n", filepath.Base(os.Args[0]), strings.Join(names, ", "))
+		os.Exit(2)
+	}
+	os.Exit(run())
+}
+
+// runKubectl is the upstream kubectl main.
+func runKubectl() int {
+	if err := logs.GlogSetter(kubectl.GetLogVerbosity(os.Args)); err != nil {
+		fmt.Fprintln(os.Stderr, "kubectl:", err)
+	}
+	if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {
+		kubectlutil.CheckErr(err)
+		return 1
+	}
+	return 0
+}
+
+// runKwok is the upstream kwok main.
+func runKwok() int {
+	flagset := pflag.NewFlagSet("global", pflag.ContinueOnError)
+	flagset.ParseErrorsAllowlist.UnknownFlags = true
+	flagset.Usage = func() {}
+	ctx := signals.SetupSignalContext()
+	ctx, logger := kwoklog.InitFlags(ctx, flagset)
+	ctx, err := kwokconfig.InitFlags(ctx, flagset)
+	if err != nil {
+		_, _ = os.Stderr.Write([]byte(flagset.FlagUsages()))
+		logger.Error("Init config flags", "err", err)
+		return 1
+	}
+	command := kwokcmd.NewCommand(ctx)
+	command.PersistentFlags().AddFlagSet(flagset)
+	if err := command.ExecuteContext(ctx); err != nil {
+		logger.Error("Execute exit", "err", err)
+		return 1
+	}
+	return 0
+}
