@@ -20,11 +20,11 @@ import (
 	_ "k8s.io/component-base/logs/json/register"          // JSON log format, as in the upstream mains
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics, as in the upstream mains
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric, as in the upstream mains
+	kubectl "k8s.io/kubectl/pkg/cmd"
+	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
-	kubectl "k8s.io/kubectl/pkg/cmd"
-	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	kwokconfig "sigs.k8s.io/kwok/pkg/config"
 	kwokcmd "sigs.k8s.io/kwok/pkg/kwok/cmd"
 	kwoklog "sigs.k8s.io/kwok/pkg/log"
