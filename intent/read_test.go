@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -176,6 +177,15 @@ func TestParseSettingsRefusals(t *testing.T) {
 		{"http issuer", "control_plane:\n  node_label: a\n  etcd_members: 3\n  api_vip: 10.0.0.1\n  api_port: 6443\n  vip_lease: {namespace: kube-system, name: x}\n  oidc: {issuer_url: 'http://x', client_id: k}\n", "is not an https URL"},
 		{"bad selector", "gpu:\n  node_label: 'a b'\n  expected_gpus_per_server: 8\n  driver_branch: '550'\n  canary_label: c=d\n  model_endpoint: {url: 'http://m/v1/completions', model: m, prompt: p, max_tokens: 1, timeout_seconds: 1}\n", "gpu.node_label"},
 		{"not yaml", "kernel: [\n", "settings.yaml"},
+		{"unknown zone", "maintenance:\n  estimated_window_minutes: 60\n  windows:\n  - {days: [sat], start: '22:00', end: '04:00', time_zone: Europe/Atlantis}\n",
+			`maintenance.windows[0].time_zone: "Europe/Atlantis" is not an IANA time zone`},
+		{"overlapping windows", "maintenance:\n  estimated_window_minutes: 60\n  windows:\n  - {days: [sat], start: '20:00', end: '23:00', time_zone: UTC}\n  - {days: [sat], start: '22:00', end: '23:30', time_zone: UTC}\n",
+			"maintenance.windows[0] and windows[1] overlap"},
+		{"empty window", "maintenance:\n  estimated_window_minutes: 60\n  windows:\n  - {days: [sat], start: '22:00', end: '22:00', time_zone: UTC}\n",
+			"the window is empty"},
+		{"no windows", "maintenance:\n  estimated_window_minutes: 60\n  windows: []\n", "maintenance.windows: is empty"},
+		{"estimate longer than any window", "maintenance:\n  estimated_window_minutes: 300\n  windows:\n  - {days: [sat], start: '22:00', end: '02:00', time_zone: UTC}\n",
+			"longer than the longest window (4h0m0s)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -184,6 +194,26 @@ func TestParseSettingsRefusals(t *testing.T) {
 				t.Errorf("err = %v, want ErrMalformed containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestParseMaintenanceSettings(t *testing.T) {
+	s, err := ParseSettings([]byte("maintenance:\n  estimated_window_minutes: 90\n  windows:\n" +
+		"  - {days: [tue, thu], start: '22:00', end: '04:00', time_zone: Europe/Berlin}\n" +
+		"  - {days: [sat], start: '10:00', end: '14:00', time_zone: America/New_York}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := s.Maintenance.Schedule()
+	if err != nil || len(sched.Windows) != 2 || s.Maintenance.Estimate() != 90*time.Minute {
+		t.Fatalf("schedule %+v, estimate %s, err %v", sched, s.Maintenance.Estimate(), err)
+	}
+	if diff := cmp.Diff([]string{"maintenance"}, s.Sections()); diff != "" {
+		t.Errorf("sections (-want +got):\n%s", diff)
+	}
+	var none *MaintenanceSettings
+	if sched, err := none.Schedule(); err != nil || sched.Restricted() {
+		t.Fatalf("no maintenance section must not restrict: %+v %v", sched, err)
 	}
 }
 

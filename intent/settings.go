@@ -25,6 +25,7 @@ type Settings struct {
 	Postgres     *PostgresSettings     `json:"postgres,omitempty"`
 	Webhook      *WebhookSettings      `json:"webhook,omitempty"`
 	GPU          *GPUSettings          `json:"gpu,omitempty"`
+	Maintenance  *MaintenanceSettings  `json:"maintenance,omitempty"`
 }
 
 // KernelSettings: the pace and limits of kernel rounds (os-layer).
@@ -200,6 +201,7 @@ func (s Settings) fields() []settingsField {
 		{"kernel", s.Kernel != nil}, {"node", s.Node != nil}, {"drain", s.Drain != nil},
 		{"stack_health", s.StackHealth != nil}, {"control_plane", s.ControlPlane != nil},
 		{"postgres", s.Postgres != nil}, {"webhook", s.Webhook != nil}, {"gpu", s.GPU != nil},
+		{"maintenance", s.Maintenance != nil},
 	}
 }
 
@@ -305,6 +307,9 @@ func (s Settings) Validate() error {
 		atLeast("gpu.model_endpoint.max_tokens", g.ModelEndpoint.MaxTokens, 1)
 		atLeast("gpu.model_endpoint.timeout_seconds", g.ModelEndpoint.TimeoutSeconds, 1)
 	}
+	if m := s.Maintenance; m != nil {
+		errs = append(errs, m.validate()...)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: settings.yaml: %w", ErrMalformed, errors.Join(errs...))
 	}
@@ -334,6 +339,7 @@ func (s *Settings) merge(from Settings, component string, owners map[string]stri
 	take("postgres", from.Postgres != nil, func() { s.Postgres = from.Postgres })
 	take("webhook", from.Webhook != nil, func() { s.Webhook = from.Webhook })
 	take("gpu", from.GPU != nil, func() { s.GPU = from.GPU })
+	take("maintenance", from.Maintenance != nil, func() { s.Maintenance = from.Maintenance })
 	return errors.Join(errs...)
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/mcp-patch/mcp-patch/round/maintenance"
 )
 
 // ETAConfig holds the estimate's defaults.
@@ -15,6 +17,10 @@ type ETAConfig struct {
 	// BetweenWindows is the pause assumed before each remaining window
 	// (preflight, people signing approvals). 0 means none.
 	BetweenWindows time.Duration
+	// Maintenance is when work may start a node. The zero Schedule allows
+	// any time; otherwise each remaining node starts at the first window it
+	// fits in, and the deadline is compared in window time.
+	Maintenance maintenance.Schedule
 }
 
 // Estimate says when the round is expected to have every node patched and
@@ -30,7 +36,12 @@ type Estimate struct {
 	Slack      time.Duration `json:"slack"` // deadline - PatchedBy; negative when late
 	// Remaining lists the nodes still to patch and the window assumed.
 	Remaining []NodeEstimate `json:"remaining,omitempty"`
-	Notes     []string       `json:"notes,omitempty"`
+	// WindowTimeNeeded and WindowTimeLeft are set under maintenance windows:
+	// the window time the remaining nodes need, and the window time between
+	// now and the deadline (the compliance clock that counts).
+	WindowTimeNeeded time.Duration `json:"window_time_needed,omitempty"`
+	WindowTimeLeft   time.Duration `json:"window_time_left,omitempty"`
+	Notes            []string      `json:"notes,omitempty"`
 }
 
 // NodeEstimate is the time assumed for one node still to patch.
@@ -97,6 +108,7 @@ func ETA(s *State, measured map[string]time.Duration, now, deadline time.Time, c
 		est.Notes = append(est.Notes, "the round was aborted; the remaining nodes will not be patched in it")
 	}
 	left := time.Duration(0)
+	at := now // under maintenance windows: when the node before has finished
 	for _, n := range s.Nodes {
 		if n.Window == WindowClosed {
 			continue
@@ -113,16 +125,35 @@ func ETA(s *State, measured map[string]time.Duration, now, deadline time.Time, c
 		default:
 			return Estimate{}, fmt.Errorf("estimate round %s: no window measured and no default window set", s.RoundID)
 		}
+		node := w
 		if n.Window == WindowOpen {
 			w = max(w-now.Sub(n.Opened), 0)
+			node = w
+			at = at.Add(w) // a node in progress finishes, window or not
 		} else {
 			w += cfg.BetweenWindows
+			start, ok := cfg.Maintenance.Fit(at.Add(cfg.BetweenWindows), node)
+			if !ok {
+				return Estimate{}, fmt.Errorf("estimate round %s: no maintenance window is long enough for %s's expected window of %s", s.RoundID, n.Node, node)
+			}
+			at = start.Add(node)
 		}
 		ne.Left = w
 		left += w
+		est.WindowTimeNeeded += node
 		est.Remaining = append(est.Remaining, ne)
 	}
 	est.PatchedBy = now.Add(left)
+	if cfg.Maintenance.Restricted() {
+		est.PatchedBy = at
+		if !deadline.IsZero() {
+			est.WindowTimeLeft = cfg.Maintenance.WindowTime(now, deadline)
+			est.Notes = append(est.Notes, fmt.Sprintf("only maintenance-window time counts: %s of window time before the deadline, %s needed",
+				est.WindowTimeLeft.Round(time.Minute), est.WindowTimeNeeded.Round(time.Minute)))
+		}
+	} else {
+		est.WindowTimeNeeded = 0
+	}
 	if s.Plan.Soak > 0 {
 		start := est.PatchedBy
 		if !s.SoakStarted.IsZero() {

@@ -1,10 +1,13 @@
 package round
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-patch/mcp-patch/round/maintenance"
 )
 
 func TestETA(t *testing.T) {
@@ -109,5 +112,32 @@ func TestETA(t *testing.T) {
 				t.Errorf("soak ends by %v, want %v", est.SoakEndsBy, want)
 			}
 		})
+	}
+}
+
+func TestETAUnderMaintenanceWindows(t *testing.T) {
+	sched, err := maintenance.Compile([]maintenance.Declared{{
+		Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, Start: "20:00", End: "23:00", TimeZone: "UTC"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := planned(t, soak48).s // six nodes, nothing measured
+	now := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
+	deadline := time.Date(2026, 11, 8, 21, 0, 0, 0, time.UTC)
+	// 2h windows in 3h evenings: one node a night, from tonight.
+	est, err := ETA(s, nil, now, deadline, ETAConfig{DefaultWindow: 2 * time.Hour, Maintenance: sched})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Date(2026, 11, 8, 22, 0, 0, 0, time.UTC); !est.PatchedBy.Equal(want) {
+		t.Errorf("patched by %s, want %s", est.PatchedBy, want)
+	}
+	if est.Meets || est.WindowTimeNeeded != 12*time.Hour || est.WindowTimeLeft != 16*time.Hour {
+		t.Errorf("meets %v, window time needed %s left %s; want false, 12h, 16h", est.Meets, est.WindowTimeNeeded, est.WindowTimeLeft)
+	}
+	// A node longer than every window: a clear error, not a date.
+	if _, err := ETA(s, nil, now, deadline, ETAConfig{DefaultWindow: 4 * time.Hour, Maintenance: sched}); err == nil ||
+		!strings.Contains(err.Error(), "no maintenance window is long enough") {
+		t.Errorf("err = %v", err)
 	}
 }
