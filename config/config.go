@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,6 +80,7 @@ type Config struct {
 	Approvals Approvals `json:"approvals"`
 	Git       Git       `json:"git"`
 	Kube      Kube      `json:"kube"`
+	Notify    Notify    `json:"notify"`
 }
 
 // Serve configures the MCP transports.
@@ -165,6 +168,99 @@ type Kube struct {
 	// EtcdTunnel reaches each control-plane node's etcd (127.0.0.1:2379)
 	// through SSH instead of dialling etcd_endpoints directly.
 	EtcdTunnel bool `json:"etcd_tunnel,omitempty"`
+}
+
+// Notify configures the webhooks that tell people what the round needs.
+type Notify struct {
+	Webhooks []Webhook `json:"webhooks,omitempty"`
+}
+
+// NotifyEvents are the event names a webhook may subscribe to.
+var NotifyEvents = []string{"approval_needed", "round_stopped", "window_closed", "node_rolled_back", "round_closed"}
+
+// Webhook is one receiver. Exactly one of URL, URLFile and URLEnv is set
+// (a Slack webhook URL is a secret: prefer the file or the environment).
+type Webhook struct {
+	// Name identifies the hook in the journal and the metrics.
+	Name string `json:"name" jsonschema:"required"`
+	// Format is json (the event as JSON) or slack (a Slack-compatible {"text": ...}). Default json.
+	Format  string `json:"format,omitempty" jsonschema:"enum=json,enum=slack"`
+	URL     string `json:"url,omitempty"`
+	URLFile string `json:"url_file,omitempty"`
+	URLEnv  string `json:"url_env,omitempty"`
+	// HMACSecretFile or HMACSecretEnv, when set, signs each body (header X-Mcp-Patch-Signature).
+	HMACSecretFile string `json:"hmac_secret_file,omitempty"`
+	HMACSecretEnv  string `json:"hmac_secret_env,omitempty"`
+	// Events limits the hook to these events; empty means every event.
+	Events []string `json:"events,omitempty"`
+	// Timeout bounds one attempt. Default 10s.
+	Timeout Duration `json:"timeout,omitempty"`
+	// Attempts bounds the tries of one delivery. Default 4.
+	Attempts int `json:"attempts,omitempty" jsonschema:"minimum=1,maximum=20"`
+	// Backoff is the pause after the first failed try, doubled after each. Default 2s.
+	Backoff Duration `json:"backoff,omitempty"`
+}
+
+// WithDefaults returns w with its zero values replaced by the defaults.
+func (w Webhook) WithDefaults() Webhook {
+	if w.Format == "" {
+		w.Format = "json"
+	}
+	if w.Timeout == 0 {
+		w.Timeout = Duration(10 * time.Second)
+	}
+	if w.Attempts == 0 {
+		w.Attempts = 4
+	}
+	if w.Backoff == 0 {
+		w.Backoff = Duration(2 * time.Second)
+	}
+	return w
+}
+
+func (n Notify) validate(bad func(field, format string, a ...any)) {
+	names := map[string]bool{}
+	for i, raw := range n.Webhooks {
+		w := raw.WithDefaults()
+		f := fmt.Sprintf("notify.webhooks[%d]", i)
+		if w.Name == "" {
+			bad(f+".name", "must not be empty")
+		} else if names[w.Name] {
+			bad(f+".name", "%q is used twice", w.Name)
+		}
+		names[w.Name] = true
+		if w.Format != "json" && w.Format != "slack" {
+			bad(f+".format", "%q is not json or slack", w.Format)
+		}
+		set := 0
+		for _, v := range []string{w.URL, w.URLFile, w.URLEnv} {
+			if v != "" {
+				set++
+			}
+		}
+		if set != 1 {
+			bad(f+".url", "set exactly one of url, url_file and url_env")
+		}
+		if w.URL != "" {
+			if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				bad(f+".url", "is not an http or https URL")
+			}
+		}
+		if w.HMACSecretFile != "" && w.HMACSecretEnv != "" {
+			bad(f+".hmac_secret_file/hmac_secret_env", "set one or neither")
+		}
+		for _, e := range w.Events {
+			if !slices.Contains(NotifyEvents, e) {
+				bad(f+".events", "%q is not one of %s", e, strings.Join(NotifyEvents, ", "))
+			}
+		}
+		if w.Timeout <= 0 || w.Backoff <= 0 {
+			bad(f+".timeout/backoff", "must be positive")
+		}
+		if w.Attempts < 1 || w.Attempts > 20 {
+			bad(f+".attempts", "%d is not 1-20", w.Attempts)
+		}
+	}
 }
 
 // DefaultConfig returns the documented defaults.
@@ -263,6 +359,7 @@ func (c *Config) Validate() error {
 	if strings.TrimSpace(c.Identity) == "" {
 		bad("identity", "must not be empty")
 	}
+	c.Notify.validate(bad)
 	return errors.Join(errs...)
 }
 

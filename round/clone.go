@@ -34,6 +34,7 @@ func (s *State) Clone() *State {
 	c.Decisions = slices.Clone(s.Decisions)
 	c.Lessons = slices.Clone(s.Lessons)
 	c.Recoveries = slices.Clone(s.Recoveries)
+	c.Notifications = slices.Clone(s.Notifications)
 	return &c
 }
 

@@ -329,6 +329,18 @@ func (j *Journal) Lesson(text string) (Record, error) {
 	return j.appendLocked(Record{Kind: KindLesson, Detail: text})
 }
 
+// Notification records a notification's delivery outcome (detail says
+// what was sent to whom and how it went). Allowed at any time, after close
+// too; it does not make the committed findings stale.
+func (j *Journal) Notification(node, detail string) (Record, error) {
+	if strings.TrimSpace(detail) == "" {
+		return Record{}, fmt.Errorf("record notification for round %s: empty detail", j.roundID)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appendLocked(Record{Kind: KindNotification, Node: node, Detail: detail})
+}
+
 // FindingsCommitted records that the lessons and the report were committed
 // (commit names the Git commit). Close requires it after the last record.
 func (j *Journal) FindingsCommitted(commit string) (Record, error) {

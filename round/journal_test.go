@@ -496,3 +496,26 @@ func holdChild(dir string) int {
 	}
 	return 0
 }
+
+func TestJournalNotificationKeepsFindingsAndReplays(t *testing.T) {
+	dir := roundDir(t)
+	clk := newClock()
+	j := openJournal(t, dir, clk)
+	noErr(t)(j.Plan(fleetOrder(t), soak48, Meta{}))
+	noErr(t)(j.FindingsCommitted("abc123"))
+	noErr(t)(j.Notification("cp-1", "notification approval_needed to chat sent (attempt 1, HTTP 200, delivery d1)"))
+	if !j.State().FindingsCommitted {
+		t.Error("a notification record made the committed findings stale")
+	}
+	if _, err := j.Notification("cp-1", " "); err == nil {
+		t.Error("an empty notification was recorded")
+	}
+	before := j.State()
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after := openJournal(t, dir, clk).State()
+	if diff := cmp.Diff(before.Notifications, after.Notifications); diff != "" || len(after.Notifications) != 1 {
+		t.Errorf("notifications after replay (-before +after):\n%s", diff)
+	}
+}

@@ -22,6 +22,9 @@ const (
 	KindLesson       Kind = "lesson"
 	KindFindings     Kind = "findings_committed"
 	KindTornTail     Kind = "torn_tail"
+	// KindNotification records one notification's delivery outcome (sent
+	// or failed, to which hook). It changes nothing else in the state.
+	KindNotification Kind = "notification"
 )
 
 // Record is one line of the journal.

@@ -151,6 +151,9 @@ func RenderReport(w io.Writer, s *State) error {
 	for _, r := range s.Recoveries {
 		events = append(events, event{r.Seq, fmt.Sprintf("%s — journal recovery: %s", stamp(r.Time), mdLine(r.Detail))})
 	}
+	for _, n := range s.Notifications {
+		events = append(events, event{n.Seq, fmt.Sprintf("%s — %s", stamp(n.Time), mdLine(n.Detail))})
+	}
 	slices.SortFunc(events, func(a, b event) int { return cmp.Compare(a.seq, b.seq) })
 	if len(events) == 0 {
 		b.WriteString("None.\n")

@@ -43,6 +43,16 @@ type State struct {
 	FindingsCommit    string `json:"findings_commit,omitempty"`
 	// Recoveries are torn journal tails found and truncated on open.
 	Recoveries []Recovery `json:"recoveries,omitempty"`
+	// Notifications are the delivery outcomes of notifications sent.
+	Notifications []Notification `json:"notifications,omitempty"`
+}
+
+// Notification is one delivery outcome as the journal keeps it.
+type Notification struct {
+	Seq    uint64    `json:"seq"`
+	Time   time.Time `json:"time"`
+	Node   string    `json:"node,omitempty"`
+	Detail string    `json:"detail"`
 }
 
 // NodeState is one node's place in the order and its steps.
@@ -267,6 +277,12 @@ func (s *State) apply(rec Record) error {
 		return nil
 	case KindTornTail:
 		s.Recoveries = append(s.Recoveries, Recovery{Seq: rec.Seq, Time: rec.Time, Detail: rec.Detail})
+		return nil
+	case KindNotification:
+		if strings.TrimSpace(rec.Detail) == "" {
+			return errors.New("empty notification record")
+		}
+		s.Notifications = append(s.Notifications, Notification{Seq: rec.Seq, Time: rec.Time, Node: rec.Node, Detail: rec.Detail})
 		return nil
 	}
 	return fmt.Errorf("unknown record kind %q", rec.Kind)
