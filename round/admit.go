@@ -36,6 +36,13 @@ const (
 	// RuleBaselineBeforeDrain: the stack-health baseline the gates compare
 	// against is taken before the first drain.
 	RuleBaselineBeforeDrain Rule = "baseline_before_drain"
+	// RuleWindowLease: the window Lease holds the window; a step of a
+	// window whose Lease this server lost (expired and taken, or stolen)
+	// stops the round. Enforced by round/window, which records the stop.
+	RuleWindowLease Rule = "window_lease"
+	// RuleStepOverdue: a step in flight longer than its bound counts as
+	// failed (round/window records it).
+	RuleStepOverdue Rule = "step_overdue"
 	// RuleOneWindow: never two windows at once.
 	RuleOneWindow Rule = "one_window_at_a_time"
 	// RuleGateBeforeNextCordon: the previous node's gate is green before

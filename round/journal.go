@@ -289,6 +289,22 @@ func (j *Journal) StartStep(step Step, node string, m Meta) (Record, error) {
 	return j.appendLocked(withMeta(Record{Kind: KindStepStarted, Step: step, Node: node}, m))
 }
 
+// RestartStep records a fresh, approved start of a step that is still in
+// flight but, as its host showed, never began there (the process that
+// started it stopped first). Only a new approval may do that: m.ApprovalID
+// and m.PlanDigest are required. The earlier attempt is kept as abandoned.
+func (j *Journal) RestartStep(step Step, node string, m Meta) (Record, error) {
+	if m.ApprovalID == "" || m.PlanDigest == "" {
+		return Record{}, fmt.Errorf("restart %s on %q: a fresh approval and its plan digest are required", step, node)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if r := j.state.run(step, node); r == nil || r.State != InFlight {
+		return Record{}, &RuleError{Rule: RuleStepInFlight, Reason: fmt.Sprintf("%s is not in flight: start it instead", step), Step: step, Node: node}
+	}
+	return j.appendLocked(withMeta(Record{Kind: KindStepStarted, Step: step, Node: node}, m))
+}
+
 // FinishStep records that a step in flight finished green.
 func (j *Journal) FinishStep(step Step, node string, m Meta) (Record, error) {
 	j.mu.Lock()
@@ -354,6 +370,9 @@ func (j *Journal) FindingsCommitted(commit string) (Record, error) {
 
 func withMeta(r Record, m Meta) Record {
 	r.ApprovalID, r.ArgsDigest, r.Detail, r.Kernel = m.ApprovalID, m.ArgsDigest, m.Detail, m.Kernel
+	if r.Kind == KindStepStarted {
+		r.PlanDigest, r.StepPlan = m.PlanDigest, m.StepPlan
+	}
 	return r
 }
 

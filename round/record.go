@@ -1,6 +1,7 @@
 package round
 
 import (
+	"encoding/json"
 	"time"
 )
 
@@ -45,6 +46,11 @@ type Record struct {
 	// arguments themselves.
 	ArgsDigest string `json:"args_digest,omitempty"`
 	Plan       *Plan  `json:"plan,omitempty"`
+	// PlanDigest and StepPlan are the plan a person approved for the step
+	// that starts (step_started of a destructive step only): re-entry
+	// completes exactly this plan, never a file that may have changed.
+	PlanDigest string          `json:"plan_digest,omitempty"`
+	StepPlan   json.RawMessage `json:"step_plan,omitempty"`
 }
 
 // Plan is what a plan record fixes: the order and the round settings taken
@@ -67,4 +73,7 @@ type Meta struct {
 	// Kernel is the running kernel the step observed on its node; the
 	// report shows the kernel before and after each window from it.
 	Kernel string
+	// PlanDigest and StepPlan are the approved plan of a starting step.
+	PlanDigest string
+	StepPlan   json.RawMessage
 }

@@ -1,6 +1,7 @@
 package round
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -94,6 +95,9 @@ type Attempt struct {
 	Outcome    Outcome   `json:"outcome,omitempty"` // "" while in flight
 	Detail     string    `json:"detail,omitempty"`
 	ApprovalID string    `json:"approval_id,omitempty"`
+	// PlanDigest and Plan are the approved plan the attempt acts on.
+	PlanDigest string          `json:"plan_digest,omitempty"`
+	Plan       json.RawMessage `json:"plan,omitempty"`
 }
 
 // Stop records the failure that stopped the round.
@@ -194,6 +198,9 @@ func (r *StepRun) greenSeq() uint64 {
 func (r *StepRun) greenAfter(prev *StepRun) bool {
 	return r.Green() && prev.Green() && r.greenSeq() > prev.greenSeq()
 }
+
+// Last is the latest attempt, nil when there is none.
+func (r *StepRun) Last() *Attempt { return r.last() }
 
 func (r *StepRun) last() *Attempt {
 	if r == nil || len(r.Attempts) == 0 {
@@ -382,8 +389,8 @@ func (s *State) applyStep(rec Record) (err error) {
 	}
 	if rec.Kind == KindStepStarted {
 		if r.State == InFlight {
-			if !rec.Step.ReadOnly() {
-				return fmt.Errorf("%s started again while in flight", rec.Step)
+			if !rec.Step.ReadOnly() && (rec.ApprovalID == "" || rec.PlanDigest == "") {
+				return fmt.Errorf("%s started again while in flight without a fresh approval", rec.Step)
 			}
 			a := r.last()
 			a.Outcome, a.EndSeq, a.Ended = OutcomeAbandoned, rec.Seq, rec.Time
@@ -410,7 +417,7 @@ func (s *State) applyStep(rec Record) (err error) {
 		}
 		r.State, r.NeedsRecheck, r.RiskAccepted = InFlight, false, false
 		r.Attempts = append(r.Attempts, Attempt{StartSeq: rec.Seq, Started: rec.Time,
-			ApprovalID: rec.ApprovalID, Detail: rec.Detail})
+			ApprovalID: rec.ApprovalID, Detail: rec.Detail, PlanDigest: rec.PlanDigest, Plan: rec.StepPlan})
 		return nil
 	}
 

@@ -1,0 +1,28 @@
+package drain
+
+import (
+	"context"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// Cluster is the drain of one cluster as a value: what round/window's
+// Cluster interface asks for, over a client.
+type Cluster struct {
+	Kube kubernetes.Interface
+}
+
+// PreviewDrain is Preview on c's cluster.
+func (c Cluster) PreviewDrain(ctx context.Context, node string, pol Policy) (Plan, error) {
+	return Preview(ctx, c.Kube, node, pol)
+}
+
+// Drain is Drain on c's cluster.
+func (c Cluster) Drain(ctx context.Context, node string, o Options, progress func(done, total int, msg string)) (Result, error) {
+	return Drain(ctx, c.Kube, node, o, progress)
+}
+
+// CordonState is ReadState on c's cluster.
+func (c Cluster) CordonState(ctx context.Context, node string) (State, error) {
+	return ReadState(ctx, c.Kube, node)
+}

@@ -1,0 +1,382 @@
+package window
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/round"
+)
+
+// HostError is a host step that could not run; the caller words it (host
+// key, bad input, unreachable).
+type HostError struct {
+	Node, Action string
+	Err          error
+	// Next overrides the caller's advice when set.
+	Next string
+}
+
+func (e *HostError) Error() string { return e.Action + " on " + e.Node + ": " + e.Err.Error() }
+func (e *HostError) Unwrap() error { return e.Err }
+
+// Uncertain is a step whose effect is not known (a start whose answer was
+// lost): it stays in flight and the next call observes it.
+type Uncertain struct {
+	Reasons []string
+	Next    string
+}
+
+func (u *Uncertain) Error() string { return strings.Join(u.Reasons, "; ") }
+
+// ---- install ----
+
+// InstallOutcome is where an install stands.
+type InstallOutcome struct {
+	Outcome
+	Install *steps.InstallState
+}
+
+// StartInstall starts apt-get full-upgrade detached on the node, bound to
+// the approved package digest.
+func (w *Window) StartInstall(ctx context.Context, p PackagePlan, a Approval) (InstallOutcome, error) {
+	if err := w.HoldLease(ctx, round.StepInstall, p.Node); err != nil {
+		return InstallOutcome{}, err
+	}
+	if err := w.Rec.Start(p, a); err != nil {
+		return InstallOutcome{}, err
+	}
+	st, err := w.Host.Install(ctx, p.Node, "start", w.Round, p.PackageDigest)
+	out := InstallOutcome{Install: &st}
+	if err != nil {
+		if errors.Is(err, steps.ErrRefused) {
+			return out, w.Rec.FailWith(round.StepInstall, p.Node, "Stop and tell a person: the node's package set drifted or an install was already started.",
+				"the node refused to start the install: "+err.Error())
+		}
+		return out, &Uncertain{Reasons: []string{"starting the install on " + p.Node + ": " + err.Error(), "not sure whether it started; nothing else was done"},
+			Next: "Call install_updates again: it reads the install's state on the node instead of starting it again."}
+	}
+	out.InProgress = true
+	out.Reasons = []string{"apt-get full-upgrade started detached on " + p.Node + " (" + st.Launcher + ")"}
+	out.Next = "Call install_updates again with the same node to follow it."
+	return out, nil
+}
+
+// FollowInstall observes an install in flight and records how it ended.
+// It never starts apt: a node where nothing started answers
+// ErrNeedApproval.
+func (w *Window) FollowInstall(ctx context.Context, node string) (InstallOutcome, error) {
+	run := w.Rec.InFlight(round.StepInstall, node)
+	if run == nil {
+		return InstallOutcome{}, fmt.Errorf("install on %s is not in flight", node)
+	}
+	if err := w.HoldLease(ctx, round.StepInstall, node); err != nil {
+		return InstallOutcome{}, err
+	}
+	st, err := w.Host.Install(ctx, node, "status", w.Round, "")
+	out := InstallOutcome{Install: &st}
+	obs := Underway
+	switch {
+	case err != nil && st.State == "":
+		obs = Unreadable
+	case st.State == "not_started":
+		obs = NotBegun
+	case st.State == "finished" || (st.State != "running" && st.State != ""):
+		obs = Ended
+	}
+	switch DecideReentry(run.Last(), obs, w.now(), w.Bounds.For(round.StepInstall)) {
+	case NeedApproval:
+		return out, ErrNeedApproval
+	case Overdue:
+		return out, w.Overdue(round.StepInstall, node, run, "install state "+orUnknown(st.State))
+	}
+	switch {
+	case obs == Unreadable:
+		out.InProgress = true
+		out.Reasons = []string{"cannot read the install's state on " + node + " now: " + err.Error(), "the install runs detached on the node; a lost connection does not stop it"}
+		out.Next = "Call install_updates again in a minute with the same node."
+		return out, nil
+	case st.State == "running":
+		out.InProgress = true
+		out.Reasons = []string{fmt.Sprintf("apt is running on %s: %d unpacked, %d set up", node, st.Progress.Unpacked, st.Progress.SetUp)}
+		out.Next = "Call install_updates again in a minute with the same node."
+		return out, nil
+	case st.State == "finished" && st.ExitCode != nil && *st.ExitCode == 0 && len(st.Progress.DpkgErrors) == 0:
+		if err := w.Rec.Finish(round.StepInstall, node, "", "apt-get full-upgrade exited 0"); err != nil {
+			return out, err
+		}
+		out.Reasons = []string{"apt-get full-upgrade finished on " + node + " (exit 0)"}
+		out.Next = "trial_boot this node next."
+		return out, nil
+	case st.State == "finished":
+		code := "?"
+		if st.ExitCode != nil {
+			code = fmt.Sprint(*st.ExitCode)
+		}
+		return out, w.Rec.FailWith(round.StepInstall, node, "Stop: read the log tail; a person repairs dpkg on the node and signs resume or abort. The old kernel is still the default.",
+			fmt.Sprintf("apt-get full-upgrade on %s failed (exit %s): %s", node, code, strings.Join(st.Progress.DpkgErrors, "; ")))
+	}
+	return out, w.Rec.FailWith(round.StepInstall, node, "Stop and tell a person: the node's install state is unexpected.",
+		fmt.Sprintf("the install on %s is in state %q, which this round did not start", node, st.State))
+}
+
+// ---- trial boot ----
+
+// TrialBootOutcome is where a trial boot stands.
+type TrialBootOutcome struct {
+	Outcome
+	TrialBoot *steps.TrialBoot
+}
+
+func (p TrialBootPlan) input(roundID string) steps.TrialBootInput {
+	return steps.TrialBootInput{Round: roundID, OldEntry: p.OldEntry, NewEntry: p.NewEntry, PanicSeconds: p.PanicSeconds}
+}
+
+// StartTrialBoot prepares the one-shot boot of exactly the approved
+// entries and requests the reboot.
+func (w *Window) StartTrialBoot(ctx context.Context, p TrialBootPlan, a Approval, progress func(done, total float64, msg string)) (TrialBootOutcome, error) {
+	if err := w.HoldLease(ctx, round.StepTrialBoot, p.Node); err != nil {
+		return TrialBootOutcome{}, err
+	}
+	if err := w.Rec.Start(p, a); err != nil {
+		return TrialBootOutcome{}, err
+	}
+	tb, err := w.Host.TrialBootPrepare(ctx, p.Node, p.input(w.Round))
+	if err != nil {
+		return TrialBootOutcome{TrialBoot: &tb}, w.Rec.FailWith(round.StepTrialBoot, p.Node, "Stop: the trial boot could not be prepared; the node was not rebooted. Tell a person.",
+			"prepare trial boot on "+p.Node+": "+err.Error())
+	}
+	progress(1, 3, "prepared: next_entry="+tb.NextEntry)
+	rb, err := w.Host.TrialBootReboot(ctx, p.Node, w.Round)
+	if err != nil {
+		return TrialBootOutcome{TrialBoot: &tb}, &Uncertain{Reasons: []string{"request the reboot of " + p.Node + ": " + err.Error()},
+			Next: "Call trial_boot again: it checks whether the node rebooted before doing anything."}
+	}
+	progress(2, 3, "reboot requested")
+	out := TrialBootOutcome{TrialBoot: &rb, Outcome: Outcome{InProgress: true,
+		Reasons: []string{fmt.Sprintf("%s will boot %s once (next_entry %s); default stays %s", p.Node, p.TargetKernel, tb.NextEntry, p.OldEntry)},
+		Next:    "Call trial_boot again with the same node to follow the reboot."}}
+	if !tb.WatchdogArmed {
+		out.Reasons = append(out.Reasons, "no hardware watchdog is armed (RuntimeWatchdogSec): a hang at boot is not covered and needs console access")
+	}
+	return out, nil
+}
+
+// FollowTrialBoot observes a trial boot in flight: a prepared boot of the
+// approved entries whose reboot request was lost is completed; an
+// unprepared one answers ErrNeedApproval; the booted kernel decides.
+func (w *Window) FollowTrialBoot(ctx context.Context, node string) (TrialBootOutcome, error) {
+	run := w.Rec.InFlight(round.StepTrialBoot, node)
+	if run == nil {
+		return TrialBootOutcome{}, fmt.Errorf("trial boot on %s is not in flight", node)
+	}
+	if err := w.HoldLease(ctx, round.StepTrialBoot, node); err != nil {
+		return TrialBootOutcome{}, err
+	}
+	w.forget(node)
+	tb, err := w.Host.TrialBootStatus(ctx, node, w.Round)
+	out := TrialBootOutcome{TrialBoot: &tb}
+	obs := Underway
+	switch {
+	case errors.Is(err, steps.ErrRefused) && tb.RebootRequestedAt == "":
+		obs = NotBegun // nothing prepared for this round
+	case err != nil:
+		obs = Unreadable
+	case !tb.Rebooted && tb.RebootRequestedAt == "" && tb.NextEntry == "":
+		obs = NotBegun // state file without a one-shot entry: not prepared
+	case tb.Rebooted:
+		obs = Ended
+	}
+	switch DecideReentry(run.Last(), obs, w.now(), w.Bounds.For(round.StepTrialBoot)) {
+	case NeedApproval:
+		return out, ErrNeedApproval
+	case Overdue:
+		return out, w.Overdue(round.StepTrialBoot, node, run, "it may hang at boot; the old kernel is the default, so a power cycle boots it")
+	}
+	if obs == Unreadable {
+		out.InProgress = true
+		out.Reasons = []string{node + " is rebooting (not reachable yet: " + err.Error() + ")"}
+		out.Next = "Call trial_boot again with the same node in a little while."
+		return out, nil
+	}
+	if !tb.Rebooted {
+		if tb.RebootRequestedAt == "" {
+			// Prepared under the journaled approval, reboot request lost:
+			// complete it, but only for exactly the approved entries.
+			p, err := Approved[TrialBootPlan](run.Last())
+			if err != nil {
+				return out, ErrNeedApproval
+			}
+			if tb.NewEntry != "" && (tb.NewEntry != p.NewEntry || tb.OldEntry != p.OldEntry) {
+				return out, w.Rec.FailWith(round.StepTrialBoot, node, "Stop and tell a person: the node's prepared trial boot is not the approved one.",
+					fmt.Sprintf("%s is prepared to boot %s with default %s, the approval was for %s with default %s", node, tb.NewEntry, tb.OldEntry, p.NewEntry, p.OldEntry))
+			}
+			rb, err := w.Host.TrialBootReboot(ctx, node, w.Round)
+			if err != nil {
+				return out, &HostError{Node: node, Action: "request the trial reboot", Err: err}
+			}
+			out.TrialBoot = &rb
+		}
+		out.InProgress = true
+		out.Reasons = []string{node + " has not rebooted yet (same boot_id)"}
+		out.Next = "Call trial_boot again with the same node in a little while."
+		return out, nil
+	}
+	switch tb.Outcome {
+	case steps.OutcomeNewKernel:
+		if err := w.Rec.Finish(round.StepTrialBoot, node, tb.Kernel, "booted "+tb.Kernel+" once (old kernel still default)"); err != nil {
+			return out, err
+		}
+		out.Reasons = []string{fmt.Sprintf("%s rebooted (boot_id %s) into the new kernel %s; the old kernel is still the default", node, tb.BootID, tb.Kernel)}
+		out.Next = "verify_node this node next."
+		return out, nil
+	case steps.OutcomeFellBack:
+		return out, w.Rec.FailWith(round.StepTrialBoot, node, "Stop the round: the new kernel does not boot here. The node runs the old kernel; tell a person (kernel logs, pstore) and let them sign abort or resume.",
+			fmt.Sprintf("%s came back on the OLD kernel %s: the trial kernel %s did not come up and GRUB fell back to the default", node, tb.Kernel, tb.NewKernel))
+	}
+	return out, w.Rec.FailWith(round.StepTrialBoot, node, "Stop and tell a person: the node booted an unexpected kernel.",
+		fmt.Sprintf("%s booted %s, which is neither the trial kernel %s nor the old one", node, tb.Kernel, tb.NewKernel))
+}
+
+// ---- promote ----
+
+// PromoteOutcome says what GRUB boots next.
+type PromoteOutcome struct {
+	Outcome
+	Promote *steps.PromoteResult
+}
+
+// Promote makes the approved kernel the default and records it. A promote
+// in flight cannot be observed without acting, so re-entry needs a fresh
+// approval (FollowPromote) and this runs again under it (idempotent).
+func (w *Window) Promote(ctx context.Context, p PromotePlan, a Approval) (PromoteOutcome, error) {
+	if err := w.HoldLease(ctx, round.StepPromote, p.Node); err != nil {
+		return PromoteOutcome{}, err
+	}
+	if err := w.Rec.Start(p, a); err != nil {
+		return PromoteOutcome{}, err
+	}
+	res, err := w.Host.Promote(ctx, p.Node, w.Round, p.Kernel)
+	out := PromoteOutcome{Promote: &res}
+	if err != nil || !res.Promoted {
+		why := fmt.Sprintf("promote on %s: default is now %q (%s), want %s", p.Node, res.NextBootKernel, res.NextBootEntry, p.Kernel)
+		if err != nil {
+			why = "promote on " + p.Node + ": " + err.Error()
+		}
+		return out, w.Rec.FailWith(round.StepPromote, p.Node, "Stop and tell a person: GRUB's default is not what it should be.", why)
+	}
+	if err := w.Rec.Finish(round.StepPromote, p.Node, "", "default is "+res.NextBootKernel); err != nil {
+		return out, err
+	}
+	out.Reasons = []string{p.Node + " boots " + res.NextBootKernel + " by default now"}
+	out.Next = "check_gate with this node: the next node's drain waits for it to be green."
+	return out, nil
+}
+
+// FollowPromote is re-entry of a promote in flight: past its bound it
+// fails; otherwise only a fresh approval runs it again.
+func (w *Window) FollowPromote(ctx context.Context, node string) (PromoteOutcome, error) {
+	run := w.Rec.InFlight(round.StepPromote, node)
+	if run == nil {
+		return PromoteOutcome{}, fmt.Errorf("promote on %s is not in flight", node)
+	}
+	if DecideReentry(run.Last(), Unreadable, w.now(), w.Bounds.For(round.StepPromote)) == Overdue {
+		return PromoteOutcome{}, w.Overdue(round.StepPromote, node, run, "GRUB's default is not known")
+	}
+	return PromoteOutcome{}, ErrNeedApproval
+}
+
+// ---- drain ----
+
+// DrainOutcome is what the drain did.
+type DrainOutcome struct {
+	Outcome
+	Drain *drain.Result
+}
+
+// DrainOptions are the drain's settings from the intent and config.
+type DrainOptions struct {
+	Policy   drain.Policy
+	Options  drain.Options // Round, Identity, Policy and ExpectDigest are set here
+	Identity string
+}
+
+// StartDrain opens the node's window: the Lease, then the journal, then
+// cordon and evict exactly the approved preview.
+func (w *Window) StartDrain(ctx context.Context, p DrainPlan, a Approval, o DrainOptions, progress func(done, total int, msg string)) (DrainOutcome, error) {
+	if err := w.HoldLease(ctx, round.StepDrain, p.Node); err != nil {
+		return DrainOutcome{}, err
+	}
+	if err := w.Rec.Start(p, a); err != nil {
+		if rerr := w.ReleaseLease(ctx, p.Node); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("release the window Lease: %w", rerr))
+		}
+		return DrainOutcome{}, err
+	}
+	return w.drain(ctx, p.Node, p.PreviewDigest, o, progress)
+}
+
+// FollowDrain carries on a drain in flight: the cordon is ours, so evict
+// what is left under the same policy. A node not cordoned by us shows the
+// drain never began: ErrNeedApproval.
+func (w *Window) FollowDrain(ctx context.Context, node string, o DrainOptions, progress func(done, total int, msg string)) (DrainOutcome, error) {
+	run := w.Rec.InFlight(round.StepDrain, node)
+	if run == nil {
+		return DrainOutcome{}, fmt.Errorf("drain of %s is not in flight", node)
+	}
+	if err := w.HoldLease(ctx, round.StepDrain, node); err != nil {
+		return DrainOutcome{}, err
+	}
+	obs := Underway
+	st, err := w.Cluster.CordonState(ctx, node)
+	switch {
+	case err != nil:
+		obs = Unreadable
+	case !st.Unschedulable || st.Owner == nil || st.Owner.Identity != o.Identity:
+		obs = NotBegun
+	}
+	switch DecideReentry(run.Last(), obs, w.now(), w.Bounds.For(round.StepDrain)) {
+	case NeedApproval:
+		return DrainOutcome{}, ErrNeedApproval
+	case Overdue:
+		return DrainOutcome{}, w.Overdue(round.StepDrain, node, run, "pods may still be on the node")
+	}
+	if obs == Unreadable {
+		return DrainOutcome{}, &HostError{Node: node, Action: "read the cordon", Err: err}
+	}
+	return w.drain(ctx, node, "", o, progress)
+}
+
+func (w *Window) drain(ctx context.Context, node, expect string, o DrainOptions, progress func(done, total int, msg string)) (DrainOutcome, error) {
+	opts := o.Options
+	opts.Policy, opts.Round, opts.Identity, opts.ExpectDigest = o.Policy, w.Round, o.Identity, expect
+	res, err := w.Cluster.Drain(ctx, node, opts, progress)
+	out := DrainOutcome{Drain: &res}
+	if err != nil {
+		why := []string{"drain of " + node + ": " + err.Error()}
+		for _, b := range res.Blocked {
+			line := b.PodRef.String() + ": " + b.Reason
+			for _, pdb := range b.PDBs {
+				line += fmt.Sprintf(" (PDB %s allows %d disruptions)", pdb.Name, pdb.DisruptionsAllowed)
+			}
+			why = append(why, line)
+		}
+		return out, w.Rec.FailWith(round.StepDrain, node, "Stop: the node stays cordoned and recorded as ours. Tell a person which pods block (and their PDBs); they fix it and sign resume or abort.", why...)
+	}
+	if err := w.Rec.Finish(round.StepDrain, node, "", fmt.Sprintf("%d pods evicted", len(res.Evicted))); err != nil {
+		return out, err
+	}
+	out.Reasons = []string{fmt.Sprintf("%s cordoned (recorded as ours) and %d pods evicted", node, len(res.Evicted))}
+	out.Next = "install_updates on this node next."
+	return out, nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}

@@ -1,0 +1,183 @@
+package window
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/mcp-patch/mcp-patch/round"
+)
+
+// ErrLeaseHeld is wrapped by Lease.Hold when another holder has the Lease.
+var ErrLeaseHeld = errors.New("window Lease held by another holder")
+
+// Bounds are how long each step may stay in flight before a re-entry
+// records it as failed. Zero fields take DefaultBounds' values.
+type Bounds struct {
+	Drain, Install, TrialBoot, Promote, Autoremove time.Duration
+}
+
+// DefaultBounds: a drain twice its timeout, an install two hours, a trial
+// boot the reboot timeout, promote and autoremove half an hour.
+func DefaultBounds(drainTimeout, rebootTimeout time.Duration) Bounds {
+	return Bounds{Drain: 2 * drainTimeout, Install: 2 * time.Hour, TrialBoot: rebootTimeout,
+		Promote: 30 * time.Minute, Autoremove: 30 * time.Minute}
+}
+
+// For is the bound of step (0: none).
+func (b Bounds) For(step round.Step) time.Duration {
+	switch step {
+	case round.StepDrain:
+		return b.Drain
+	case round.StepInstall:
+		return b.Install
+	case round.StepTrialBoot:
+		return b.TrialBoot
+	case round.StepPromote:
+		return b.Promote
+	case round.StepAutoremove:
+		return b.Autoremove
+	}
+	return 0
+}
+
+// Serial lets one call at a time work on a node's window in this process
+// (across processes, the Lease and the journal's lock do). The zero value
+// is ready.
+type Serial struct {
+	mu    sync.Mutex
+	nodes map[string]chan struct{}
+}
+
+// Lock waits for the node's turn, bounded by ctx; call the returned func
+// to hand it on.
+func (s *Serial) Lock(ctx context.Context, node string) (func(), error) {
+	s.mu.Lock()
+	if s.nodes == nil {
+		s.nodes = map[string]chan struct{}{}
+	}
+	ch, ok := s.nodes[node]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		s.nodes[node] = ch
+	}
+	s.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for the other call on %s: %w", node, ctx.Err())
+	}
+}
+
+// Window is one round's window machinery for the calls of one request: the
+// journal's recorder, the hosts, the cluster and the Lease. Build one per
+// call; Serial is shared by the process.
+type Window struct {
+	Round   string
+	Rec     *Recorder
+	Host    Host
+	Cluster Cluster
+	Lease   Lease
+	Bounds  Bounds
+	Now     func() time.Time
+	Log     *slog.Logger
+	// Forget drops a node's pooled connection after a reboot; nil: no-op.
+	Forget func(node string)
+}
+
+func (w *Window) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return time.Now()
+}
+
+func (w *Window) forget(node string) {
+	if w.Forget != nil {
+		w.Forget(node)
+	}
+}
+
+// HoldLease takes or renews the window Lease before a step of node's
+// window acts. Held by someone else while the journal shows this round's
+// window of node open: the Lease was lost, and the window stops under the
+// window_lease rule (journaled). Without a Lease configured (no cluster),
+// it holds trivially.
+func (w *Window) HoldLease(ctx context.Context, step round.Step, node string) error {
+	if w.Lease == nil {
+		return nil
+	}
+	err := w.Lease.Hold(ctx, w.Round, node)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ErrLeaseHeld) {
+		return fmt.Errorf("take the window Lease: %w", err)
+	}
+	n := w.Rec.J.State().Node(node)
+	if n == nil || n.Window != round.WindowOpen {
+		return refuse("Another operator's window is open: wait until it closes (its gate turns green), then call again.", err.Error(), "nothing was executed")
+	}
+	why := fmt.Sprintf("rule %s: the window Lease of %s was lost while its window is open: %v", round.RuleWindowLease, node, err)
+	return w.Rec.StopWith(step, node, "Stop: another server holds the window Lease now. A person finds out who (the Lease's holder), makes sure only one server works on the cluster, then signs resume or abort.",
+		why, "nothing was executed")
+}
+
+// ReleaseLease lets the Lease go once the node's window closed.
+func (w *Window) ReleaseLease(ctx context.Context, node string) error {
+	if w.Lease == nil {
+		return nil
+	}
+	return w.Lease.Release(ctx, w.Round, node)
+}
+
+// Keep renews the Lease while a long step runs in ctx; the returned func
+// stops it. A renewal that fails is logged; the next step's HoldLease
+// judges it.
+func (w *Window) Keep(ctx context.Context, node string, every time.Duration) func() {
+	if w.Lease == nil || every <= 0 {
+		return func() {}
+	}
+	kctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-kctx.Done():
+				return
+			case <-t.C:
+				if err := w.Lease.Hold(kctx, w.Round, node); err != nil && kctx.Err() == nil && w.Log != nil {
+					w.Log.Warn("window Lease renewal failed", "round", w.Round, "node", node, "err", err)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// Overdue records a step in flight past its bound as failed.
+func (w *Window) Overdue(step round.Step, node string, run *round.StepRun, seen string) error {
+	bound := w.Bounds.For(step)
+	why := fmt.Sprintf("rule %s: %s", round.RuleStepOverdue, OverdueReason(step, node, run.Last(), w.now(), bound, seen))
+	return w.Rec.FailWith(step, node, "Stop: a person checks the node (console, logs) and signs resume or abort.", why)
+}
+
+// Outcome is where a window step stands after a call.
+type Outcome struct {
+	// InProgress: call again to follow it.
+	InProgress bool
+	Reasons    []string
+	Next       string
+}
+
+// ErrNeedApproval is returned by a Follow function when the host shows
+// that nothing of the step in flight began: only a fresh approval may
+// start it.
+var ErrNeedApproval = errors.New("nothing of the step in flight began on the host: a fresh approval is needed to start it")
