@@ -3,10 +3,12 @@ package cli
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"golang.org/x/term"
 
@@ -51,7 +53,16 @@ func runApprove(ctx context.Context, g *globals, args []string, stdio IO) int {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch approve: this is not a valid request; do not sign it:", err)
 		return ExitNotOK
 	}
+	c, err := g.load(stdio.Getenv)
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch approve:", err)
+		return ExitUsage
+	}
 	fmt.Fprint(stdio.Stderr, policy.Describe(req))
+	if why := unsignable(req, time.Now(), c.Approvals.MaxLifetime.D()); why != "" {
+		fmt.Fprintf(stdio.Stderr, "mcp-patch approve: not signed: %s. Ask the server for a fresh request.\n", why)
+		return ExitNotOK
+	}
 	if !*yes {
 		ok, err := confirm(stdio)
 		if err != nil {
@@ -89,6 +100,23 @@ func runApprove(ctx context.Context, g *globals, args []string, stdio IO) int {
 	}
 	fmt.Fprintf(stdio.Stderr, "Signed with %s %s. Hand the approval back to the operator.\n", res.KeyType, res.Fingerprint)
 	return ExitOK
+}
+
+// unsignable says why a person must not sign req now: it would stay valid
+// longer than maxLifetime, claims an issue time in the future, or has
+// expired. "" means it may be signed.
+func unsignable(req policy.Request, now time.Time, maxLifetime time.Duration) string {
+	if err := policy.CheckLifetime(req, now, maxLifetime, 0); err != nil {
+		var r *policy.RefusalError
+		if errors.As(err, &r) {
+			return fmt.Sprintf("the request is %s (%s)", strings.ReplaceAll(string(r.Reason), "_", " "), r.Detail)
+		}
+		return err.Error()
+	}
+	if !now.Before(req.Expires) {
+		return fmt.Sprintf("the request expired at %s, %s ago", req.Expires.Format(time.RFC3339), policy.DurationWords(now.Sub(req.Expires)))
+	}
+	return ""
 }
 
 // normalizeRequest tolerates what copy and paste does to a request: CRLF

@@ -61,7 +61,7 @@ func TestApproveSignsWhatSSHKeygenVerifies(t *testing.T) {
 	}
 	defer store.Close()
 	v := &policy.Verifier{AllowedSigners: signers, NonceStore: store}
-	if _, err := v.Verify(out, policy.Expectation{Tool: "drain_node", Node: "gpu-03", Round: "2026-11", PlanDigest: req.PlanDigest}); err != nil {
+	if _, err := v.Verify(t.Context(), out, policy.Expectation{Tool: "drain_node", Node: "gpu-03", Round: "2026-11", PlanDigest: req.PlanDigest}); err != nil {
 		t.Fatalf("the server's verifier refused it: %v", err)
 	}
 
@@ -69,6 +69,71 @@ func TestApproveSignsWhatSSHKeygenVerifies(t *testing.T) {
 	os.WriteFile(reqFile, bytes.Replace(req.Canonical(), []byte("gpu-03"), []byte("gpu-04\nextra: x"), 1), 0o644)
 	if code, _, errOut := run(t, "", nil, "approve", "--key", key, "--yes", reqFile); code == ExitOK || !strings.Contains(errOut, "not a valid request") {
 		t.Fatalf("edited request: exit %d: %s", code, errOut)
+	}
+}
+
+// TestApproveRefusesLongLivedRequests: a request valid for 180 days, one
+// issued in the future and one already expired are shown and not signed;
+// the person reads the lifetime in plain words.
+func TestApproveRefusesLongLivedRequests(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "id_ed25519")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v %s", err, out)
+	}
+	base, err := policy.NewRequest("drain_node", "gpu-03", "2026-11", "sha256:"+strings.Repeat("ab", 32),
+		[]string{"cordon gpu-03 and evict 2 pods"}, 30*time.Minute, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	longLived := base
+	longLived.Expires = base.Issued.Add(180 * 24 * time.Hour)
+	future := base
+	future.Issued, future.Expires = base.Issued.Add(2*time.Hour), base.Issued.Add(3*time.Hour)
+	expired := base
+	expired.Issued, expired.Expires = base.Issued.Add(-2*time.Hour), base.Issued.Add(-time.Hour)
+	tests := []struct {
+		name  string
+		req   policy.Request
+		flags []string
+		want  []string
+	}{
+		{"180 days", longLived, nil, []string{"valid for 180 days", "lifetime too long", "longer than the 1 day allowed", "not signed"}},
+		{"issued in the future", future, nil, []string{"issued in future", "2 hours after now", "not signed"}},
+		{"expired", expired, nil, []string{"expired at", "1 hour ago", "not signed"}},
+	}
+	// A server configured for 2 hours: a 3-hour request is refused too.
+	cfg := filepath.Join(dir, "config.yaml")
+	os.WriteFile(cfg, []byte("identity: test\napprovals:\n  max_lifetime: 2h\n"), 0o600)
+	threeHours := base
+	threeHours.Expires = base.Issued.Add(3 * time.Hour)
+	tests = append(tests, struct {
+		name  string
+		req   policy.Request
+		flags []string
+		want  []string
+	}{"over the configured maximum", threeHours, []string{"--config", cfg}, []string{"valid for 3 hours", "longer than the 2 hours allowed", "not signed"}})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reqFile := filepath.Join(t.TempDir(), "request.txt")
+			os.WriteFile(reqFile, tt.req.Canonical(), 0o644)
+			args := append(append([]string{"approve"}, tt.flags...), "--key", key, "--yes", reqFile)
+			code, out, errOut := run(t, "", nil, args...)
+			if code == ExitOK || strings.Contains(out, "BEGIN SSH SIGNATURE") {
+				t.Fatalf("signed: exit %d, stdout %q", code, out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, errOut)
+				}
+			}
+		})
+	}
+	// The same request with its own lifetime is signed, and says it.
+	reqFile := filepath.Join(dir, "ok.txt")
+	os.WriteFile(reqFile, base.Canonical(), 0o644)
+	if code, _, errOut := run(t, "", nil, "approve", "--key", key, "--yes", reqFile); code != ExitOK || !strings.Contains(errOut, "valid for 30 minutes") {
+		t.Fatalf("fresh request: exit %d: %s", code, errOut)
 	}
 }
 

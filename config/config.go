@@ -124,8 +124,15 @@ type SSH struct {
 type Approvals struct {
 	// AllowedSigners is the allowed_signers file (git's format) listing who may approve.
 	AllowedSigners string `json:"allowed_signers,omitempty"`
-	// TTL is how long an approval request stays valid. Default 30m.
+	// TTL is how long an approval request the server issues stays valid.
+	// Default 30m; at most MaxLifetime.
 	TTL Duration `json:"ttl,omitempty"`
+	// MaxLifetime is the longest an approval or statement may be valid,
+	// from the issue time signed in it to its expiry. Longer ones are
+	// refused whenever they are presented (early or late), and so are issue
+	// times in the future; `mcp-patch approve` refuses to sign them.
+	// Default 24h; at most 168h (7 days).
+	MaxLifetime Duration `json:"max_lifetime,omitempty" jsonschema:"description=Longest validity of a signed approval or statement from its issue time (default 24h; at most 168h)"`
 	// AllowLabOnly accepts keys whose allowed_signers line is labelled
 	// lab-only. Only the lab sets it; production refuses them.
 	AllowLabOnly bool `json:"allow_lab_only,omitempty"`
@@ -263,6 +270,9 @@ func (n Notify) validate(bad func(field, format string, a ...any)) {
 	}
 }
 
+// MaxApprovalLifetime is the most approvals.max_lifetime may be.
+const MaxApprovalLifetime = 7 * 24 * time.Hour
+
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	home, _ := os.UserHomeDir()
@@ -280,7 +290,7 @@ func DefaultConfig() Config {
 			CommandTimeout: Duration(10 * time.Minute),
 			RebootTimeout:  Duration(15 * time.Minute),
 		},
-		Approvals: Approvals{TTL: Duration(30 * time.Minute)},
+		Approvals: Approvals{TTL: Duration(30 * time.Minute), MaxLifetime: Duration(24 * time.Hour)},
 		Git:       Git{AuthorName: "mcp-patch", AuthorEmail: "mcp-patch@localhost", Protected: []string{"main", "master"}},
 		Kube: Kube{LeaseNamespace: "kube-system", DrainTimeout: Duration(10 * time.Minute), EvictRetry: Duration(5 * time.Second),
 			SmokeImage: "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", GateSettle: Duration(5 * time.Minute)},
@@ -342,14 +352,20 @@ func (c *Config) Validate() error {
 		bad("ssh.concurrency", "must be at least 1")
 	}
 	for name, d := range map[string]Duration{"ssh.dial_timeout": c.SSH.DialTimeout, "ssh.command_timeout": c.SSH.CommandTimeout,
-		"ssh.reboot_timeout": c.SSH.RebootTimeout, "approvals.ttl": c.Approvals.TTL,
+		"ssh.reboot_timeout": c.SSH.RebootTimeout, "approvals.ttl": c.Approvals.TTL, "approvals.max_lifetime": c.Approvals.MaxLifetime,
 		"kube.drain_timeout": c.Kube.DrainTimeout, "kube.evict_retry": c.Kube.EvictRetry} {
 		if d <= 0 {
 			bad(name, "must be positive")
 		}
 	}
-	if c.Approvals.TTL.D() > 24*time.Hour {
-		bad("approvals.ttl", "%s is longer than 24h; approvals are meant to be fresh", c.Approvals.TTL.D())
+	if c.Approvals.MaxLifetime.D() > MaxApprovalLifetime {
+		bad("approvals.max_lifetime", "%s is longer than %s; approvals are meant to be fresh", c.Approvals.MaxLifetime.D(), MaxApprovalLifetime)
+	}
+	if c.Approvals.MaxLifetime > 0 && c.Approvals.TTL > c.Approvals.MaxLifetime {
+		bad("approvals.ttl", "%s is longer than approvals.max_lifetime %s: the server would issue requests it refuses", c.Approvals.TTL.D(), c.Approvals.MaxLifetime.D())
+	}
+	if c.Approvals.TTL > 0 && c.Approvals.TTL.D() < time.Minute {
+		bad("approvals.ttl", "%s is shorter than a minute: nobody can read and sign a request that fast", c.Approvals.TTL.D())
 	}
 	for _, p := range c.Git.Protected {
 		if p == c.Git.Branch && p != "" {

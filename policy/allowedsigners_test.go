@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -216,7 +217,7 @@ func TestSignerOptionsAgreeWithSSHKeygen(t *testing.T) {
 		line := "p@test " + opts + " " + keyOnly(ed) + "\n"
 		_, theirErr := sshKeygen(t, req.Canonical(), nil, "-Y", "verify", "-f", writeFile(t, "allowed_signers", []byte(line)), "-I", "p@test", "-n", Namespace, "-s", sigPath)
 		v := &Verifier{AllowedSigners: mustSigners(t, []byte(line)), NonceStore: openStore(t)}
-		_, ourErr := v.Verify(FormatApproval(req, sig), expectFor(req))
+		_, ourErr := v.Verify(context.Background(), FormatApproval(req, sig), expectFor(req))
 		if (ourErr == nil) != (theirErr == nil) {
 			t.Errorf("%s: ours %v, ssh-keygen %v", opts, ourErr, theirErr)
 		}

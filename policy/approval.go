@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -25,7 +26,8 @@ const (
 	ReasonSignerNotValid      Reason = "signer_not_valid_now"  // outside valid-after/valid-before
 	ReasonLabOnlySigner       Reason = "lab_only_signer"       // the key is labelled lab-only and the server refuses those
 	ReasonExpired             Reason = "expired"               // past its expiry
-	ReasonExpiresTooLate      Reason = "expires_too_late"      // valid for longer than MaxTTL from now
+	ReasonLifetimeTooLong     Reason = "lifetime_too_long"     // issued for longer than the maximum lifetime
+	ReasonIssuedInFuture      Reason = "issued_in_future"      // its signed issue time is ahead of the clock
 	ReasonMismatch            Reason = "mismatch"              // signed for another tool/node/round/plan/kind
 	ReasonReplayed            Reason = "replayed"              // its nonce was already used
 )
@@ -67,7 +69,11 @@ func (e *RefusalError) Hint() string {
 		return "Ask a person whose key is allowed in the server's allowed_signers (for namespace mcp-patch, now) to sign the request."
 	case ReasonBadSignature:
 		return "The request or the signature was changed after signing; ask a person to sign the request again."
-	case ReasonExpired, ReasonExpiresTooLate, ReasonReplayed:
+	case ReasonLifetimeTooLong:
+		return "Request a fresh approval: the server issues requests valid for its configured lifetime; do not sign requests that stay valid longer."
+	case ReasonIssuedInFuture:
+		return "The request claims to be issued later than now: request a fresh approval from this server (and check the clocks)."
+	case ReasonExpired, ReasonReplayed:
 		return "Request a fresh approval and ask a person to sign it."
 	case ReasonMismatch:
 		return "The approval was signed for a different step or plan; request an approval for this step and plan."
@@ -86,7 +92,8 @@ var (
 	ErrSignerNotValid      = &RefusalError{Reason: ReasonSignerNotValid}
 	ErrLabOnlySigner       = &RefusalError{Reason: ReasonLabOnlySigner}
 	ErrExpired             = &RefusalError{Reason: ReasonExpired}
-	ErrExpiresTooLate      = &RefusalError{Reason: ReasonExpiresTooLate}
+	ErrLifetimeTooLong     = &RefusalError{Reason: ReasonLifetimeTooLong}
+	ErrIssuedInFuture      = &RefusalError{Reason: ReasonIssuedInFuture}
 	ErrMismatch            = &RefusalError{Reason: ReasonMismatch}
 	ErrReplayed            = &RefusalError{Reason: ReasonReplayed}
 )
@@ -165,11 +172,18 @@ type Expectation struct {
 	// Attestations need Node and Round and must leave Tool and PlanDigest
 	// empty.
 	Tool, Node, Round, PlanDigest string
+	// Step and Stop are the stop a resume or abort answers: the failed step
+	// and its journal record ("<seq> sha256:<hex>"), or NoStop for both.
+	// Required for round_resume and round_abort, empty for other kinds.
+	Step, Stop string
 	// Summary, when non-nil, must equal the signed summary line for line.
 	// Pass the summary the server derives from the plan, so that a request
 	// whose summary was altered before the person saw it is refused.
 	Summary []string
 }
+
+// bindsStop says whether a kind answers a stop of the round.
+func (k Kind) bindsStop() bool { return k == KindRoundResume || k == KindRoundAbort }
 
 func (e Expectation) kind() Kind {
 	if e.Kind == "" {
@@ -189,7 +203,12 @@ func (e Expectation) validate() error {
 	} else if e.Tool != "" || e.PlanDigest != "" {
 		return fmt.Errorf("tool and plan-digest do not apply to %s", k)
 	}
-	for _, name := range []string{fieldTool, fieldNode, fieldRound, fieldPlanDigest} {
+	if k.bindsStop() {
+		need[fieldStep], need[fieldStop] = e.Step, e.Stop
+	} else if e.Step != "" || e.Stop != "" {
+		return fmt.Errorf("step and stop do not apply to %s", k)
+	}
+	for _, name := range []string{fieldTool, fieldNode, fieldRound, fieldPlanDigest, fieldStep, fieldStop} {
 		if v, ok := need[name]; ok && v == "" {
 			return fmt.Errorf("%s is empty", name)
 		}
@@ -232,6 +251,12 @@ type Verifier struct {
 	Clock func() time.Time
 	// RefuseLabOnly refuses keys labelled lab-only (for production).
 	RefuseLabOnly bool
+	// MaxLifetime is the longest a request may be valid, from its signed
+	// issue time to its expiry; zero means DefaultMaxLifetime.
+	MaxLifetime time.Duration
+	// ClockSkew is how far ahead of the clock a signed issue time may lie;
+	// zero means DefaultClockSkew, negative means none.
+	ClockSkew time.Duration
 }
 
 func (v *Verifier) now() time.Time {
@@ -244,16 +269,16 @@ func (v *Verifier) now() time.Time {
 // Verify checks an approval for the step described by want. It consumes
 // nothing: call Consume right before executing the step. Any refusal is a
 // *RefusalError; other errors (a broken nonce store, a bad expectation)
-// also mean "do not run".
-func (v *Verifier) Verify(approval string, want Expectation) (Verified, error) {
-	got, err := v.verify(approval, want)
+// also mean "do not run". ctx bounds the nonce store's look-up.
+func (v *Verifier) Verify(ctx context.Context, approval string, want Expectation) (Verified, error) {
+	got, err := v.verify(ctx, approval, want)
 	if err != nil {
 		return Verified{}, fmt.Errorf("verify approval: %w", err)
 	}
 	return got, nil
 }
 
-func (v *Verifier) verify(text string, want Expectation) (Verified, error) {
+func (v *Verifier) verify(ctx context.Context, text string, want Expectation) (Verified, error) {
 	if v.AllowedSigners == nil || v.NonceStore == nil {
 		return Verified{}, errors.New("verifier needs AllowedSigners and NonceStore")
 	}
@@ -291,13 +316,13 @@ func (v *Verifier) verify(text string, want Expectation) (Verified, error) {
 	if !now.Before(req.Expires) {
 		return Verified{}, refusal(ReasonExpired, "", "", "", fmt.Sprintf("expired at %s, it is now %s", req.Expires.Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
 	}
-	if req.Expires.Sub(now) > MaxTTL {
-		return Verified{}, refusal(ReasonExpiresTooLate, "", "", "", fmt.Sprintf("expires at %s, more than %s from now", req.Expires.Format(time.RFC3339), MaxTTL))
+	if err := CheckLifetime(req, now, v.MaxLifetime, v.ClockSkew); err != nil {
+		return Verified{}, err
 	}
 	if err := checkBinding(req, want); err != nil {
 		return Verified{}, err
 	}
-	used, err := v.NonceStore.Used(req.Nonce)
+	used, err := v.NonceStore.Used(ctx, req.Nonce)
 	if err != nil {
 		return Verified{}, err
 	}
@@ -350,6 +375,32 @@ func validityWords(s AllowedSigner) string {
 	return strings.Join(parts, " ")
 }
 
+// CheckLifetime refuses a request that is valid for longer than max (zero:
+// DefaultMaxLifetime) from its signed issue time, or whose issue time lies
+// more than skew (zero: DefaultClockSkew; negative: none) after now. It
+// holds whenever the request is presented, long before its expiry as well
+// as just before it. Expiry itself is checked by Verify.
+func CheckLifetime(req Request, now time.Time, max, skew time.Duration) error {
+	if max <= 0 {
+		max = DefaultMaxLifetime
+	}
+	switch {
+	case skew == 0:
+		skew = DefaultClockSkew
+	case skew < 0:
+		skew = 0
+	}
+	if life := req.Lifetime(); life > max {
+		return refusal(ReasonLifetimeTooLong, "", "", "", fmt.Sprintf("issued %s and valid until %s: %s, longer than the %s allowed",
+			req.Issued.Format(time.RFC3339), req.Expires.Format(time.RFC3339), DurationWords(life), DurationWords(max)))
+	}
+	if ahead := req.Issued.Sub(now); ahead > skew {
+		return refusal(ReasonIssuedInFuture, "", "", "", fmt.Sprintf("issued %s, %s after now (%s)",
+			req.Issued.Format(time.RFC3339), DurationWords(ahead), now.UTC().Format(time.RFC3339)))
+	}
+	return nil
+}
+
 func checkBinding(req Request, want Expectation) error {
 	if k := want.kind(); req.Kind != k {
 		return refusal(ReasonMismatch, "kind", string(k), string(req.Kind), "")
@@ -359,6 +410,8 @@ func checkBinding(req Request, want Expectation) error {
 		{fieldNode, want.Node, req.Node},
 		{fieldRound, want.Round, req.Round},
 		{fieldPlanDigest, want.PlanDigest, req.PlanDigest},
+		{fieldStep, want.Step, req.Step},
+		{fieldStop, want.Stop, req.Stop},
 	} {
 		if c.want != c.got {
 			return refusal(ReasonMismatch, c.field, c.want, c.got, "")
@@ -387,7 +440,7 @@ func lineAt(lines []string, i int) (string, bool) {
 // immediately before running it; if it fails, do not run. It refuses an
 // approval that expired since Verify, and one whose nonce another caller
 // consumed first (ErrReplayed).
-func (v *Verifier) Consume(got Verified) error {
+func (v *Verifier) Consume(ctx context.Context, got Verified) error {
 	if v.NonceStore == nil {
 		return errors.New("consume approval: verifier has no NonceStore")
 	}
@@ -396,7 +449,7 @@ func (v *Verifier) Consume(got Verified) error {
 		return fmt.Errorf("consume approval %s: %w", got.ApprovalID,
 			refusal(ReasonExpired, "", "", "", fmt.Sprintf("expired at %s, before it was used", got.Expires.Format(time.RFC3339))))
 	}
-	if err := v.NonceStore.Consume(got.Nonce, got.ApprovalID, now); err != nil {
+	if err := v.NonceStore.Consume(ctx, got.Nonce, got.ApprovalID, now, got.Expires); err != nil {
 		return fmt.Errorf("consume approval %s: %w", got.ApprovalID, err)
 	}
 	return nil

@@ -1,6 +1,9 @@
 package policy
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 // BenchmarkVerify is the cost of checking one ed25519 approval: parsing,
 // the allowed_signers lookup, the signature, the bindings and the nonce
@@ -14,7 +17,7 @@ func BenchmarkVerify(b *testing.B) {
 			want := expectFor(req)
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := v.Verify(text, want); err != nil {
+				if _, err := v.Verify(context.Background(), text, want); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -35,11 +38,11 @@ func BenchmarkVerifyAndConsume(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := range b.N {
-		got, err := v.Verify(texts[i], expectFor(reqs[i]))
+		got, err := v.Verify(context.Background(), texts[i], expectFor(reqs[i]))
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := v.Consume(got); err != nil {
+		if err := v.Consume(context.Background(), got); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -18,13 +18,18 @@
 //	node: gpu-03
 //	round: 2026-11
 //	plan-digest: sha256:<64 lowercase hex>
+//	issued: 2026-11-29T15:30:00Z
 //	expires: 2026-11-29T16:00:00Z
 //	nonce: <32 lowercase hex>
 //	summary: <what the person is shown, one line each>
 //
 // For a statement that belongs to a person (an attestation) the header is
 // "mcp-patch attestation v1", followed by "kind: <kind>" and that kind's
-// fields (see Kind). The summary lines are part of the signed bytes: people
+// fields (see Kind); a resume or abort names the stop it answers (the failed
+// step and the digest of its journal record) and is refused on any other.
+// The issue time is signed: Verify refuses a request valid for longer than
+// the configured maximum lifetime (Verifier.MaxLifetime, default 24 h) from
+// it, and one issued in the future, whenever it is presented. The summary lines are part of the signed bytes: people
 // sign what they saw. The exact bytes signed are Request.Canonical(); parsing
 // is strict (unknown, missing, duplicate or reordered fields, CR, tabs,
 // non-ASCII, trailing junk: all refused), so a request has exactly one
@@ -57,4 +62,7 @@
 // commits with Verifier.Consume immediately before executing; Consume is an
 // atomic check-and-mark persisted with fsync before it returns, so an
 // executed approval can never be replayed, across restarts and processes.
+// Several stores join with Nonces: the server puts the one every server of
+// the cluster sees (kube/usednonces) before its state directory's, so a
+// second server with another state directory refuses a used approval too.
 package policy

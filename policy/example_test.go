@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"fmt"
 	"os"
@@ -42,10 +43,10 @@ func Example() {
 	defer store.Close()
 	v := &policy.Verifier{AllowedSigners: signers, NonceStore: store, Clock: clock}
 	want := policy.Expectation{Tool: "drain_node", Node: "gpu-03", Round: "2026-11", PlanDigest: digest, Summary: summary}
-	got, err := v.Verify(approval, want)
+	got, err := v.Verify(context.Background(), approval, want)
 	fmt.Println("verified:", got.Principal, err)
-	fmt.Println("consume:", v.Consume(got))
-	_, err = v.Verify(approval, want)
+	fmt.Println("consume:", v.Consume(context.Background(), got))
+	_, err = v.Verify(context.Background(), approval, want)
 	fmt.Println("again:", err)
 	// Output:
 	// mcp-patch approval request v1
@@ -53,6 +54,7 @@ func Example() {
 	// node: gpu-03
 	// round: 2026-11
 	// plan-digest: sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+	// issued: 2026-11-29T14:00:00Z
 	// expires: 2026-11-29T16:00:00Z
 	// nonce: 00000000000000000000000000000000
 	// summary: node gpu-03: cordon, then evict 2 pods: ml/model-0, ml/model-1

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func FuzzVerify(f *testing.F) {
 	f.Add(strings.Replace(good, "gpu-03", "gpu-04", 1))
 	f.Add(req.String())
 	f.Fuzz(func(t *testing.T, text string) {
-		if _, err := v.Verify(text, want); err == nil && text != good && text != strings.TrimSuffix(good, "\n") {
+		if _, err := v.Verify(context.Background(), text, want); err == nil && text != good && text != strings.TrimSuffix(good, "\n") {
 			t.Fatalf("accepted a text that is not the signed approval:\n%q", text)
 		}
 	})

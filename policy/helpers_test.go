@@ -165,7 +165,8 @@ func newTestRequest(t testing.TB, now time.Time) Request {
 }
 
 func expectFor(r Request) Expectation {
-	return Expectation{Kind: r.Kind, Tool: r.Tool, Node: r.Node, Round: r.Round, PlanDigest: r.PlanDigest, Summary: r.Summary}
+	return Expectation{Kind: r.Kind, Tool: r.Tool, Node: r.Node, Round: r.Round, PlanDigest: r.PlanDigest,
+		Step: r.Step, Stop: r.Stop, Summary: r.Summary}
 }
 
 // skSigner is a FIDO authenticator in software: it signs like a hardware

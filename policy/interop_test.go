@@ -35,7 +35,7 @@ func TestSSHKeygenSignsWeVerify(t *testing.T) {
 				t.Fatal(err)
 			}
 			v := &Verifier{AllowedSigners: mustSigners(t, allowedSignersFor(keyList...)), NonceStore: openStore(t), Clock: fixedClock(t0)}
-			got, err := v.Verify(FormatApproval(req, sig), expectFor(req))
+			got, err := v.Verify(context.Background(), FormatApproval(req, sig), expectFor(req))
 			if err != nil {
 				t.Fatalf("Verify of an ssh-keygen signature: %v", err)
 			}
@@ -47,7 +47,7 @@ func TestSSHKeygenSignsWeVerify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = v.Verify(FormatApproval(req, wrongNS), expectFor(req))
+			_, err = v.Verify(context.Background(), FormatApproval(req, wrongNS), expectFor(req))
 			if !errors.Is(err, ErrWrongNamespace) {
 				t.Errorf("Verify of a -n file signature: got %v, want %v", err, ErrWrongNamespace)
 			}
@@ -262,7 +262,7 @@ func TestHardwareKeySignatures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := v.Verify(FormatApproval(req, res.Signature), expectFor(req))
+			got, err := v.Verify(context.Background(), FormatApproval(req, res.Signature), expectFor(req))
 			if err != nil {
 				t.Fatalf("Verify: %v", err)
 			}
@@ -275,7 +275,7 @@ func TestHardwareKeySignatures(t *testing.T) {
 
 			sk.flags = 0 // signed without a touch
 			noTouch := armorUnchecked(t, sk, Namespace, hashSHA512, req.Canonical())
-			_, err = v.Verify(FormatApproval(req, noTouch), expectFor(req))
+			_, err = v.Verify(context.Background(), FormatApproval(req, noTouch), expectFor(req))
 			if !errors.Is(err, ErrBadSignature) || !strings.Contains(err.Error(), "user presence") {
 				t.Errorf("Verify without user presence: got %v, want bad_signature about user presence", err)
 			}

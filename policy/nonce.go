@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,13 +16,45 @@ import (
 
 // NonceStore remembers which approvals have been executed. Verifier asks it
 // whether a nonce was used and marks one used when the caller commits.
+// FileNonceStore keeps them in the server's state directory; a store that
+// every server of a cluster sees (kube/usednonces) makes an approval single
+// use across servers; Nonces joins several.
 type NonceStore interface {
 	// Used reports whether nonce has been consumed.
-	Used(nonce string) (bool, error)
+	Used(ctx context.Context, nonce string) (bool, error)
 	// Consume marks nonce used, atomically: exactly one of any number of
 	// concurrent calls for one nonce succeeds; the others get an error that
 	// matches ErrReplayed. It returns only once the mark is durable.
-	Consume(nonce, approvalID string, at time.Time) error
+	// expires is when the approval stops being valid: after it, the mark
+	// may be forgotten (Verify refuses an expired approval anyway).
+	Consume(ctx context.Context, nonce, approvalID string, at, expires time.Time) error
+}
+
+// Nonces joins stores: a nonce is used when any store says so, and
+// Consume marks it in each, in order, stopping at the first refusal or
+// error. Put the store every server shares first: it decides races between
+// servers, and a nonce it refuses is marked nowhere else.
+func Nonces(stores ...NonceStore) NonceStore { return nonceStores(stores) }
+
+type nonceStores []NonceStore
+
+func (s nonceStores) Used(ctx context.Context, nonce string) (bool, error) {
+	for _, st := range s {
+		used, err := st.Used(ctx, nonce)
+		if err != nil || used {
+			return used, err
+		}
+	}
+	return false, nil
+}
+
+func (s nonceStores) Consume(ctx context.Context, nonce, approvalID string, at, expires time.Time) error {
+	for _, st := range s {
+		if err := st.Consume(ctx, nonce, approvalID, at, expires); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 var _ NonceStore = (*FileNonceStore)(nil)
@@ -101,7 +134,10 @@ func (s *FileNonceStore) Len() int {
 }
 
 // Used reports whether nonce has been consumed, by this or another process.
-func (s *FileNonceStore) Used(nonce string) (bool, error) {
+func (s *FileNonceStore) Used(ctx context.Context, nonce string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("look up nonce %s: %w", nonce, err)
+	}
 	var used bool
 	err := s.locked(func() error {
 		_, used = s.used[nonce]
@@ -113,8 +149,12 @@ func (s *FileNonceStore) Used(nonce string) (bool, error) {
 	return used, nil
 }
 
-// Consume marks nonce used and returns once the mark is on disk.
-func (s *FileNonceStore) Consume(nonce, approvalID string, at time.Time) error {
+// Consume marks nonce used and returns once the mark is on disk. The file
+// keeps every nonce; expires is not needed here.
+func (s *FileNonceStore) Consume(ctx context.Context, nonce, approvalID string, at, expires time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("consume nonce %s: %w", nonce, err)
+	}
 	if !nonceRE.MatchString(nonce) {
 		return fmt.Errorf("consume nonce %q: not 32 lowercase hex digits", nonce)
 	}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -20,17 +21,17 @@ func TestNonceStorePersists(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		if err := s.Consume(nonceN(i), "id"+nonceN(i)[:8], t0); err != nil {
+		if err := s.Consume(context.Background(), nonceN(i), "id"+nonceN(i)[:8], t0, t0.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Consume(nonceN(3), "again", t0); !errors.Is(err, ErrReplayed) {
+	if err := s.Consume(context.Background(), nonceN(3), "again", t0, t0.Add(time.Hour)); !errors.Is(err, ErrReplayed) {
 		t.Errorf("consume twice: got %v, want replayed", err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Used(nonceN(0)); err == nil {
+	if _, err := s.Used(context.Background(), nonceN(0)); err == nil {
 		t.Error("Used on a closed store succeeded")
 	}
 
@@ -55,7 +56,7 @@ func TestNonceStorePersists(t *testing.T) {
 		t.Errorf("reopened with %d nonces, want 5", r.Len())
 	}
 	for i := range 6 {
-		used, err := r.Used(nonceN(i))
+		used, err := r.Used(context.Background(), nonceN(i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,13 +80,13 @@ func TestNonceStoreSeesOtherWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if err := a.Consume(nonceN(1), "x", t0); err != nil {
+	if err := a.Consume(context.Background(), nonceN(1), "x", t0, t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if used, err := b.Used(nonceN(1)); err != nil || !used {
+	if used, err := b.Used(context.Background(), nonceN(1)); err != nil || !used {
 		t.Errorf("b.Used after a.Consume = %v, %v", used, err)
 	}
-	if err := b.Consume(nonceN(1), "y", t0); !errors.Is(err, ErrReplayed) {
+	if err := b.Consume(context.Background(), nonceN(1), "y", t0, t0.Add(time.Hour)); !errors.Is(err, ErrReplayed) {
 		t.Errorf("b.Consume of a's nonce: got %v, want replayed", err)
 	}
 }
@@ -106,13 +107,13 @@ func TestNonceStoreLockIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.LockWait = 50 * time.Millisecond
-	if err := s.Consume(nonceN(1), "x", t0); err == nil || !strings.Contains(err.Error(), "another process") {
+	if err := s.Consume(context.Background(), nonceN(1), "x", t0, t0.Add(time.Hour)); err == nil || !strings.Contains(err.Error(), "another process") {
 		t.Errorf("Consume under a foreign lock: got %v", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_UN); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Consume(nonceN(1), "x", t0); err != nil {
+	if err := s.Consume(context.Background(), nonceN(1), "x", t0, t0.Add(time.Hour)); err != nil {
 		t.Errorf("Consume after the lock was released: %v", err)
 	}
 }
@@ -153,14 +154,14 @@ func TestNonceStoreDamage(t *testing.T) {
 			}
 			defer s.Close()
 			for _, n := range tt.wantUsed {
-				if used, err := s.Used(n); err != nil || !used {
+				if used, err := s.Used(context.Background(), n); err != nil || !used {
 					t.Errorf("Used(%s) = %v, %v", n, used, err)
 				}
 			}
 			if got, _ := os.ReadFile(path); string(got) != tt.wantFile {
 				t.Errorf("file after open:\n%q\nwant\n%q", got, tt.wantFile)
 			}
-			if err := s.Consume(nonceN(9), "id9", t0); err != nil {
+			if err := s.Consume(context.Background(), nonceN(9), "id9", t0, t0.Add(time.Hour)); err != nil {
 				t.Errorf("Consume after repair: %v", err)
 			}
 		})
@@ -174,13 +175,13 @@ func TestNonceStoreRefusesShrink(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Consume(nonceN(1), "x", t0); err != nil {
+	if err := s.Consume(context.Background(), nonceN(1), "x", t0, t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Truncate(filepath.Join(dir, NonceFileName), 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Used(nonceN(1)); err == nil || !strings.Contains(err.Error(), "shrank") {
+	if _, err := s.Used(context.Background(), nonceN(1)); err == nil || !strings.Contains(err.Error(), "shrank") {
 		t.Errorf("after someone truncated the file: got %v, want 'shrank'", err)
 	}
 }
@@ -190,7 +191,7 @@ func TestNonceStoreRefusesBadInput(t *testing.T) {
 	for _, c := range []struct{ nonce, id string }{
 		{"short", "id"}, {strings.Repeat("AB", 16), "id"}, {nonceN(1), ""}, {nonceN(1), "a b"}, {nonceN(1), "a\nb"},
 	} {
-		if err := s.Consume(c.nonce, c.id, t0); err == nil {
+		if err := s.Consume(context.Background(), c.nonce, c.id, t0, t0.Add(time.Hour)); err == nil {
 			t.Errorf("Consume(%q, %q) succeeded", c.nonce, c.id)
 		}
 	}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -126,7 +127,7 @@ func TestVerifyProperty(t *testing.T) {
 				want.Summary = []string{"something else"}
 			}
 			valid = false
-		case p < 94:
+		case p < 91:
 			kind = "unsigned"
 			text = b.req.String()
 			if rng.IntN(2) == 0 { // with a signature lifted from another request
@@ -135,6 +136,25 @@ func TestVerifyProperty(t *testing.T) {
 					text += o.text[len(o.req.String()):]
 				}
 			}
+			valid = false
+		case p < 94:
+			kind = "long-dated (signed lifetime over the maximum)"
+			long := b.req
+			long.Expires = long.Issued.Add(DefaultMaxLifetime + time.Duration(1+rng.IntN(180*24))*time.Hour)
+			text = signReq(t, allowed[0], long)
+			want = expectFor(long)
+			if rng.IntN(2) == 0 { // presented within the last day of its validity
+				now = long.Expires.Add(-time.Duration(1+rng.IntN(23*3600)) * time.Second)
+			}
+			valid = false
+		case p < 97:
+			kind = "issued ahead of the clock"
+			ahead := b.req
+			skip := DefaultClockSkew + time.Duration(1+rng.IntN(3600))*time.Second
+			ahead.Issued, ahead.Expires = ahead.Issued.Add(skip), ahead.Expires.Add(skip)
+			text = signReq(t, allowed[0], ahead)
+			want = expectFor(ahead)
+			now = b.req.Issued
 			valid = false
 		default:
 			kind = "foreign signer"
@@ -150,7 +170,7 @@ func TestVerifyProperty(t *testing.T) {
 			stats[kind] = st
 		}
 		st.tried++
-		got, err := v.Verify(text, want)
+		got, err := v.Verify(context.Background(), text, want)
 		if err == nil {
 			st.accepted++
 			if !shouldPass {
@@ -159,7 +179,7 @@ func TestVerifyProperty(t *testing.T) {
 				continue
 			}
 			if rng.IntN(4) == 0 { // the step runs
-				if err := v.Consume(got); err != nil {
+				if err := v.Consume(context.Background(), got); err != nil {
 					t.Errorf("Consume of a verified approval: %v", err)
 				}
 				consumed[got.Nonce] = true

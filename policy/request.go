@@ -17,13 +17,18 @@ import (
 type Kind string
 
 // Kinds of request. Each has a fixed list of fields, in this order, between
-// its header and the summary lines (expires and nonce always come last):
+// its header and the summary lines (issued, expires and nonce always come
+// last):
 //
 //	approval                   tool, node, round, plan-digest
 //	hypervisor_snapshot_taken  node, round
 //	residual_risk_accepted     node ("*" for the whole fleet), round, reason, review-trigger
-//	round_resume               node, round, reason
-//	round_abort                node, round, reason
+//	round_resume               node, round, step, stop, reason
+//	round_abort                node, round, step, stop, reason
+//
+// A resume or abort names the stop it answers: the step that failed and
+// "stop", the journal record of that failure (its sequence number and
+// digest), or "none" for both when the round is not stopped (abort only).
 const (
 	KindApproval                Kind = "approval"
 	KindHypervisorSnapshotTaken Kind = "hypervisor_snapshot_taken"
@@ -46,10 +51,16 @@ const (
 	MaxSummaryLines  = 200
 	MaxSummaryLength = 1000
 	MaxReasonLength  = 500
-	// MaxTTL is the longest a request may stay valid. NewRequest refuses a
-	// longer ttl and Verify refuses an approval that expires further ahead
-	// (a person cannot sign a standing permission by accident).
-	MaxTTL = 24 * time.Hour
+	// DefaultMaxLifetime is the longest a request may stay valid, from its
+	// signed issue time to its expiry, unless the server is configured
+	// otherwise (a person cannot sign a standing permission by accident).
+	DefaultMaxLifetime = 24 * time.Hour
+	// LifetimeCeiling is the most any configuration may allow.
+	LifetimeCeiling = 7 * 24 * time.Hour
+	// DefaultClockSkew is how far in the future a signed issue time may lie
+	// and still be taken as now: the servers of one cluster and the clock
+	// that issued the request may differ by this much.
+	DefaultClockSkew = time.Minute
 )
 
 // Field names, as they appear in the text.
@@ -60,6 +71,9 @@ const (
 	fieldPlanDigest    = "plan-digest"
 	fieldReason        = "reason"
 	fieldReviewTrigger = "review-trigger"
+	fieldStep          = "step"
+	fieldStop          = "stop"
+	fieldIssued        = "issued"
 	fieldExpires       = "expires"
 	fieldNonce         = "nonce"
 	fieldSummary       = "summary"
@@ -67,17 +81,21 @@ const (
 )
 
 var kindFields = map[Kind][]string{
-	KindApproval:                {fieldTool, fieldNode, fieldRound, fieldPlanDigest, fieldExpires, fieldNonce},
-	KindHypervisorSnapshotTaken: {fieldNode, fieldRound, fieldExpires, fieldNonce},
-	KindResidualRiskAccepted:    {fieldNode, fieldRound, fieldReason, fieldReviewTrigger, fieldExpires, fieldNonce},
-	KindRoundResume:             {fieldNode, fieldRound, fieldReason, fieldExpires, fieldNonce},
-	KindRoundAbort:              {fieldNode, fieldRound, fieldReason, fieldExpires, fieldNonce},
+	KindApproval:                {fieldTool, fieldNode, fieldRound, fieldPlanDigest, fieldIssued, fieldExpires, fieldNonce},
+	KindHypervisorSnapshotTaken: {fieldNode, fieldRound, fieldIssued, fieldExpires, fieldNonce},
+	KindResidualRiskAccepted:    {fieldNode, fieldRound, fieldReason, fieldReviewTrigger, fieldIssued, fieldExpires, fieldNonce},
+	KindRoundResume:             {fieldNode, fieldRound, fieldStep, fieldStop, fieldReason, fieldIssued, fieldExpires, fieldNonce},
+	KindRoundAbort:              {fieldNode, fieldRound, fieldStep, fieldStop, fieldReason, fieldIssued, fieldExpires, fieldNonce},
 }
 
 var knownFields = map[string]bool{
 	fieldTool: true, fieldNode: true, fieldRound: true, fieldPlanDigest: true, fieldReason: true,
-	fieldReviewTrigger: true, fieldExpires: true, fieldNonce: true, fieldSummary: true, fieldKind: true,
+	fieldReviewTrigger: true, fieldStep: true, fieldStop: true, fieldIssued: true, fieldExpires: true,
+	fieldNonce: true, fieldSummary: true, fieldKind: true,
 }
+
+// NoStop is the step and stop of an abort while the round is not stopped.
+const NoStop = "none"
 
 // Valid reports whether k is a kind this package knows.
 func (k Kind) Valid() bool { _, ok := kindFields[k]; return ok }
@@ -106,6 +124,15 @@ type Request struct {
 	// ReviewTrigger is "<event>:<value>", the event that reopens an accepted
 	// risk, e.g. driver-version-change:550.90.07 (residual_risk_accepted).
 	ReviewTrigger string
+	// Step is the step whose failure stopped the round (round_resume,
+	// round_abort), or NoStop.
+	Step string
+	// Stop names the journal record of that failure, "<seq> sha256:<hex>"
+	// (round_resume, round_abort), or NoStop.
+	Stop string
+	// Issued is when the server issued the request, UTC, whole seconds. It
+	// is signed, so the lifetime Expires-Issued is what the person saw.
+	Issued time.Time
 	// Expires is when the request stops being valid, UTC, whole seconds.
 	Expires time.Time
 	// Nonce is 128 random bits in lowercase hex; it makes the request single use.
@@ -120,6 +147,10 @@ type AttestationFields struct {
 	Round         string
 	Reason        string
 	ReviewTrigger string
+	// Step and Stop bind a resume or abort to the stop it answers (see
+	// Request.Step and Request.Stop).
+	Step string
+	Stop string
 }
 
 // ID names the request in logs and audit records: the first 24 hex digits
@@ -149,7 +180,7 @@ func NewAttestation(k Kind, f AttestationFields, summary []string, ttl time.Dura
 		return Request{}, fmt.Errorf("new attestation: %q is not an attestation kind", k)
 	}
 	r := Request{Kind: k, Node: f.Node, Round: f.Round, Reason: f.Reason, ReviewTrigger: f.ReviewTrigger,
-		Summary: append([]string(nil), summary...)}
+		Step: f.Step, Stop: f.Stop, Summary: append([]string(nil), summary...)}
 	if err := r.stamp(ttl, clock, random); err != nil {
 		return Request{}, fmt.Errorf("new %s attestation for %s: %w", k, f.Node, err)
 	}
@@ -157,8 +188,8 @@ func NewAttestation(k Kind, f AttestationFields, summary []string, ttl time.Dura
 }
 
 func (r *Request) stamp(ttl time.Duration, clock func() time.Time, random io.Reader) error {
-	if ttl <= 0 || ttl > MaxTTL {
-		return fmt.Errorf("ttl %s is outside (0, %s]", ttl, MaxTTL)
+	if ttl < time.Second || ttl > LifetimeCeiling {
+		return fmt.Errorf("ttl %s is outside [1s, %s]", ttl, LifetimeCeiling)
 	}
 	if clock == nil {
 		clock = time.Now
@@ -171,7 +202,8 @@ func (r *Request) stamp(ttl time.Duration, clock func() time.Time, random io.Rea
 		return fmt.Errorf("draw nonce: %w", err)
 	}
 	r.Nonce = hex.EncodeToString(n[:])
-	r.Expires = clock().Add(ttl).UTC().Truncate(time.Second)
+	r.Issued = clock().UTC().Truncate(time.Second)
+	r.Expires = r.Issued.Add(ttl.Truncate(time.Second))
 	return r.Validate()
 }
 
@@ -197,8 +229,16 @@ func (r Request) Validate() error {
 			return fmt.Errorf("field %s does not belong to a %s request", name, r.Kind)
 		}
 	}
-	if r.Expires.Location() != time.UTC || !r.Expires.Equal(r.Expires.Truncate(time.Second)) {
-		return fmt.Errorf("expires %s is not a whole second in UTC", r.Expires)
+	for name, t := range map[string]time.Time{fieldIssued: r.Issued, fieldExpires: r.Expires} {
+		if t.Location() != time.UTC || !t.Equal(t.Truncate(time.Second)) {
+			return fmt.Errorf("%s %s is not a whole second in UTC", name, t)
+		}
+	}
+	if !r.Expires.After(r.Issued) {
+		return fmt.Errorf("expires %s is not after issued %s", r.Expires.Format(time.RFC3339), r.Issued.Format(time.RFC3339))
+	}
+	if (r.Step == NoStop) != (r.Stop == NoStop) {
+		return fmt.Errorf("step %q and stop %q: both name the stop or both are %q", r.Step, r.Stop, NoStop)
 	}
 	if len(r.Summary) > MaxSummaryLines {
 		return fmt.Errorf("summary has %d lines, more than %d", len(r.Summary), MaxSummaryLines)
@@ -252,11 +292,14 @@ func (r Request) get(name string) string {
 		return r.Reason
 	case fieldReviewTrigger:
 		return r.ReviewTrigger
+	case fieldStep:
+		return r.Step
+	case fieldStop:
+		return r.Stop
+	case fieldIssued:
+		return formatTime(r.Issued)
 	case fieldExpires:
-		if r.Expires.IsZero() {
-			return ""
-		}
-		return r.Expires.UTC().Format(expiresLayout)
+		return formatTime(r.Expires)
 	case fieldNonce:
 		return r.Nonce
 	}
@@ -277,6 +320,12 @@ func (r *Request) set(name, v string) {
 		r.Reason = v
 	case fieldReviewTrigger:
 		r.ReviewTrigger = v
+	case fieldStep:
+		r.Step = v
+	case fieldStop:
+		r.Stop = v
+	case fieldIssued:
+		r.Issued, _ = time.Parse(expiresLayout, v) // checked by checkField
 	case fieldExpires:
 		r.Expires, _ = time.Parse(expiresLayout, v) // checked by checkField
 	case fieldNonce:
@@ -286,6 +335,13 @@ func (r *Request) set(name, v string) {
 
 const expiresLayout = "2006-01-02T15:04:05Z"
 
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(expiresLayout)
+}
+
 var (
 	toolRE          = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 	nodeLabelRE     = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -293,6 +349,8 @@ var (
 	digestRE        = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	nonceRE         = regexp.MustCompile(`^[0-9a-f]{32}$`)
 	reviewTriggerRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,63}:[A-Za-z0-9.+~:_-]{1,128}$`)
+	stepRE          = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+	stopRE          = regexp.MustCompile(`^(none|[1-9][0-9]{0,18} sha256:[0-9a-f]{64})$`)
 )
 
 func checkField(k Kind, name, v string) error {
@@ -330,7 +388,15 @@ func checkField(k Kind, name, v string) error {
 		if !reviewTriggerRE.MatchString(v) {
 			return bad("want <event>:<value>, e.g. driver-version-change:550.90.07")
 		}
-	case fieldExpires:
+	case fieldStep:
+		if !stepRE.MatchString(v) {
+			return bad("want a step name such as install, or none")
+		}
+	case fieldStop:
+		if !stopRE.MatchString(v) {
+			return bad("want the failure's journal record as <seq> sha256:<64 hex>, or none")
+		}
+	case fieldIssued, fieldExpires:
 		t, err := time.Parse(expiresLayout, v)
 		if err != nil || t.Format(expiresLayout) != v {
 			return bad("want UTC time as 2006-01-02T15:04:05Z")
@@ -462,7 +528,43 @@ func parseRequest(text []byte) (Request, error) {
 		}
 		r.Summary = append(r.Summary, v)
 	}
+	if err := r.Validate(); err != nil {
+		return Request{}, err
+	}
 	return r, nil
+}
+
+// Lifetime is how long the request is valid from its signed issue time.
+func (r Request) Lifetime() time.Duration { return r.Expires.Sub(r.Issued) }
+
+// DurationWords says a duration in plain words, its two largest units:
+// "30 minutes", "1 hour 30 minutes", "180 days".
+func DurationWords(d time.Duration) string {
+	if d < 0 {
+		return "minus " + DurationWords(-d)
+	}
+	d = d.Round(time.Second)
+	units := []struct {
+		name string
+		size time.Duration
+	}{{"day", 24 * time.Hour}, {"hour", time.Hour}, {"minute", time.Minute}, {"second", time.Second}}
+	var parts []string
+	for _, u := range units {
+		if n := d / u.size; n > 0 && len(parts) < 2 {
+			word := u.name
+			if n != 1 {
+				word += "s"
+			}
+			parts = append(parts, fmt.Sprintf("%d %s", n, word))
+			d -= n * u.size
+		} else if len(parts) > 0 {
+			break
+		}
+	}
+	if len(parts) == 0 {
+		return "0 seconds"
+	}
+	return strings.Join(parts, " ")
 }
 
 func describeName(name string, seen map[string]bool) string {

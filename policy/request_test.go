@@ -32,6 +32,12 @@ func TestRequestCanonicalText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	resume, err := NewAttestation(KindRoundResume, AttestationFields{Node: "gpu-03", Round: "2026-11",
+		Reason: "RDMA rail fixed by hand", Step: "verify", Stop: "42 sha256:" + strings.Repeat("cd", 32)},
+		[]string{"the round stopped at verify on gpu-03: rdma rail mlx5_3 down"}, 30*time.Minute, clock, zeroRand{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	snap, err := NewAttestation(KindHypervisorSnapshotTaken, AttestationFields{Node: "cp-01", Round: "2026-11"},
 		[]string{"snapshot cp-01-2026-11 on hv-2"}, time.Hour, clock, zeroRand{})
 	if err != nil {
@@ -47,6 +53,7 @@ tool: drain_node
 node: gpu-03
 round: 2026-11
 plan-digest: sha256:abababababababababababababababababababababababababababababababab
+issued: 2026-11-29T13:00:00Z
 expires: 2026-11-29T15:00:00Z
 nonce: 000102030405060708090a0b0c0d0e0f
 summary: node gpu-03: cordon, then evict 2 pods
@@ -58,13 +65,27 @@ node: *
 round: 2026-11
 reason: NVIDIA 550.90 builds with warnings on 6.8.0-49
 review-trigger: driver-version-change:550.90.07
+issued: 2026-11-29T13:00:00Z
 expires: 2026-11-29T14:00:00Z
 nonce: 000102030405060708090a0b0c0d0e0f
+`},
+		{"resume, bound to its stop", resume, `mcp-patch attestation v1
+kind: round_resume
+node: gpu-03
+round: 2026-11
+step: verify
+stop: 42 sha256:cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd
+reason: RDMA rail fixed by hand
+issued: 2026-11-29T13:00:00Z
+expires: 2026-11-29T13:30:00Z
+nonce: 000102030405060708090a0b0c0d0e0f
+summary: the round stopped at verify on gpu-03: rdma rail mlx5_3 down
 `},
 		{"snapshot", snap, `mcp-patch attestation v1
 kind: hypervisor_snapshot_taken
 node: cp-01
 round: 2026-11
+issued: 2026-11-29T13:00:00Z
 expires: 2026-11-29T14:00:00Z
 nonce: 000102030405060708090a0b0c0d0e0f
 summary: snapshot cp-01-2026-11 on hv-2
@@ -96,6 +117,9 @@ func TestAttestationKindsRoundTrip(t *testing.T) {
 			if k == KindResidualRiskAccepted {
 				f.ReviewTrigger = "kernel-version-change:6.8.0-49"
 			}
+			if k == KindRoundResume || k == KindRoundAbort {
+				f.Step, f.Stop = "gate", "7 sha256:"+strings.Repeat("0f", 32)
+			}
 			r, err := NewAttestation(k, f, []string{"gate: rdma rail mlx5_3 down, now up"}, time.Hour, fixedClock(t0), nil)
 			if err != nil {
 				t.Fatal(err)
@@ -124,7 +148,7 @@ func TestNewRequestRefuses(t *testing.T) {
 		want   string
 	}{
 		{"zero ttl", func(_, _, _, _ *string, _ *[]string, ttl *time.Duration) { *ttl = 0 }, "ttl"},
-		{"ttl beyond max", func(_, _, _, _ *string, _ *[]string, ttl *time.Duration) { *ttl = MaxTTL + time.Second }, "ttl"},
+		{"ttl beyond max", func(_, _, _, _ *string, _ *[]string, ttl *time.Duration) { *ttl = LifetimeCeiling + time.Second }, "ttl"},
 		{"tool with capital", func(tool, _, _, _ *string, _ *[]string, _ *time.Duration) { *tool = "Drain" }, "tool"},
 		{"node with underscore", func(_, node, _, _ *string, _ *[]string, _ *time.Duration) { *node = "gpu_03" }, "node"},
 		{"node star on approval", func(_, node, _, _ *string, _ *[]string, _ *time.Duration) { *node = "*" }, "node"},
@@ -150,8 +174,18 @@ func TestNewRequestRefuses(t *testing.T) {
 	if _, err := NewAttestation(KindApproval, AttestationFields{Node: "a", Round: "b"}, nil, time.Hour, nil, nil); err == nil {
 		t.Error("NewAttestation(KindApproval) succeeded")
 	}
-	if _, err := NewAttestation(KindRoundResume, AttestationFields{Node: "a", Round: "b"}, nil, time.Hour, nil, nil); err == nil {
+	if _, err := NewAttestation(KindRoundResume, AttestationFields{Node: "a", Round: "b", Step: NoStop, Stop: NoStop}, nil, time.Hour, nil, nil); err == nil {
 		t.Error("round_resume without a reason succeeded")
+	}
+	for _, f := range []AttestationFields{
+		{Node: "a", Round: "b", Reason: "r"},                                     // no stop named
+		{Node: "a", Round: "b", Reason: "r", Step: "gate", Stop: NoStop},         // half a stop
+		{Node: "a", Round: "b", Reason: "r", Step: "gate", Stop: "42"},           // no digest
+		{Node: "a", Round: "b", Reason: "r", Step: "Gate", Stop: "42 sha256:00"}, // bad step, short digest
+	} {
+		if _, err := NewAttestation(KindRoundResume, f, nil, time.Hour, nil, nil); err == nil {
+			t.Errorf("round_resume with step %q stop %q succeeded", f.Step, f.Stop)
+		}
 	}
 	if _, err := NewAttestation(KindRoundAbort, AttestationFields{Node: "a", Round: "b", Reason: "r", ReviewTrigger: "x:y"}, nil, time.Hour, nil, nil); err == nil {
 		t.Error("round_abort with a review trigger succeeded")
@@ -185,9 +219,12 @@ func TestParseRequestRefuses(t *testing.T) {
 		{"trailing blank line", good + "\n", "name: value"},
 		{"two spaces after colon", strings.Replace(good, "node: ", "node:  ", 1), "node"},
 		{"upper-case name", strings.Replace(good, "node: ", "Node: ", 1), "bad field name"},
-		{"expires with fraction", strings.Replace(good, ":00Z", ":00.5Z", 1), "expires"},
-		{"expires with offset", strings.Replace(good, ":00Z", ":00+00:00", 1), "expires"},
-		{"short nonce", strings.Replace(good, lines[6], "nonce: abc\n", 1), "nonce"},
+		{"issued with fraction", strings.Replace(good, ":00Z", ":00.5Z", 1), "issued"},
+		{"issued with offset", strings.Replace(good, ":00Z", ":00+00:00", 1), "issued"},
+		{"expires with fraction", strings.Replace(good, lines[6], strings.Replace(lines[6], ":00Z", ":00.5Z", 1), 1), "expires"},
+		{"expires before issued", strings.Replace(good, lines[6], "expires: 2026-11-29T13:59:59Z\n", 1), "not after issued"},
+		{"no issue time", strings.Replace(good, lines[5], "", 1), "want field issued"},
+		{"short nonce", strings.Replace(good, lines[7], "nonce: abc\n", 1), "nonce"},
 		{"attestation kind unknown", "mcp-patch attestation v1\nkind: approval\n", "attestation kind"},
 		{"attestation without kind", "mcp-patch attestation v1\n", "kind"},
 		{"summary with leading space", good + "summary:  x\n", "summary"},

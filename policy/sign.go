@@ -197,6 +197,14 @@ var toolWords = map[string]string{
 	"fallback_drill":  "run the fallback drill on node %s (reboot to prove the old kernel still boots)",
 }
 
+func stopWords(req Request) string {
+	if req.Stop == NoStop {
+		return "It answers no stop: the round is not stopped.\n"
+	}
+	seq, digest, _ := strings.Cut(req.Stop, " ")
+	return fmt.Sprintf("It answers only the stop at step %s recorded in the journal as record %s (%s); any other stop needs a new statement.\n", req.Step, seq, digest)
+}
+
 // Describe says in plain words what signing req means.
 func Describe(req Request) string {
 	var b strings.Builder
@@ -220,12 +228,15 @@ func Describe(req Request) string {
 		fmt.Fprintf(&b, "It must be reviewed again on: %s.\n", req.ReviewTrigger)
 	case KindRoundResume:
 		fmt.Fprintf(&b, "You resume patch round %s, which stopped after a failed check on %s. Your reason: %s.\n", req.Round, node, req.Reason)
+		b.WriteString(stopWords(req))
 	case KindRoundAbort:
 		fmt.Fprintf(&b, "You abort patch round %s after a failed check on %s. Your reason: %s.\n", req.Round, node, req.Reason)
+		b.WriteString(stopWords(req))
 	default:
 		fmt.Fprintf(&b, "Unknown kind of request %q: do not sign it.\n", req.Kind)
 	}
-	fmt.Fprintf(&b, "Valid until %s, once.\n", req.Expires.UTC().Format("2006-01-02 15:04:05 UTC"))
+	fmt.Fprintf(&b, "Issued %s, valid for %s (until %s), once.\n", req.Issued.UTC().Format("2006-01-02 15:04:05 UTC"),
+		DurationWords(req.Lifetime()), req.Expires.UTC().Format("2006-01-02 15:04:05 UTC"))
 	if len(req.Summary) > 0 {
 		b.WriteString("What you were shown (signed with it):\n")
 		for _, s := range req.Summary {

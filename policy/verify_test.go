@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
@@ -59,8 +60,15 @@ func TestVerifyRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Signed for 180 days: refused when presented early and when presented
+	// within a day of its expiry alike.
 	farReq := req
-	farReq.Expires = t0.Add(MaxTTL + time.Hour)
+	farReq.Expires = t0.Add(180 * 24 * time.Hour)
+	// Issued an hour from now: refused now, accepted within the skew.
+	futureReq := req
+	futureReq.Issued, futureReq.Expires = t0.Add(time.Hour), t0.Add(2*time.Hour)
+	skewReq := req
+	skewReq.Issued = t0.Add(30 * time.Second)
 	tampered := strings.Replace(good, "evict 3 pods", "evict 0 pods", 1)
 	otherRound := req
 	otherRound.Round = "2026-12"
@@ -123,7 +131,10 @@ func TestVerifyRefusals(t *testing.T) {
 		{name: "lab-only allowed in the lab", signers: "ci@lab " + keyOnly(ed) + " lab-only", approval: good, want: wantOK},
 
 		{name: "expired", approval: good, want: wantOK, at: req.Expires, reason: ReasonExpired},
-		{name: "expires too far ahead", approval: signReq(t, ed.Signer, farReq), want: expectFor(farReq), reason: ReasonExpiresTooLate},
+		{name: "180-day approval presented early", approval: signReq(t, ed.Signer, farReq), want: expectFor(farReq), reason: ReasonLifetimeTooLong, contains: "180 days, longer than the 1 day allowed"},
+		{name: "180-day approval presented late", approval: signReq(t, ed.Signer, farReq), want: expectFor(farReq), at: farReq.Expires.Add(-time.Hour), reason: ReasonLifetimeTooLong},
+		{name: "issued in the future", approval: signReq(t, ed.Signer, futureReq), want: expectFor(futureReq), reason: ReasonIssuedInFuture, contains: "1 hour after now"},
+		{name: "issued within the clock skew", approval: signReq(t, ed.Signer, skewReq), want: expectFor(skewReq)},
 
 		{name: "wrong tool", approval: good, want: with(func(e *Expectation) { e.Tool = "install_updates" }), reason: ReasonMismatch, field: "tool"},
 		{name: "wrong node", approval: good, want: with(func(e *Expectation) { e.Node = "gpu-04" }), reason: ReasonMismatch, field: "node", contains: `the approval says "gpu-03", this step needs "gpu-04"`},
@@ -131,7 +142,7 @@ func TestVerifyRefusals(t *testing.T) {
 		{name: "plan drifted", approval: good, want: with(func(e *Expectation) { e.PlanDigest = "sha256:" + strings.Repeat("cd", 32) }), reason: ReasonMismatch, field: "plan-digest"},
 		{name: "summary altered before signing", approval: good, want: with(func(e *Expectation) { e.Summary = []string{"node gpu-03: cordon, then evict 4 pods"} }), reason: ReasonMismatch, field: "summary line 1"},
 		{name: "summary line missing", approval: good, want: with(func(e *Expectation) { e.Summary = append(e.Summary, "more") }), reason: ReasonMismatch, field: "summary line 2"},
-		{name: "attestation for an approval", approval: good, want: Expectation{Kind: KindRoundResume, Node: "gpu-03", Round: "2026-11"}, reason: ReasonMismatch, field: "kind"},
+		{name: "attestation for an approval", approval: good, want: Expectation{Kind: KindRoundResume, Node: "gpu-03", Round: "2026-11", Step: NoStop, Stop: NoStop}, reason: ReasonMismatch, field: "kind"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,12 +155,12 @@ func TestVerifyRefusals(t *testing.T) {
 				at = t0
 			}
 			v := &Verifier{AllowedSigners: mustSigners(t, []byte(signers+"\n")), NonceStore: openStore(t), Clock: fixedClock(at), RefuseLabOnly: tt.labOnly}
-			got, err := v.Verify(tt.approval, tt.want)
+			got, err := v.Verify(context.Background(), tt.approval, tt.want)
 			if tt.reason == "" {
 				if err != nil {
 					t.Fatalf("Verify: %v", err)
 				}
-				if got.Nonce != req.Nonce || got.ApprovalID != req.ID() || got.KeyFingerprint != ssh.FingerprintSHA256(ed.Pub) {
+				if got.Nonce != req.Nonce || got.ApprovalID != got.Request.ID() || got.KeyFingerprint != ssh.FingerprintSHA256(ed.Pub) {
 					t.Errorf("Verified = %+v", got)
 				}
 				return
@@ -203,13 +214,13 @@ func TestVerifyRefusesBadExpectation(t *testing.T) {
 		{Kind: KindRoundResume, Tool: "drain_node", Node: "gpu-03", Round: "2026-11"},     // tool on attestation
 		{Kind: "reboot_everything", Tool: "drain_node", Node: "gpu-03", Round: "2026-11"}, // unknown kind
 	} {
-		_, err := v.Verify(good, e)
+		_, err := v.Verify(context.Background(), good, e)
 		var re *RefusalError
 		if err == nil || errors.As(err, &re) || !strings.Contains(err.Error(), "expectation") {
 			t.Errorf("Verify(%+v): got %v, want an expectation error", e, err)
 		}
 	}
-	if _, err := (&Verifier{}).Verify(good, expectFor(req)); err == nil {
+	if _, err := (&Verifier{}).Verify(context.Background(), good, expectFor(req)); err == nil {
 		t.Error("a Verifier without signers and store verified")
 	}
 }
@@ -217,24 +228,41 @@ func TestVerifyRefusesBadExpectation(t *testing.T) {
 func TestAttestationVerify(t *testing.T) {
 	ed := keys["ed25519"]
 	v := &Verifier{AllowedSigners: mustSigners(t, allowedSignersFor("ed25519")), NonceStore: openStore(t), Clock: fixedClock(t0)}
-	att, err := NewAttestation(KindRoundResume, AttestationFields{Node: "gpu-07", Round: "2026-11", Reason: "RDMA rail fixed by hand"},
+	stop := "12 sha256:" + strings.Repeat("ab", 32)
+	att, err := NewAttestation(KindRoundResume, AttestationFields{Node: "gpu-07", Round: "2026-11", Reason: "RDMA rail fixed by hand", Step: "verify", Stop: stop},
 		[]string{"failed check: rdma rail mlx5_3 down"}, time.Hour, fixedClock(t0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := signReq(t, ed.Signer, att)
-	got, err := v.Verify(text, Expectation{Kind: KindRoundResume, Node: "gpu-07", Round: "2026-11"})
+	want := Expectation{Kind: KindRoundResume, Node: "gpu-07", Round: "2026-11", Step: "verify", Stop: stop}
+	// A statement signed for one stop does not answer another: not a later
+	// stop of the same step (another journal record), not another step.
+	later := want
+	later.Stop = "31 sha256:" + strings.Repeat("ef", 32)
+	if _, err := v.Verify(context.Background(), text, later); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "stop") {
+		t.Errorf("resume presented for a later stop: got %v, want mismatch on stop", err)
+	}
+	otherStep := want
+	otherStep.Step = "gate"
+	if _, err := v.Verify(context.Background(), text, otherStep); !errors.Is(err, ErrMismatch) {
+		t.Errorf("resume presented for another step: got %v, want mismatch", err)
+	}
+	if _, err := v.Verify(context.Background(), text, Expectation{Kind: KindRoundResume, Node: "gpu-07", Round: "2026-11"}); err == nil {
+		t.Error("an expectation without the stop verified a resume")
+	}
+	got, err := v.Verify(context.Background(), text, want)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(att, got.Request); diff != "" {
 		t.Errorf("verified request (-signed +got):\n%s", diff)
 	}
-	_, err = v.Verify(text, Expectation{Kind: KindRoundAbort, Node: "gpu-07", Round: "2026-11"})
+	_, err = v.Verify(context.Background(), text, Expectation{Kind: KindRoundAbort, Node: "gpu-07", Round: "2026-11", Step: "verify", Stop: stop})
 	if !errors.Is(err, ErrMismatch) {
 		t.Errorf("resume presented as abort: got %v, want mismatch", err)
 	}
-	_, err = v.Verify(text, Expectation{Tool: "drain_node", Node: "gpu-07", Round: "2026-11", PlanDigest: testDigest})
+	_, err = v.Verify(context.Background(), text, Expectation{Tool: "drain_node", Node: "gpu-07", Round: "2026-11", PlanDigest: testDigest})
 	if !errors.Is(err, ErrMismatch) {
 		t.Errorf("attestation presented as approval: got %v, want mismatch", err)
 	}
@@ -255,25 +283,25 @@ func TestRefusedStepDoesNotBurn(t *testing.T) {
 
 	drifted := expectFor(req)
 	drifted.PlanDigest = "sha256:" + strings.Repeat("00", 32)
-	if _, err := v.Verify(text, drifted); !errors.Is(err, ErrMismatch) {
+	if _, err := v.Verify(context.Background(), text, drifted); !errors.Is(err, ErrMismatch) {
 		t.Fatalf("drifted plan: %v", err)
 	}
 	for range 2 { // verifying twice burns nothing either
-		if _, err := v.Verify(text, expectFor(req)); err != nil {
+		if _, err := v.Verify(context.Background(), text, expectFor(req)); err != nil {
 			t.Fatalf("after a refused step: %v", err)
 		}
 	}
-	got, err := v.Verify(text, expectFor(req))
+	got, err := v.Verify(context.Background(), text, expectFor(req))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := v.Consume(got); err != nil {
+	if err := v.Consume(context.Background(), got); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.Verify(text, expectFor(req)); !errors.Is(err, ErrReplayed) {
+	if _, err := v.Verify(context.Background(), text, expectFor(req)); !errors.Is(err, ErrReplayed) {
 		t.Errorf("after Consume: got %v, want replayed", err)
 	}
-	if err := v.Consume(got); !errors.Is(err, ErrReplayed) {
+	if err := v.Consume(context.Background(), got); !errors.Is(err, ErrReplayed) {
 		t.Errorf("second Consume: got %v, want replayed", err)
 	}
 	if err := store.Close(); err != nil {
@@ -286,7 +314,7 @@ func TestRefusedStepDoesNotBurn(t *testing.T) {
 	}
 	defer reopened.Close()
 	v2 := &Verifier{AllowedSigners: signers, NonceStore: reopened, Clock: fixedClock(t0)}
-	if _, err := v2.Verify(text, expectFor(req)); !errors.Is(err, ErrReplayed) {
+	if _, err := v2.Verify(context.Background(), text, expectFor(req)); !errors.Is(err, ErrReplayed) {
 		t.Errorf("after restart: got %v, want replayed", err)
 	}
 }
@@ -295,12 +323,12 @@ func TestConsumeRefusesExpired(t *testing.T) {
 	req := newTestRequest(t, t0)
 	now := t0
 	v := &Verifier{AllowedSigners: mustSigners(t, allowedSignersFor("ed25519")), NonceStore: openStore(t), Clock: func() time.Time { return now }}
-	got, err := v.Verify(signReq(t, keys["ed25519"].Signer, req), expectFor(req))
+	got, err := v.Verify(context.Background(), signReq(t, keys["ed25519"].Signer, req), expectFor(req))
 	if err != nil {
 		t.Fatal(err)
 	}
 	now = req.Expires // the re-simulation took too long
-	if err := v.Consume(got); !errors.Is(err, ErrExpired) {
+	if err := v.Consume(context.Background(), got); !errors.Is(err, ErrExpired) {
 		t.Errorf("Consume after expiry: got %v, want expired", err)
 	}
 }
@@ -331,9 +359,9 @@ func TestConcurrentConsume(t *testing.T) {
 				store = b
 			}
 			v := &Verifier{AllowedSigners: signers, NonceStore: store, Clock: fixedClock(t0)}
-			got, err := v.Verify(text, expectFor(req))
+			got, err := v.Verify(context.Background(), text, expectFor(req))
 			if err == nil {
-				err = v.Consume(got)
+				err = v.Consume(context.Background(), got)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -366,15 +394,15 @@ func TestExpiryOverTime(t *testing.T) {
 		}
 		text := signReq(t, keys["ed25519"].Signer, req)
 		v := &Verifier{AllowedSigners: signers, NonceStore: store}
-		if _, err := v.Verify(text, expectFor(req)); err != nil {
+		if _, err := v.Verify(context.Background(), text, expectFor(req)); err != nil {
 			t.Fatalf("fresh: %v", err)
 		}
 		time.Sleep(29*time.Minute + 58*time.Second)
-		if _, err := v.Verify(text, expectFor(req)); err != nil {
+		if _, err := v.Verify(context.Background(), text, expectFor(req)); err != nil {
 			t.Fatalf("just before expiry: %v", err)
 		}
 		time.Sleep(2 * time.Second)
-		if _, err := v.Verify(text, expectFor(req)); !errors.Is(err, ErrExpired) {
+		if _, err := v.Verify(context.Background(), text, expectFor(req)); !errors.Is(err, ErrExpired) {
 			t.Fatalf("at expiry: got %v, want expired", err)
 		}
 	})

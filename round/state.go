@@ -1,6 +1,8 @@
 package round
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,6 +109,16 @@ type Stop struct {
 	Step   Step      `json:"step"`
 	Reason string    `json:"reason"`
 	Time   time.Time `json:"time"`
+}
+
+// Binding names the failure record that stopped the round, the way a
+// resume or abort statement must name it: "<seq> sha256:<hex>", the digest
+// over the record's sequence number, time, node, step and reason. A later
+// stop, even of the same step on the same node, has another binding.
+func (s *Stop) Binding() string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("mcp-patch stop v1\n%d\n%s\n%s\n%s\n%s\n",
+		s.Seq, s.Time.UTC().Format(time.RFC3339Nano), s.Node, s.Step, s.Reason)))
+	return fmt.Sprintf("%d sha256:%s", s.Seq, hex.EncodeToString(sum[:]))
 }
 
 // Failure is a failed step, kept for the report.

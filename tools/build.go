@@ -84,8 +84,9 @@ func wire(ctx context.Context, d *Deps) (cleanup func(), err error) {
 		}
 		closers = append(closers, func() { store.Close() })
 		d.Approvals = &PolicyApprovals{
-			Verifier: &policy.Verifier{AllowedSigners: signers, NonceStore: store, Clock: d.Now, RefuseLabOnly: !c.Approvals.AllowLabOnly},
-			TTL:      c.Approvals.TTL.D(), Clock: d.Now,
+			Verifier: &policy.Verifier{AllowedSigners: signers, NonceStore: store, Clock: d.Now, RefuseLabOnly: !c.Approvals.AllowLabOnly,
+				MaxLifetime: c.Approvals.MaxLifetime.D()},
+			TTL: c.Approvals.TTL.D(), Clock: d.Now,
 		}
 	}
 	if err := wireWorld(ctx, d); err != nil {

@@ -44,13 +44,16 @@ type Approvals interface {
 	Request(tool string, p Plan) (text string, expires time.Time, err error)
 	// Verify checks an approval against what this call would do. It does not
 	// use the approval up; a refused call leaves it valid.
-	Verify(approval, tool string, p Plan) (Approved, error)
-	// Consume makes the approval single-use, durably, just before acting.
-	Consume(a Approved) error
+	Verify(ctx context.Context, approval, tool string, p Plan) (Approved, error)
+	// Consume makes the approval single-use, durably (where every server of
+	// the cluster looks), just before acting.
+	Consume(ctx context.Context, a Approved) error
 	// Attestation and VerifyAttestation do the same for statements of
 	// decisions that belong to people (resume, abort, accepted risk …).
+	// VerifyAttestation checks the statement against want's Node, Round,
+	// Step and Stop (a resume or abort answers exactly one stop).
 	Attestation(kind policy.Kind, f policy.AttestationFields, summary []string) (string, time.Time, error)
-	VerifyAttestation(text string, kind policy.Kind, node, round string) (Approved, policy.Request, error)
+	VerifyAttestation(ctx context.Context, text string, kind policy.Kind, want policy.AttestationFields) (Approved, policy.Request, error)
 }
 
 // needApproval is returned by the chokepoint when no approval was given.
@@ -109,12 +112,12 @@ func NewDestructive[In approvable, Out any, PO interface {
 				ExpiresAt:  exp.UTC().Format(time.RFC3339),
 			}}
 		}
-		a, err := d.Approvals.Verify(in.approval(), spec.Name, plan)
+		a, err := d.Approvals.Verify(ctx, in.approval(), spec.Name, plan)
 		if err != nil {
 			return zero, Refuse("Ask a person to sign a new request: call again without the approval to get it.",
 				"approval refused: "+err.Error(), "nothing was executed")
 		}
-		if err := d.Approvals.Consume(a); err != nil {
+		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return zero, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was executed")
 		}
 		d.Log.Info("approved step", "tool", spec.Name, "node", plan.Node, "round", plan.Round, "principal", a.Principal, "approval", a.ID)

@@ -60,7 +60,7 @@ type fakeApprovals struct{ used map[string]bool }
 func (f *fakeApprovals) Request(tool string, p Plan) (string, time.Time, error) {
 	return "request " + tool + " " + p.Node + " " + p.Digest, time.Unix(0, 0), nil
 }
-func (f *fakeApprovals) Verify(a, tool string, p Plan) (Approved, error) {
+func (f *fakeApprovals) Verify(_ context.Context, a, tool string, p Plan) (Approved, error) {
 	if a != "signed:"+p.Digest {
 		return Approved{}, errors.New("signature does not match the plan")
 	}
@@ -69,11 +69,11 @@ func (f *fakeApprovals) Verify(a, tool string, p Plan) (Approved, error) {
 	}
 	return Approved{ID: a}, nil
 }
-func (f *fakeApprovals) Consume(a Approved) error { f.used[a.ID] = true; return nil }
+func (f *fakeApprovals) Consume(_ context.Context, a Approved) error { f.used[a.ID] = true; return nil }
 func (f *fakeApprovals) Attestation(policy.Kind, policy.AttestationFields, []string) (string, time.Time, error) {
 	return "", time.Time{}, errors.New("not in this fake")
 }
-func (f *fakeApprovals) VerifyAttestation(string, policy.Kind, string, string) (Approved, policy.Request, error) {
+func (f *fakeApprovals) VerifyAttestation(context.Context, string, policy.Kind, policy.AttestationFields) (Approved, policy.Request, error) {
 	return Approved{}, policy.Request{}, errors.New("not in this fake")
 }
 

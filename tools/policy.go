@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -9,7 +10,8 @@ import (
 )
 
 // PolicyApprovals is the Approvals the server uses: SSHSIG approvals checked
-// against an allowed_signers file, nonces kept in a store on disk.
+// against an allowed_signers file, used nonces kept in the state directory
+// and, with a cluster, where every server of the cluster looks.
 type PolicyApprovals struct {
 	Verifier *policy.Verifier
 	TTL      time.Duration
@@ -28,8 +30,8 @@ func (p *PolicyApprovals) Request(tool string, plan Plan) (string, time.Time, er
 }
 
 // Verify checks an approval against the plan computed now.
-func (p *PolicyApprovals) Verify(approval, tool string, plan Plan) (Approved, error) {
-	v, err := p.Verifier.Verify(approval, policy.Expectation{Tool: tool, Node: plan.Node, Round: plan.Round,
+func (p *PolicyApprovals) Verify(ctx context.Context, approval, tool string, plan Plan) (Approved, error) {
+	v, err := p.Verifier.Verify(ctx, approval, policy.Expectation{Tool: tool, Node: plan.Node, Round: plan.Round,
 		PlanDigest: plan.Digest, Summary: plan.Summary})
 	if err != nil {
 		return Approved{}, explainRefusal(err)
@@ -38,8 +40,8 @@ func (p *PolicyApprovals) Verify(approval, tool string, plan Plan) (Approved, er
 }
 
 // Consume uses the approval up, durably.
-func (p *PolicyApprovals) Consume(a Approved) error {
-	return explainRefusal(p.Verifier.Consume(a.verified))
+func (p *PolicyApprovals) Consume(ctx context.Context, a Approved) error {
+	return explainRefusal(p.Verifier.Consume(ctx, a.verified))
 }
 
 // Attestation builds a statement of a decision that belongs to a person.
@@ -51,9 +53,10 @@ func (p *PolicyApprovals) Attestation(kind policy.Kind, f policy.AttestationFiel
 	return r.String(), r.Expires, nil
 }
 
-// VerifyAttestation checks a signed statement of the given kind.
-func (p *PolicyApprovals) VerifyAttestation(text string, kind policy.Kind, node, round string) (Approved, policy.Request, error) {
-	v, err := p.Verifier.Verify(text, policy.Expectation{Kind: kind, Node: node, Round: round})
+// VerifyAttestation checks a signed statement of the given kind against
+// the node, round and (resume, abort) stop it must name.
+func (p *PolicyApprovals) VerifyAttestation(ctx context.Context, text string, kind policy.Kind, want policy.AttestationFields) (Approved, policy.Request, error) {
+	v, err := p.Verifier.Verify(ctx, text, policy.Expectation{Kind: kind, Node: want.Node, Round: want.Round, Step: want.Step, Stop: want.Stop})
 	if err != nil {
 		return Approved{}, policy.Request{}, explainRefusal(err)
 	}

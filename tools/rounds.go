@@ -319,6 +319,17 @@ func RecordDecision() Tool {
 		if dk.name == round.DecisionResume && step == "" && st.Stop != nil {
 			step = st.Stop.Step
 		}
+		binding := policy.AttestationFields{Node: node, Round: s.id, Reason: in.Reason, ReviewTrigger: in.ReviewTrigger}
+		if dk.kind == policy.KindRoundResume || dk.kind == policy.KindRoundAbort {
+			binding.Step, binding.Stop = policy.NoStop, policy.NoStop
+			if st.Stop != nil {
+				if step != "" && step != st.Stop.Step {
+					return DecisionOut{}, Refuse(fmt.Sprintf("Leave step out: a %s answers the stop at %s.", in.Decision, st.Stop.Step),
+						fmt.Sprintf("the round stopped at %s, not %s", st.Stop.Step, step))
+				}
+				binding.Step, binding.Stop = string(st.Stop.Step), st.Stop.Binding()
+			}
+		}
 		if err := st.AdmitDecision(dk.name, node, step); err != nil {
 			return DecisionOut{}, ruleRefusal(err)
 		}
@@ -330,7 +341,7 @@ func RecordDecision() Tool {
 			if st.Stop != nil {
 				summary = append(summary, oneLine(fmt.Sprintf("the round stopped at %s on %s: %s", st.Stop.Step, st.Stop.Node, clipText(st.Stop.Reason, 400))))
 			}
-			text, exp, err := d.Approvals.Attestation(dk.kind, policy.AttestationFields{Node: node, Round: s.id, Reason: in.Reason, ReviewTrigger: in.ReviewTrigger}, summary)
+			text, exp, err := d.Approvals.Attestation(dk.kind, binding, summary)
 			if err != nil {
 				return DecisionOut{}, Refuse("Give a reason (plain ASCII) and, for accepted risk, a review trigger like driver-version-change:550.90.07.", "cannot build the statement: "+err.Error())
 			}
@@ -339,11 +350,11 @@ func RecordDecision() Tool {
 				AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 statement.txt && cat statement.txt statement.txt.sig",
 				ExpiresAt:  exp.UTC().Format(time.RFC3339)}}
 		}
-		a, req, err := d.Approvals.VerifyAttestation(in.Attestation, dk.kind, node, s.id)
+		a, req, err := d.Approvals.VerifyAttestation(ctx, in.Attestation, dk.kind, binding)
 		if err != nil {
 			return DecisionOut{}, Refuse("Ask the person to sign a fresh statement (call again without attestation).", "statement refused: "+err.Error(), "nothing was recorded")
 		}
-		if err := d.Approvals.Consume(a); err != nil {
+		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return DecisionOut{}, Refuse("Ask the person to sign a fresh statement.", "statement could not be used: "+err.Error(), "nothing was recorded")
 		}
 		detail := fmt.Sprintf("%s by %s", in.Decision, a.Principal)

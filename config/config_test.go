@@ -1,0 +1,69 @@
+package config
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-patch/mcp-patch/policy"
+)
+
+func TestValidateApprovalLifetimes(t *testing.T) {
+	tests := []struct {
+		name        string
+		ttl, max    time.Duration
+		wantErrPart string // "" means valid
+	}{
+		{name: "defaults", ttl: 30 * time.Minute, max: 24 * time.Hour},
+		{name: "a shorter maximum", ttl: 10 * time.Minute, max: 2 * time.Hour},
+		{name: "the ceiling", ttl: time.Hour, max: 7 * 24 * time.Hour},
+		{name: "over the ceiling", ttl: time.Hour, max: 180 * 24 * time.Hour, wantErrPart: "approvals.max_lifetime"},
+		{name: "ttl over the maximum", ttl: 3 * time.Hour, max: 2 * time.Hour, wantErrPart: "approvals.ttl"},
+		{name: "zero maximum", ttl: time.Hour, max: 0, wantErrPart: "approvals.max_lifetime: must be positive"},
+		{name: "ttl of seconds", ttl: 5 * time.Second, max: time.Hour, wantErrPart: "shorter than a minute"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Identity = "test"
+			c.Approvals.TTL, c.Approvals.MaxLifetime = Duration(tt.ttl), Duration(tt.max)
+			err := c.Validate()
+			if tt.wantErrPart == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErrPart) {
+				t.Fatalf("Validate = %v, want an error containing %q", err, tt.wantErrPart)
+			}
+		})
+	}
+}
+
+// The config's ceiling is the one policy can issue and verify.
+func TestMaxApprovalLifetimeIsPolicyCeiling(t *testing.T) {
+	if MaxApprovalLifetime != policy.LifetimeCeiling {
+		t.Errorf("config allows %s, policy %s", MaxApprovalLifetime, policy.LifetimeCeiling)
+	}
+	if d := DefaultConfig().Approvals.MaxLifetime.D(); d != policy.DefaultMaxLifetime {
+		t.Errorf("default max_lifetime %s, policy default %s", d, policy.DefaultMaxLifetime)
+	}
+}
+
+func TestLoadMaxLifetime(t *testing.T) {
+	p := t.TempDir() + "/c.yaml"
+	if err := writeFile(p, "identity: x\napprovals:\n  max_lifetime: 2h\n  ttl: 20m\n"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Approvals.MaxLifetime.D() != 2*time.Hour || c.Validate() != nil {
+		t.Errorf("max_lifetime %s, validate %v", c.Approvals.MaxLifetime.D(), c.Validate())
+	}
+}
+
+func writeFile(p, s string) error { return os.WriteFile(p, []byte(s), 0o600) }
