@@ -247,12 +247,22 @@ func TestDescribe(t *testing.T) {
 		"You approve: cordon node gpu-03 and evict its pods",
 		"Patch round: 2026-11.",
 		"Bound to plan " + testDigest,
-		"Valid until 2026-11-29 16:00:00 UTC, once.",
+		"Issued 2026-11-29 14:00:00 UTC, valid for 2 hours (until 2026-11-29 16:00:00 UTC), once.",
 		"  - node gpu-03: cordon, then evict 3 pods",
 		"Request " + req.ID(),
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Describe lacks %q:\n%s", want, got)
+		}
+	}
+	resume, err := NewAttestation(KindRoundResume, AttestationFields{Node: "gpu-03", Round: "2026-11", Reason: "fixed",
+		Step: "gate", Stop: "9 sha256:" + strings.Repeat("ab", 32)}, nil, 90*time.Minute, fixedClock(t0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"valid for 1 hour 30 minutes", "only the stop at step gate recorded in the journal as record 9"} {
+		if got := Describe(resume); !strings.Contains(got, want) {
+			t.Errorf("Describe(resume) lacks %q:\n%s", want, got)
 		}
 	}
 	risk, err := NewAttestation(KindResidualRiskAccepted, AttestationFields{Node: "*", Round: "2026-11",
@@ -272,5 +282,26 @@ func TestRequestIDCoversNonce(t *testing.T) {
 	}
 	if !bytes.Equal(a.Canonical(), []byte(a.String())) {
 		t.Error("String and Canonical differ")
+	}
+}
+
+func TestDurationWords(t *testing.T) {
+	for _, tt := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0 seconds"},
+		{time.Second, "1 second"},
+		{30 * time.Minute, "30 minutes"},
+		{90 * time.Minute, "1 hour 30 minutes"},
+		{24 * time.Hour, "1 day"},
+		{180 * 24 * time.Hour, "180 days"},
+		{49*time.Hour + 59*time.Minute, "2 days 1 hour"},
+		{time.Hour + 5*time.Second, "1 hour"},
+		{-2 * time.Hour, "minus 2 hours"},
+	} {
+		if got := DurationWords(tt.d); got != tt.want {
+			t.Errorf("DurationWords(%s) = %q, want %q", tt.d, got, tt.want)
+		}
 	}
 }
