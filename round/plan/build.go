@@ -197,7 +197,9 @@ func BuildNode(position int, pos Position, facts Facts, pl Placement, it Intent)
 			n.Approval = PerWindow
 		}
 	}
-	block := func(cause, fix string) { n.Blockers = append(n.Blockers, Blocker{Node: pos.Node, Cause: cause, Fix: fix}) }
+	block := func(cause, fix string) {
+		n.Blockers = append(n.Blockers, Blocker{Node: pos.Node, Cause: cause, Fix: fix})
+	}
 	n.Runs = runs(pos.Node, pl)
 	if facts.Err != "" {
 		if facts.HostKeyChanged {
