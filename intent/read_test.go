@@ -137,7 +137,7 @@ func TestRoundSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"kernel", "node", "drain", "stack_health", "control_plane", "postgres", "webhook", "gpu"}, s.Sections()); diff != "" {
+	if diff := cmp.Diff([]string{"kernel", "node", "drain", "stack_health", "control_plane", "postgres", "webhook", "gpu", "approvals"}, s.Sections()); diff != "" {
 		t.Errorf("sections (-want +got):\n%s", diff)
 	}
 	if s.GPU.ExpectedGPUsPerServer != 8 || s.GPU.RDMADevices != 8 || s.GPU.CanaryLabel != "platform.example.com/patch-canary=true" ||
@@ -176,6 +176,7 @@ func TestParseSettingsRefusals(t *testing.T) {
 		{"even etcd", "control_plane:\n  node_label: a\n  etcd_members: 4\n  api_vip: 10.0.0.1\n  api_port: 6443\n  vip_lease: {namespace: kube-system, name: x}\n  oidc: {issuer_url: 'https://x', client_id: k}\n", "want an odd number of at least 3"},
 		{"http issuer", "control_plane:\n  node_label: a\n  etcd_members: 3\n  api_vip: 10.0.0.1\n  api_port: 6443\n  vip_lease: {namespace: kube-system, name: x}\n  oidc: {issuer_url: 'http://x', client_id: k}\n", "is not an https URL"},
 		{"bad selector", "gpu:\n  node_label: 'a b'\n  expected_gpus_per_server: 8\n  driver_branch: '550'\n  canary_label: c=d\n  model_endpoint: {url: 'http://m/v1/completions', model: m, prompt: p, max_tokens: 1, timeout_seconds: 1}\n", "gpu.node_label"},
+		{"approval size", "approvals:\n  gpu_servers: per_node\n", `approvals.gpu_servers: is "per_node", want "per_step" or "per_window"`},
 		{"not yaml", "kernel: [\n", "settings.yaml"},
 		{"unknown zone", "maintenance:\n  estimated_window_minutes: 60\n  windows:\n  - {days: [sat], start: '22:00', end: '04:00', time_zone: Europe/Atlantis}\n",
 			`maintenance.windows[0].time_zone: "Europe/Atlantis" is not an IANA time zone`},

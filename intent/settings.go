@@ -26,6 +26,22 @@ type Settings struct {
 	Webhook      *WebhookSettings      `json:"webhook,omitempty"`
 	GPU          *GPUSettings          `json:"gpu,omitempty"`
 	Maintenance  *MaintenanceSettings  `json:"maintenance,omitempty"`
+	Approvals    *ApprovalSettings     `json:"approvals,omitempty"`
+}
+
+// Approval sizes (ApprovalSettings.GPUServers).
+const (
+	ApprovalPerStep   = "per_step"   // one signature per destructive step
+	ApprovalPerWindow = "per_window" // one signature for a node's whole window
+)
+
+// ApprovalSettings: how many signatures a round asks for, sized to risk
+// (os-layer). Control-plane nodes and autoremove are always per step.
+type ApprovalSettings struct {
+	// GPUServers is ApprovalPerStep (the default when empty) or
+	// ApprovalPerWindow: one signature for a GPU server's whole window,
+	// bound to every step digest of that node in the signed plan.
+	GPUServers string `json:"gpu_servers,omitempty"`
 }
 
 // KernelSettings: the pace and limits of kernel rounds (os-layer).
@@ -44,6 +60,12 @@ type KernelSettings struct {
 	// PanicRebootSeconds is the kernel.panic value a trial boot needs so that
 	// a panicking kernel reboots into the default (old) entry. At least 1.
 	PanicRebootSeconds int `json:"panic_reboot_seconds"`
+	// TestEnvironment names the environment a kernel goes through before
+	// production ("" when there is none); TestedKernels are the kernel
+	// releases that closed a round there. The plan says whether the
+	// round's target kernels are among them.
+	TestEnvironment string   `json:"test_environment,omitempty"`
+	TestedKernels   []string `json:"tested_kernels,omitempty"`
 }
 
 // ComplianceDeadlines are days from a fix's publication to it running.
@@ -202,6 +224,7 @@ func (s Settings) fields() []settingsField {
 		{"stack_health", s.StackHealth != nil}, {"control_plane", s.ControlPlane != nil},
 		{"postgres", s.Postgres != nil}, {"webhook", s.Webhook != nil}, {"gpu", s.GPU != nil},
 		{"maintenance", s.Maintenance != nil},
+		{"approvals", s.Approvals != nil},
 	}
 }
 
@@ -310,6 +333,13 @@ func (s Settings) Validate() error {
 	if m := s.Maintenance; m != nil {
 		errs = append(errs, m.validate()...)
 	}
+	if a := s.Approvals; a != nil {
+		switch a.GPUServers {
+		case "", ApprovalPerStep, ApprovalPerWindow:
+		default:
+			bad("approvals.gpu_servers", "is %q, want %q or %q", a.GPUServers, ApprovalPerStep, ApprovalPerWindow)
+		}
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: settings.yaml: %w", ErrMalformed, errors.Join(errs...))
 	}
@@ -340,6 +370,7 @@ func (s *Settings) merge(from Settings, component string, owners map[string]stri
 	take("webhook", from.Webhook != nil, func() { s.Webhook = from.Webhook })
 	take("gpu", from.GPU != nil, func() { s.GPU = from.GPU })
 	take("maintenance", from.Maintenance != nil, func() { s.Maintenance = from.Maintenance })
+	take("approvals", from.Approvals != nil, func() { s.Approvals = from.Approvals })
 	return errors.Join(errs...)
 }
 
