@@ -65,6 +65,9 @@ type Facts struct {
 	NvidiaInstalled bool
 	NvidiaBranch    string
 	TargetModules   bool
+	// NvidiaDKMS: the node builds its NVIDIA modules with DKMS at kernel
+	// install (nvidia-dkms-* installed).
+	NvidiaDKMS bool
 
 	// BootFreeBytes is the free space on /boot (-1: unknown);
 	// BootNeedBytes what the new kernel and its initrd take (0: unknown).
@@ -105,6 +108,9 @@ type Pod struct {
 	// (minAvailable equal to the pods it selects, maxUnavailable 0), with
 	// why.
 	NeverPDB string
+	// Switchover: a Postgres primary whose budget waits for the operator
+	// to switch it over, which the cordon starts.
+	Switchover bool
 }
 
 // Placement is where the round-critical things run.
@@ -261,10 +267,14 @@ func BuildNode(position int, pos Position, facts Facts, pl Placement, it Intent)
 			block(fmt.Sprintf("/boot has %s free, the new kernel and its initrd need %s", mib(facts.BootFreeBytes), mib(facts.BootNeedBytes)),
 				"remove old kernels (apt autoremove --purge on the node, never the running one) or grow /boot, then plan this node again")
 		}
-		if pos.GPU && facts.NvidiaInstalled && !facts.TargetModules && !nvidiaModulesIn(facts.Packages, n.Target) {
+		dkms := facts.NvidiaDKMS && slices.ContainsFunc(facts.Packages, func(p Package) bool { return p.Name == "linux-headers-"+n.Target })
+		if pos.GPU && dkms && !facts.TargetModules && !nvidiaModulesIn(facts.Packages, n.Target) {
+			n.Risks = append(n.Risks, "the NVIDIA modules for "+n.Target+" are built by DKMS during the install: the trial boot proves them")
+		}
+		if pos.GPU && facts.NvidiaInstalled && !dkms && !facts.TargetModules && !nvidiaModulesIn(facts.Packages, n.Target) {
 			pkg := "linux-modules-nvidia-" + orBranch(facts.NvidiaBranch, it.DriverBranch) + "-" + n.Target
 			block("no NVIDIA kernel modules for the target kernel "+n.Target+": the plan does not bring them and none are installed",
-				"add "+pkg+" to the node's upgrade (install it with the kernel, or hold the kernel), then plan this node again")
+				"add "+pkg+" to the node's upgrade (the archive must publish it; else hold the kernel back on this node), then plan this node again")
 		}
 	}
 	if n.Target == "" {
@@ -316,6 +326,8 @@ func drainOf(node string, df DrainFacts, n *Node) Drain {
 		switch {
 		case p.NeverPDB != "":
 			block("the drain can never evict "+p.Namespace+"/"+p.Name+": "+p.NeverPDB, "change the PodDisruptionBudget (or add a replica) so one pod may go, then plan again")
+		case p.Switchover:
+			n.Risks = append(n.Risks, "the Postgres primary "+p.Namespace+"/"+p.Name+" switches over when the node is cordoned; its eviction waits for that")
 		case p.Refused != "":
 			d.Refused = append(d.Refused, p.Namespace+"/"+p.Name+": "+p.Refused)
 		}

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
@@ -186,6 +187,19 @@ func TestModulesAlreadyInstalledIsNoBlocker(t *testing.T) {
 	in.Facts["gpu-2"] = f
 	if fl := Build(in); !fl.Ready() {
 		t.Errorf("blockers = %v", fl.Blockers)
+	}
+}
+
+func TestDKMSBuildsTheModules(t *testing.T) {
+	in := input(PerStep)
+	f := in.Facts["gpu-2"]
+	f.Packages = append(f.Packages[:2:2], Package{Name: "linux-headers-" + target, Action: "install", NewVersion: "6.8.0-51.52", Class: "kernel"})
+	f.NvidiaDKMS = true
+	in.Facts["gpu-2"] = f
+	fl := Build(in)
+	n, _ := fl.Node("gpu-2")
+	if !fl.Ready() || !slices.ContainsFunc(n.Risks, func(r string) bool { return strings.Contains(r, "built by DKMS") }) {
+		t.Errorf("blockers %v, risks %v", fl.Blockers, n.Risks)
 	}
 }
 
