@@ -369,6 +369,22 @@ func TestHTTPNeedsToken(t *testing.T) {
 	if err != nil || res.IsError {
 		t.Fatalf("read_intent over HTTP: %v %+v", err, res)
 	}
+	// /metrics sits behind the same token.
+	for auth, want := range map[string]int{"": http.StatusUnauthorized, "Bearer " + token: http.StatusOK} {
+		req, _ := http.NewRequest("GET", url+"metrics", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || (want == http.StatusOK && !strings.Contains(string(b), "mcp_patch_approvals_pending 0")) {
+			t.Fatalf("GET /metrics with %q: %d, want %d\n%s", auth, resp.StatusCode, want, b)
+		}
+	}
 }
 
 type bearer struct{ token string }

@@ -27,6 +27,7 @@ func runServe(ctx context.Context, g *globals, args []string, stdio IO) error {
 	tokenEnv := fs.String("token-env", "", "environment variable holding the bearer token (default MCP_PATCH_TOKEN)")
 	tlsCert := fs.String("tls-cert", "", "TLS certificate (PEM) for HTTPS")
 	tlsKey := fs.String("tls-key", "", "TLS key (PEM) for HTTPS")
+	metricsAddr := fs.String("metrics-addr", "", "also serve Prometheus metrics on this address at /metrics, without a token (for stdio; with --http they are on its /metrics, behind the token)")
 	if err := parseSub(fs, g, args); err != nil {
 		return err
 	}
@@ -62,6 +63,13 @@ func runServe(ctx context.Context, g *globals, args []string, stdio IO) error {
 	}
 	defer cleanup()
 	server := tools.NewServer(tools.Builtin(), d, Version)
+	if *metricsAddr != "" {
+		stopMetrics, err := serveMetrics(ctx, *metricsAddr, d.Ops.Metrics.Handler(), stdio, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
 	if c.Serve.HTTP == "" {
 		log.Info("serving MCP on stdio", "mode", c.Mode)
 		err := server.Run(ctx, &mcp.StdioTransport{})
@@ -70,7 +78,31 @@ func runServe(ctx context.Context, g *globals, args []string, stdio IO) error {
 		}
 		return err
 	}
-	return serveHTTP(ctx, &c, server, stdio, log)
+	return serveHTTP(ctx, &c, server, d.Ops.Metrics.Handler(), stdio, log)
+}
+
+// serveMetrics serves /metrics alone on addr until stop is called.
+func serveMetrics(ctx context.Context, addr string, h http.Handler, stdio IO, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stdio.Stderr, "mcp-patch: serving metrics on http://%s/metrics\n", ln.Addr())
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	return func() {
+		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(shut); err != nil {
+			log.Warn("metrics server shutdown", "err", err)
+		}
+	}, nil
 }
 
 // httpGuard checks the rules for the HTTP transport and returns the token.
@@ -109,12 +141,15 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func serveHTTP(ctx context.Context, c *config.Config, server *mcp.Server, stdio IO, log *slog.Logger) error {
+func serveHTTP(ctx context.Context, c *config.Config, server *mcp.Server, metricsHandler http.Handler, stdio IO, log *slog.Logger) error {
 	token, err := httpGuard(c, stdio.Getenv)
 	if err != nil {
 		return err
 	}
-	handler := bearerHandler(server, token, log)
+	mux := http.NewServeMux()
+	mux.Handle("/", bearerHandler(server, token, log))
+	mux.Handle("GET /metrics", bearerOnly(metricsHandler, token))
+	handler := http.Handler(mux)
 	ln, err := net.Listen("tcp", c.Serve.HTTP)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Serve.HTTP, err)
@@ -141,6 +176,20 @@ func serveHTTP(ctx context.Context, c *config.Config, server *mcp.Server, stdio 
 		defer cancel()
 		return srv.Shutdown(shut)
 	}
+}
+
+// bearerOnly serves h to requests carrying the bearer token (Prometheus:
+// authorization.credentials_file in the scrape config).
+func bearerOnly(h http.Handler, token string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-patch"`)
+			http.Error(w, "bearer token required", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // bearerHandler serves MCP over streamable HTTP behind a bearer token

@@ -51,6 +51,9 @@ type Journal struct {
 
 	opened OpenReport
 
+	// observe is told of every record on disk (WithObserver).
+	observe func(Record, *State)
+
 	// splitWrite, for the crash test only, writes each line in two parts
 	// with this pause between, so a kill can land mid-line.
 	splitWrite time.Duration
@@ -85,6 +88,13 @@ type Option func(*Journal)
 
 // WithClock sets the clock (default time.Now).
 func WithClock(now func() time.Time) Option { return func(j *Journal) { j.clock = now } }
+
+// WithObserver has f called with every record once it is on disk, and a
+// copy of the state it made, while the journal's lock is held: f must not
+// block and must not write to this journal (hand the work to a goroutine).
+// It is how notifications, metrics and Kubernetes Events follow the round
+// whichever tool recorded the step.
+func WithObserver(f func(Record, *State)) Option { return func(j *Journal) { j.observe = f } }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(j *Journal) { j.log = l } }
@@ -405,6 +415,9 @@ func (j *Journal) appendLocked(rec Record) (Record, error) {
 	}
 	j.size += int64(len(line))
 	j.state = next
+	if j.observe != nil {
+		j.observe(rec, next.Clone())
+	}
 	if err := j.writeStateFile(); err != nil {
 		// The journal holds the record; the state file is only a cache.
 		j.log.Warn("could not rewrite the state file; the journal is intact", "round", j.roundID, "err", err)

@@ -519,3 +519,25 @@ func TestJournalNotificationKeepsFindingsAndReplays(t *testing.T) {
 		t.Errorf("notifications after replay (-before +after):\n%s", diff)
 	}
 }
+
+func TestJournalObserverSeesEveryRecordOnDisk(t *testing.T) {
+	dir := roundDir(t)
+	var seen []Kind
+	var lastSeq uint64
+	j, err := Open(dir, WithClock(newClock().Now), WithObserver(func(r Record, st *State) {
+		seen = append(seen, r.Kind)
+		lastSeq = st.LastSeq
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	noErr(t)(j.Plan(fleetOrder(t), soak48, Meta{}))
+	if _, err := j.StartStep(StepDrain, "cp-1", Meta{}); err == nil {
+		t.Fatal("drain before preflight admitted")
+	}
+	want := []Kind{KindSessionOpened, KindPlan}
+	if diff := cmp.Diff(want, seen); diff != "" || lastSeq != 2 {
+		t.Errorf("observed (-want +got):\n%s (last seq %d); a refused record must not be observed", diff, lastSeq)
+	}
+}

@@ -93,6 +93,12 @@ func wire(ctx context.Context, d *Deps) (cleanup func(), err error) {
 		cleanup()
 		return nil, err
 	}
+	stop, err := wireOps(ctx, d)
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	closers = append(closers, stop)
 	return cleanup, nil
 }
 

@@ -63,6 +63,10 @@ type Deps struct {
 	// Resources, when set, adds MCP resources (the intent documents).
 	Resources func(s *mcp.Server)
 
+	// Ops sends notifications and keeps metrics and node Events; nil does
+	// none of it.
+	Ops *Ops
+
 	// Audit receives one record per tool call; nil discards.
 	Audit func(ctx context.Context, rec AuditRecord)
 }

@@ -104,6 +104,7 @@ func NewDestructive[In approvable, Out any, PO interface {
 			if err != nil {
 				return zero, fmt.Errorf("build approval request: %w", err)
 			}
+			d.Ops.approvalNeeded(spec.Name, plan, exp, d.now())
 			return zero, &needApproval{ApprovalNeeded{
 				Request:    text,
 				Summary:    plan.Summary,
@@ -120,6 +121,7 @@ func NewDestructive[In approvable, Out any, PO interface {
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return zero, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was executed")
 		}
+		d.Ops.approvalUsed(spec.Name, plan.Node)
 		d.Log.Info("approved step", "tool", spec.Name, "node", plan.Node, "round", plan.Round, "principal", a.Principal, "approval", a.ID)
 		out, err := t.Do(ctx, d, in, plan, a, p)
 		PO(&out).result().approvalID = a.ID

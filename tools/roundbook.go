@@ -19,6 +19,8 @@ type RoundBook struct {
 	// Root is the intent repository's working copy.
 	Root  string
 	Clock func() time.Time
+	// Observe, when set, is every journal's observer (round.WithObserver).
+	Observe func(round.Record, *round.State)
 
 	mu   sync.Mutex
 	open map[string]*round.Journal
@@ -51,6 +53,9 @@ func (b *RoundBook) Journal(id string, create bool) (*round.Journal, error) {
 	opts := []round.Option{}
 	if b.Clock != nil {
 		opts = append(opts, round.WithClock(b.Clock))
+	}
+	if b.Observe != nil {
+		opts = append(opts, round.WithObserver(b.Observe))
 	}
 	j, err := round.Open(dir, opts...)
 	if errors.Is(err, round.ErrLocked) {
