@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/invopop/jsonschema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
 
@@ -132,7 +133,11 @@ type Approvals struct {
 	// refused whenever they are presented (early or late), and so are issue
 	// times in the future; `mcp-patch approve` refuses to sign them.
 	// Default 24h; at most 168h (7 days).
-	MaxLifetime Duration `json:"max_lifetime,omitempty" jsonschema:"description=Longest validity of a signed approval or statement from its issue time (default 24h; at most 168h)"`
+	// NonceConfigMap is the ConfigMap, in kube.lease_namespace, where every
+	// server records the nonces of used approvals and statements, so that
+	// none is used twice in the cluster. Default mcp-patch-used-nonces.
+	NonceConfigMap string   `json:"nonce_configmap,omitempty" jsonschema:"description=ConfigMap (in kube.lease_namespace) holding used approval nonces for every server of the cluster"`
+	MaxLifetime    Duration `json:"max_lifetime,omitempty" jsonschema:"description=Longest validity of a signed approval or statement from its issue time (default 24h; at most 168h)"`
 	// AllowLabOnly accepts keys whose allowed_signers line is labelled
 	// lab-only. Only the lab sets it; production refuses them.
 	AllowLabOnly bool `json:"allow_lab_only,omitempty"`
@@ -290,7 +295,7 @@ func DefaultConfig() Config {
 			CommandTimeout: Duration(10 * time.Minute),
 			RebootTimeout:  Duration(15 * time.Minute),
 		},
-		Approvals: Approvals{TTL: Duration(30 * time.Minute), MaxLifetime: Duration(24 * time.Hour)},
+		Approvals: Approvals{TTL: Duration(30 * time.Minute), MaxLifetime: Duration(24 * time.Hour), NonceConfigMap: "mcp-patch-used-nonces"},
 		Git:       Git{AuthorName: "mcp-patch", AuthorEmail: "mcp-patch@localhost", Protected: []string{"main", "master"}},
 		Kube: Kube{LeaseNamespace: "kube-system", DrainTimeout: Duration(10 * time.Minute), EvictRetry: Duration(5 * time.Second),
 			SmokeImage: "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", GateSettle: Duration(5 * time.Minute)},
@@ -357,6 +362,9 @@ func (c *Config) Validate() error {
 		if d <= 0 {
 			bad(name, "must be positive")
 		}
+	}
+	if errs := validation.IsDNS1123Subdomain(c.Approvals.NonceConfigMap); len(errs) > 0 {
+		bad("approvals.nonce_configmap", "%q is not a ConfigMap name: %s", c.Approvals.NonceConfigMap, strings.Join(errs, "; "))
 	}
 	if c.Approvals.MaxLifetime.D() > MaxApprovalLifetime {
 		bad("approvals.max_lifetime", "%s is longer than %s; approvals are meant to be fresh", c.Approvals.MaxLifetime.D(), MaxApprovalLifetime)

@@ -13,6 +13,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/usednonces"
 	"github.com/mcp-patch/mcp-patch/policy"
 )
 
@@ -77,12 +78,17 @@ func wire(ctx context.Context, d *Deps) (cleanup func(), err error) {
 		if lab := signers.LabOnly(); len(lab) > 0 && !c.Approvals.AllowLabOnly {
 			d.Log.Warn("allowed_signers lists lab-only keys; approvals signed with them are refused", "count", len(lab))
 		}
-		store, err := policy.OpenNonceStore(filepath.Join(c.StateDir, "approvals"))
+		files, err := policy.OpenNonceStore(filepath.Join(c.StateDir, "approvals"))
 		if err != nil {
 			cleanup()
 			return nil, fmt.Errorf("open the approval nonce store: %w", err)
 		}
-		closers = append(closers, func() { store.Close() })
+		closers = append(closers, func() { files.Close() })
+		// Used nonces go where every server of the cluster looks first, then
+		// into the state directory: a second server refuses them too.
+		shared := &usednonces.Store{Namespace: c.Kube.LeaseNamespace, Name: c.Approvals.NonceConfigMap,
+			Clients: func(ctx context.Context) (*kube.Clients, error) { return d.Cluster(ctx) }}
+		store := policy.Nonces(shared, files)
 		d.Approvals = &PolicyApprovals{
 			Verifier: &policy.Verifier{AllowedSigners: signers, NonceStore: store, Clock: d.Now, RefuseLabOnly: !c.Approvals.AllowLabOnly,
 				MaxLifetime: c.Approvals.MaxLifetime.D()},
