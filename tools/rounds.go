@@ -169,7 +169,7 @@ func PlanRound() Tool {
 			deadline = d.now().Add(time.Duration(k.ComplianceDeadlineDays.Internal) * 24 * time.Hour)
 		}
 		st := j.State()
-		if est, err := round.ETA(st, st.WindowDurations(), d.now(), deadline, round.ETAConfig{DefaultWindow: time.Hour}); err == nil {
+		if est, err := round.ETA(st, st.WindowDurations(), d.now(), deadline, etaConfig(settings)); err == nil {
 			out.ETA = &est
 			if !deadline.IsZero() && !est.Meets {
 				out.Reasons = append(out.Reasons, "the estimate does not meet the intent's compliance deadline: tell a person (escalate, do not rush)")
@@ -200,6 +200,8 @@ type RoundStatusOut struct {
 	Round *round.Status   `json:"round,omitempty"`
 	ETA   *round.Estimate `json:"eta,omitempty"`
 	Table string          `json:"table" jsonschema:"the per-node step table as text"`
+	// Maintenance is set when the intent declares maintenance windows.
+	Maintenance *MaintenanceView `json:"maintenance,omitempty" jsonschema:"where the round stands against the intent's maintenance windows"`
 }
 
 // RoundStatus is the round_status tool.
@@ -216,6 +218,7 @@ func RoundStatus() Tool {
 			return RoundStatusOut{}, Refuse("Start the server with --intent-repo.", "no intent repository is configured")
 		}
 		var st *round.State
+		var sess *session
 		if in.Round != "" {
 			if !round.ValidRoundID(in.Round) {
 				return RoundStatusOut{}, Refuse("Use a round id such as 2026-11.", fmt.Sprintf("round id %q is not valid", in.Round))
@@ -230,14 +233,24 @@ func RoundStatus() Tool {
 			if err != nil {
 				return RoundStatusOut{}, err
 			}
-			st = s.j.State()
+			st, sess = s.j.State(), s
 		}
 		status := st.Status(d.now())
+		_, mv, restricted, merr := sess.maintenance(d.now())
+		if merr != nil {
+			return RoundStatusOut{}, Refuse("Fix the maintenance section of os-layer/settings.yaml.", merr.Error())
+		}
+		if restricted {
+			applyMaintenance(&status, mv)
+		}
 		var tb strings.Builder
 		_ = round.RenderStatusText(&tb, status)
 		out := RoundStatusOut{Round: &status, Table: tb.String(), Result: Result{NextAction: status.NextAction, NextCall: nextCall(st, status)}}
+		if restricted {
+			out.Maintenance = &mv
+		}
 		if st.Plan != nil {
-			if est, err := round.ETA(st, st.WindowDurations(), d.now(), time.Time{}, round.ETAConfig{DefaultWindow: time.Hour}); err == nil {
+			if est, err := round.ETA(st, st.WindowDurations(), d.now(), time.Time{}, etaConfig(sess.settingsOrZero())); err == nil {
 				out.ETA = &est
 			}
 		}

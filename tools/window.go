@@ -213,6 +213,9 @@ func DrainNode() Tool {
 			if err := s.admit(d, round.StepDrain, in.Node); err != nil {
 				return Plan{}, err
 			}
+			if err := d.admitMaintenance(s, in.Node); err != nil {
+				return Plan{}, err
+			}
 			if r := s.stepRun(round.StepSimulate, in.Node); r == nil || !r.Green() {
 				return Plan{}, Refuse("Run simulate_upgrade (and download_updates, snapshot_node) on this node first.",
 					"no green simulate_upgrade for "+in.Node+" this round: a drain without a checked package plan is not sure")

@@ -1,0 +1,77 @@
+package tools
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/maintenance"
+)
+
+func TestMaintenanceWindowGatesTheDrain(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 3, 12, 0, 0, 0, berlin) // a Tuesday, noon
+	j, err := round.Open(filepath.Join(t.TempDir(), "2026-11"), round.WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	o, err := round.PlanOrder([]round.NodeInfo{{Name: "gpu-a", GPU: true, Canary: true}}, round.Placement{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Plan(o, time.Hour, round.Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	s := &session{j: j, id: "2026-11", settings: intent.Settings{Maintenance: &intent.MaintenanceSettings{
+		EstimatedWindowMinutes: 90,
+		Windows:                []maintenance.Declared{{Days: []string{"tue", "thu"}, Start: "22:00", End: "04:00", TimeZone: "Europe/Berlin"}},
+	}}}
+	d := &Deps{Now: func() time.Time { return now }}
+	before := j.State().LastSeq
+
+	// Outside the window: refused, nothing recorded, the round not stopped.
+	err = d.admitMaintenance(s, "gpu-a")
+	var r *Refusal
+	if !errors.As(err, &r) || !strings.Contains(r.NextAction, "Wait until 2026-11-03T22:00:00+01:00") ||
+		!strings.Contains(r.Error(), "outside the maintenance windows") || !strings.Contains(r.Error(), "nothing was cordoned") {
+		t.Fatalf("outside: %v (next %q)", err, r.NextAction)
+	}
+	if j.State().LastSeq != before || j.State().Stop != nil {
+		t.Fatal("a maintenance refusal wrote to the journal or stopped the round")
+	}
+	// round_status: the next call waits for the window.
+	status := j.State().Status(now)
+	status.Next = &round.Next{Node: "gpu-a", Step: round.StepDrain, Tool: "drain_node"}
+	_, v, ok, err := s.maintenance(now)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	applyMaintenance(&status, v)
+	if want := time.Date(2026, 11, 3, 22, 0, 0, 0, berlin); !status.Next.WaitUntil.Equal(want) || nextCall(j.State(), status) != nil ||
+		!strings.Contains(status.NextAction, "Wait until") || !v.NextOpens.Equal(want) {
+		t.Fatalf("status next %+v action %q view %+v", status.Next, status.NextAction, v)
+	}
+
+	// Inside with room: admitted. At 03:00 with 1h left of 90m: cut off
+	// until Thursday's window.
+	now = time.Date(2026, 11, 3, 23, 0, 0, 0, berlin)
+	if err := d.admitMaintenance(s, "gpu-a"); err != nil {
+		t.Fatalf("inside: %v", err)
+	}
+	now = time.Date(2026, 11, 4, 3, 0, 0, 0, berlin)
+	if err := d.admitMaintenance(s, "gpu-a"); !errors.As(err, &r) || !strings.Contains(r.NextAction, "2026-11-05T22:00:00+01:00") {
+		t.Fatalf("cutoff: %v", err)
+	}
+	// No maintenance section: no restriction.
+	if err := d.admitMaintenance(&session{j: j}, "gpu-a"); err != nil {
+		t.Fatal(err)
+	}
+}
