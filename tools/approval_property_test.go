@@ -56,11 +56,12 @@ func TestRandomCallsNeverExecuteWithoutValidApproval(t *testing.T) {
 	}
 	drift := 0
 	executed := map[string]int{}
-	tool := NewDestructive[propIn, propOut](Spec{Name: "drain_node", Title: "t", Description: "t"}, Steps[propIn, propOut]{
-		Plan: func(ctx context.Context, d *Deps, in propIn) (Plan, error) {
-			return Plan{Node: in.Node, Round: "2026-11", Digest: digestOf(in.Node, drift), Summary: []string{"drain " + in.Node}}, nil
+	tool := NewDestructive[propIn, propOut, testPlan](Spec{Name: "drain_node", Title: "t", Description: "t"}, Steps[propIn, propOut, testPlan]{
+		Target: func(in propIn) string { return in.Node },
+		Plan: func(ctx context.Context, d *Deps, in propIn) (string, testPlan, error) {
+			return "2026-11", testPlan{Node: in.Node, D: digestOf(in.Node, drift), Sum: []string{"drain " + in.Node}}, nil
 		},
-		Do: func(ctx context.Context, d *Deps, in propIn, plan Plan, a Approved, p Progress) (propOut, error) {
+		Do: func(ctx context.Context, d *Deps, in propIn, plan testPlan, a Approved, p Progress) (propOut, error) {
 			executed[a.ID]++
 			return propOut{}, nil
 		},

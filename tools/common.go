@@ -1,16 +1,21 @@
 package tools
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // NodeIn is the input of tools that act on one node.
@@ -193,6 +198,9 @@ type NodePlan struct {
 	// says the fallback was proven this round.
 	DrillStarted time.Time `json:"drill_started,omitzero"`
 	DrillPassed  bool      `json:"drill_passed,omitempty"`
+	// Drill is the approved drill in flight and DrillApproval its approval.
+	Drill         *window.FallbackDrillPlan `json:"drill,omitempty"`
+	DrillApproval string                    `json:"drill_approval,omitempty"`
 	// GateRedSince is when check_gate first saw this node's gate red.
 	GateRedSince time.Time `json:"gate_red_since,omitzero"`
 }
@@ -225,4 +233,42 @@ func (s *session) saveNodePlan(d *Deps, p NodePlan) error {
 		return err
 	}
 	return d.Book.WriteFile(s.id, nodePlansFile, append(b, '\n'))
+}
+
+// windowLocks holds the window Leases this process keeps renewed.
+type windowLocks struct {
+	mu   sync.Mutex
+	held map[string]context.CancelFunc // round/node → stops Keep
+}
+
+func digestOf(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+func clip(lines []string, max int) []string {
+	if len(lines) <= max {
+		return lines
+	}
+	return append(lines[:max:max], fmt.Sprintf("... and %d more", len(lines)-max))
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func deref(p *int) any {
+	if p == nil {
+		return "?"
+	}
+	return *p
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -56,6 +57,15 @@ type Deps struct {
 	Background context.Context
 
 	locks windowLocks
+	// serial lets one call at a time work on a node's window.
+	serial window.Serial
+	// Lease, when set, replaces the window Lease on the cluster (tests).
+	Lease window.Lease
+	// Drainer, when set, replaces the cluster's drain (tests).
+	Drainer window.Cluster
+	// WindowEvents, when set, receives every window transition once it is
+	// journaled (notifications, metrics, Kubernetes Events hang here).
+	WindowEvents func(window.Event)
 
 	// Approvals verifies signed approvals; nil refuses every destructive step.
 	Approvals Approvals

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // ApprovalArg is embedded in the input of every destructive tool.
@@ -33,6 +34,8 @@ type Approved struct {
 	Principal   string
 	Fingerprint string
 	LabOnly     bool // signed with a key labelled lab-only
+	// Digest is the plan digest the approval was verified against.
+	Digest string
 
 	verified policy.Verified
 }
@@ -61,59 +64,89 @@ type needApproval struct{ ApprovalNeeded }
 
 func (n *needApproval) Error() string { return "approval required" }
 
-// Steps describes the three parts of a destructive tool: the live
-// plan (decide), an optional re-entry for a step already in flight, and the
-// action (do), which runs only behind a verified, consumed approval.
-type Steps[In approvable, Out any] struct {
-	// Plan re-checks the live system and computes the plan digest. It must
-	// change nothing.
-	Plan func(ctx context.Context, d *Deps, in In) (Plan, error)
-	// Reenter, when set, reports on a step already in flight for this node
-	// (handled=true) without asking for a new approval.
-	Reenter func(ctx context.Context, d *Deps, in In, p Progress) (out Out, handled bool, err error)
-	// Do performs the step.
-	Do func(ctx context.Context, d *Deps, in In, plan Plan, a Approved, p Progress) (Out, error)
+// Steps describes the parts of a destructive tool: the live plan (decide,
+// pure), re-entry of a step in flight (observe and complete only), and the
+// action (do), which runs only behind a verified, consumed approval and
+// receives exactly the plan whose digest was approved.
+type Steps[In approvable, Out any, P window.Plan] struct {
+	// Target is the node the call works on (window.FleetTarget for the
+	// fleet); calls on one target are serialised.
+	Target func(in In) string
+	// Plan re-checks the live system and decides the typed plan. It writes
+	// nothing: no file, journal, git or cluster write. Round is the round
+	// the approval binds.
+	Plan func(ctx context.Context, d *Deps, in In) (round string, plan P, err error)
+	// Follow, when set, handles a call on a step already in flight: it
+	// observes the host or cluster and records or completes what the
+	// journaled approval began. It returns errNotInFlight when no step is
+	// in flight, and window.ErrNeedApproval when nothing of the step began
+	// on the host: then only a fresh approval goes on.
+	Follow func(ctx context.Context, d *Deps, in In, p Progress) (Out, error)
+	// Do performs the step on exactly plan.
+	Do func(ctx context.Context, d *Deps, in In, plan P, a Approved, p Progress) (Out, error)
 }
 
+// errNotInFlight is Follow's answer when there is nothing to follow.
+var errNotInFlight = errors.New("not in flight")
+
 // NewDestructive builds a destructive tool whose action runs only behind a
-// valid approval bound to the freshly computed plan: the one chokepoint
+// valid approval bound to the freshly decided plan: the one chokepoint
 // every destructive step goes through.
-func NewDestructive[In approvable, Out any, PO interface {
+func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 	*Out
 	output
-}](spec Spec, t Steps[In, Out]) Tool {
+}](spec Spec, t Steps[In, Out, P]) Tool {
 	spec.Kind = Destructive
 	h := func(ctx context.Context, d *Deps, in In, p Progress) (Out, error) {
 		var zero Out
-		if t.Reenter != nil {
-			out, handled, err := t.Reenter(ctx, d, in, p)
-			if handled {
-				return out, err
+		target := window.FleetTarget
+		if t.Target != nil {
+			target = t.Target(in)
+			if err := ValidNode(target); err != nil {
+				return zero, err
 			}
 		}
-		plan, err := t.Plan(ctx, d, in)
+		unlock, err := d.serial.Lock(ctx, target)
 		if err != nil {
 			return zero, err
 		}
+		defer unlock()
+		if t.Follow != nil {
+			out, err := t.Follow(ctx, d, in, p)
+			switch {
+			case errors.Is(err, errNotInFlight):
+			case errors.Is(err, window.ErrNeedApproval):
+				if in.approval() == "" {
+					d.Log.Info("re-entry found nothing begun on the host: a fresh approval is needed", "tool", spec.Name, "node", target)
+				}
+			default:
+				return out, err
+			}
+		}
+		roundID, plan, err := t.Plan(ctx, d, in)
+		if err != nil {
+			return zero, d.recordStop(err)
+		}
+		bind := Plan{Node: plan.Target(), Round: roundID, Digest: plan.Digest(), Summary: plan.Summary()}
 		if d.Approvals == nil {
 			return zero, Refuse("Ask the operator to configure approvals.allowed_signers and restart the server.",
 				"no allowed_signers file is configured, so no approval can be verified and no destructive step can run")
 		}
 		if in.approval() == "" {
-			text, exp, err := d.Approvals.Request(spec.Name, plan)
+			text, exp, err := d.Approvals.Request(spec.Name, bind)
 			if err != nil {
 				return zero, fmt.Errorf("build approval request: %w", err)
 			}
-			d.Ops.approvalNeeded(spec.Name, plan, exp, d.now())
+			d.Ops.approvalNeeded(spec.Name, bind, exp, d.now())
 			return zero, &needApproval{ApprovalNeeded{
 				Request:    text,
-				Summary:    plan.Summary,
+				Summary:    bind.Summary,
 				Command:    "mcp-patch approve request.txt   (save the request text as request.txt; prints the approval to hand back)",
 				AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 request.txt && cat request.txt request.txt.sig   (hand back the whole output)",
 				ExpiresAt:  exp.UTC().Format(time.RFC3339),
 			}}
 		}
-		a, err := d.Approvals.Verify(ctx, in.approval(), spec.Name, plan)
+		a, err := d.Approvals.Verify(ctx, in.approval(), spec.Name, bind)
 		if err != nil {
 			return zero, Refuse("Ask a person to sign a new request: call again without the approval to get it.",
 				"approval refused: "+err.Error(), "nothing was executed")
@@ -121,8 +154,9 @@ func NewDestructive[In approvable, Out any, PO interface {
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return zero, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was executed")
 		}
-		d.Ops.approvalUsed(spec.Name, plan.Node)
-		d.Log.Info("approved step", "tool", spec.Name, "node", plan.Node, "round", plan.Round, "principal", a.Principal, "approval", a.ID)
+		d.Ops.approvalUsed(spec.Name, bind.Node)
+		a.Digest = bind.Digest
+		d.Log.Info("approved step", "tool", spec.Name, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
 		out, err := t.Do(ctx, d, in, plan, a, p)
 		PO(&out).result().approvalID = a.ID
 		if err != nil {
@@ -147,3 +181,6 @@ func isNeedApproval(err error) (*needApproval, bool) {
 	ok := errors.As(err, &n)
 	return n, ok
 }
+
+// grant is the approval as the window journals it.
+func (a Approved) grant() window.Approval { return window.Approval{ID: a.ID, Digest: a.Digest} }

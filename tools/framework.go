@@ -191,6 +191,7 @@ func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, p Prog
 	} else {
 		out, err = t.handle(ctx, d, in, p)
 	}
+	err = fromWindow(err)
 	res := PO(&out).result()
 	var ae *approvedErr
 	if errors.As(err, &ae) {

@@ -78,12 +78,13 @@ func (f *fakeApprovals) VerifyAttestation(context.Context, string, policy.Kind, 
 }
 
 func stepTool(executed *int, digest *string) Tool {
-	return NewDestructive[stepIn, stepOut](Spec{Name: "step", Title: "Step", Description: "a destructive step"},
-		Steps[stepIn, stepOut]{
-			Plan: func(ctx context.Context, d *Deps, in stepIn) (Plan, error) {
-				return Plan{Node: in.Node, Round: "r1", Digest: *digest, Summary: []string{"do it"}}, nil
+	return NewDestructive[stepIn, stepOut, testPlan](Spec{Name: "step", Title: "Step", Description: "a destructive step"},
+		Steps[stepIn, stepOut, testPlan]{
+			Target: func(in stepIn) string { return in.Node },
+			Plan: func(ctx context.Context, d *Deps, in stepIn) (string, testPlan, error) {
+				return "r1", testPlan{Node: in.Node, D: *digest, Sum: []string{"do it"}}, nil
 			},
-			Do: func(ctx context.Context, d *Deps, in stepIn, plan Plan, a Approved, p Progress) (stepOut, error) {
+			Do: func(ctx context.Context, d *Deps, in stepIn, plan testPlan, a Approved, p Progress) (stepOut, error) {
 				*executed++
 				return stepOut{Did: in.Node}, nil
 			},

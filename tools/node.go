@@ -326,53 +326,113 @@ type FleetCheckOut struct {
 	Nodes []FleetNode `json:"nodes"`
 }
 
+// fleetPhase refuses the fleet check before its phase: every window of
+// the round must be closed. "Not yet" is a refusal, never a failure.
+func fleetPhase(s *session) error {
+	st := s.j.State()
+	if st.Plan == nil {
+		return Refuse("Plan the round first (plan_round).", "not yet: the round has no order")
+	}
+	var open []string
+	for _, n := range st.Nodes {
+		if n.Window != round.WindowClosed {
+			open = append(open, fmt.Sprintf("%s (%s)", n.Node, n.Window))
+		}
+	}
+	if len(open) > 0 {
+		return Refuse("Not yet: finish every node's window first (round_status names the next step).",
+			"not yet: the fleet check runs after every window closed; not closed: "+strings.Join(open, ", "), "nothing was checked or recorded")
+	}
+	return nil
+}
+
+// fleetKernels reads every node's running kernel and compares it with the
+// kernel the round installed there. It writes nothing.
+func fleetKernels(ctx context.Context, d *Deps, s *session, p Progress) (FleetCheckOut, []string, error) {
+	h, err := d.hosts(ctx)
+	if err != nil {
+		return FleetCheckOut{}, nil, err
+	}
+	plans := s.nodePlans(d)
+	nodes := roundNodes(s)
+	var done atomic.Int64
+	results := host.FanOut(ctx, nodes, d.Config.SSH.Concurrency, func(ctx context.Context, node string) (steps.KernelInfo, error) {
+		k, err := h.Steps.Kernel(ctx, node)
+		p(float64(done.Add(1)), float64(len(nodes)), node)
+		return k, err
+	})
+	out := FleetCheckOut{Nodes: []FleetNode{}}
+	var bad []string
+	for _, r := range results {
+		fn := FleetNode{Node: r.Node, Target: plans[r.Node].TargetKernel}
+		if r.Err != nil {
+			fn.Error = r.Err.Error()
+			bad = append(bad, fmt.Sprintf("%s: not reachable (%v)", r.Node, r.Err))
+		} else {
+			fn.Kernel = r.Value.Kernel
+			fn.OK = fn.Target == "" || fn.Kernel == fn.Target
+			if !fn.OK {
+				bad = append(bad, fmt.Sprintf("%s runs %s, the round installed %s", r.Node, fn.Kernel, fn.Target))
+			}
+		}
+		out.Nodes = append(out.Nodes, fn)
+	}
+	return out, bad, nil
+}
+
 // FleetCheck is the fleet_check tool.
 func FleetCheck() Tool {
 	return New[struct{}, FleetCheckOut](Spec{
 		Name:  "fleet_check",
 		Title: "Fleet kernel check",
-		Description: "Read the running kernel of every node of the round over SSH (bounded fan-out) and compare it with the kernel " +
-			"the round installed there. Green closes the windows phase and starts the soak; a node left behind is named and stops " +
-			"the round. Changes nothing.",
+		Description: "After every window closed: read the running kernel of every node of the round over SSH (bounded fan-out) " +
+			"and compare it with the kernel the round installed there; a node left behind is named. Writes nothing and stops " +
+			"nothing (record_fleet_check records it). Before its phase it answers not yet.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (FleetCheckOut, error) {
 		s, err := d.openSession()
 		if err != nil {
 			return FleetCheckOut{}, err
 		}
-		if err := s.admit(d, round.StepFleetCheck, ""); err != nil {
+		if err := fleetPhase(s); err != nil {
 			return FleetCheckOut{}, err
 		}
-		h, err := d.hosts(ctx)
+		out, bad, err := fleetKernels(ctx, d, s, p)
+		if err != nil {
+			return out, err
+		}
+		if len(bad) > 0 {
+			out.Result = Result{Status: StatusFailed, Reasons: bad, NextAction: "The fleet is not consistent: tell a person (nothing was recorded)."}
+			return out, nil
+		}
+		out.Reasons = []string{fmt.Sprintf("all %d nodes run the round's kernels", len(out.Nodes))}
+		out.NextAction = "record_fleet_check records it and starts the soak."
+		return out, nil
+	})
+}
+
+// RecordFleetCheck is the record_fleet_check tool.
+func RecordFleetCheck() Tool {
+	return New[struct{}, FleetCheckOut](Spec{
+		Name:  "record_fleet_check",
+		Title: "Record the fleet kernel check",
+		Description: "The fleet kernel check (as fleet_check), recorded in the round: green closes the windows phase and starts " +
+			"the soak; a node left behind fails the check, which stops the round. Before its phase it answers not yet and records nothing.",
+		Kind: Write, Idempotent: true, OpenWorld: true,
+	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (FleetCheckOut, error) {
+		s, err := d.openSession()
 		if err != nil {
 			return FleetCheckOut{}, err
 		}
-		plans := s.nodePlans(d)
-		var nodes []string
-		for _, pos := range s.j.State().Plan.Order.Positions {
-			nodes = append(nodes, pos.Node)
+		if err := fleetPhase(s); err != nil {
+			return FleetCheckOut{}, err
 		}
-		var done atomic.Int64
-		results := host.FanOut(ctx, nodes, d.Config.SSH.Concurrency, func(ctx context.Context, node string) (steps.KernelInfo, error) {
-			k, err := h.Steps.Kernel(ctx, node)
-			p(float64(done.Add(1)), float64(len(nodes)), node)
-			return k, err
-		})
-		out := FleetCheckOut{Nodes: []FleetNode{}}
-		var bad []string
-		for _, r := range results {
-			fn := FleetNode{Node: r.Node, Target: plans[r.Node].TargetKernel}
-			if r.Err != nil {
-				fn.Error = r.Err.Error()
-				bad = append(bad, fmt.Sprintf("%s: not reachable (%v)", r.Node, r.Err))
-			} else {
-				fn.Kernel = r.Value.Kernel
-				fn.OK = fn.Target == "" || fn.Kernel == fn.Target
-				if !fn.OK {
-					bad = append(bad, fmt.Sprintf("%s runs %s, the round installed %s", r.Node, fn.Kernel, fn.Target))
-				}
-			}
-			out.Nodes = append(out.Nodes, fn)
+		if err := s.admit(d, round.StepFleetCheck, ""); err != nil {
+			return FleetCheckOut{}, err
+		}
+		out, bad, err := fleetKernels(ctx, d, s, p)
+		if err != nil {
+			return out, err
 		}
 		if err := s.check(round.StepFleetCheck, "", len(bad) == 0, "", strings.Join(bad, "; ")); err != nil {
 			return out, err
@@ -382,7 +442,7 @@ func FleetCheck() Tool {
 				NextAction: "Stop: the fleet is not consistent. Tell a person; they decide (resume after fixing, or abort)."}
 			return out, nil
 		}
-		out.Reasons = []string{fmt.Sprintf("all %d nodes run the round's kernels", len(nodes))}
+		out.Reasons = []string{fmt.Sprintf("all %d nodes run the round's kernels", len(out.Nodes))}
 		out.NextAction = "Call round_status: it says what remains before close."
 		st := s.j.State()
 		if st.Admit(round.StepSoak, "", d.now()) == nil && st.SoakStarted.IsZero() {

@@ -12,7 +12,7 @@ func builtin() []Tool {
 		ReadIntent(), RecordLesson(), RunVerify(),
 		PlanRound(), RoundStatus(), RecordDecision(), CloseRound(),
 		InspectNode(), SimulateUpgrade(), DownloadUpdates(), SnapshotNode(), VerifyNode(), FleetCheck(),
-		DrainNode(), InstallUpdates(), TrialBoot(), UncordonNode(), GPUAcceptance(), PromoteKernel(), CheckGate(),
+		DrainNode(), InstallUpdates(), TrialBoot(), UncordonNode(), GPUAcceptance(), PromoteKernel(), CheckGate(), CloseWindow(), RecordFleetCheck(),
 		Autoremove(), FallbackDrill(),
 	}
 }

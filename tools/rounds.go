@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mcp-patch/mcp-patch/host"
-	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/gate"
@@ -255,7 +253,7 @@ func RoundStatus() Tool {
 			}
 		}
 		if status.Stop != nil {
-			out.Reasons = append(out.Reasons, fmt.Sprintf("stopped at %s on %s: %s", status.Stop.Step, status.Stop.Node, status.Stop.Reason))
+			out.Reasons = append(out.Reasons, "stopped at "+where(status.Stop.Step, status.Stop.Node)+": "+status.Stop.Reason)
 		}
 		for _, t := range status.NeedsRecheck {
 			out.Reasons = append(out.Reasons, fmt.Sprintf("%s on %s was in flight when the server stopped: call its tool again to re-check it", t.Step, t.Node))
@@ -352,7 +350,7 @@ func RecordDecision() Tool {
 		if in.Attestation == "" {
 			summary := []string{fmt.Sprintf("decision %s on %s in round %s", in.Decision, node, s.id)}
 			if st.Stop != nil {
-				summary = append(summary, oneLine(fmt.Sprintf("the round stopped at %s on %s: %s", st.Stop.Step, st.Stop.Node, clipText(st.Stop.Reason, 400))))
+				summary = append(summary, oneLine("the round stopped at "+where(st.Stop.Step, st.Stop.Node)+": "+clipText(st.Stop.Reason, 400)))
 			}
 			text, exp, err := d.Approvals.Attestation(dk.kind, binding, summary)
 			if err != nil {
@@ -506,120 +504,10 @@ func CloseRound() Tool {
 	})
 }
 
-// ---- autoremove ----
-
-// AutoremoveIn carries the approval for the fleet-wide autoremove.
-type AutoremoveIn struct {
-	ApprovalArg
-}
-
-// AutoremoveOut is what each node removed.
-type AutoremoveOut struct {
-	Result
-	Nodes []steps.AutoremoveResult `json:"nodes"`
-}
-
-type autoremoveFunc func(ctx context.Context, d *Deps, s *session, action string) ([]steps.AutoremoveResult, []string, error)
-
-// runAutoremove runs autoremove on every node (idempotent) and records it.
-func runAutoremove(ctx context.Context, d *Deps, s *session, run autoremoveFunc) (AutoremoveOut, error) {
-	res, problems, err := run(ctx, d, s, steps.AutoremoveRun)
-	if err != nil {
-		_ = s.fail(round.StepAutoremove, "", err.Error())
-		return AutoremoveOut{}, err
+// where names a step and, for a node step, its node.
+func where(step round.Step, node string) string {
+	if node == "" {
+		return string(step)
 	}
-	if len(problems) > 0 {
-		_ = s.fail(round.StepAutoremove, "", strings.Join(problems, "; "))
-		return AutoremoveOut{Nodes: res}, Fail("Tell a person which nodes failed.", problems...)
-	}
-	if err := s.finish(round.StepAutoremove, "", "", fmt.Sprintf("%d nodes", len(res))); err != nil {
-		return AutoremoveOut{}, err
-	}
-	return AutoremoveOut{Nodes: res, Result: Result{Reasons: []string{fmt.Sprintf("autoremove ran on %d nodes", len(res))},
-		NextAction: "record_lesson for what the round taught, then close_round."}}, nil
-}
-
-// FleetTarget is the node name approvals use for a fleet-wide step.
-const FleetTarget = "all-nodes"
-
-// Autoremove is the autoremove tool.
-func Autoremove() Tool {
-	var simulate autoremoveFunc = func(ctx context.Context, d *Deps, s *session, action string) ([]steps.AutoremoveResult, []string, error) {
-		h, err := d.hosts(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		plans := s.nodePlans(d)
-		var nodes []string
-		for _, pos := range s.j.State().Plan.Order.Positions {
-			nodes = append(nodes, pos.Node)
-		}
-		rs := host.FanOut(ctx, nodes, d.Config.SSH.Concurrency, func(ctx context.Context, node string) (steps.AutoremoveResult, error) {
-			return h.Steps.Autoremove(ctx, node, steps.AutoremoveInput{Action: action, KeepKernel: plans[node].RunningKernel, SoakDone: true})
-		})
-		var out []steps.AutoremoveResult
-		var problems []string
-		for _, r := range rs {
-			out = append(out, r.Value)
-			if r.Err != nil {
-				problems = append(problems, fmt.Sprintf("%s: %v", r.Node, r.Err))
-			}
-		}
-		return out, problems, nil
-	}
-	return NewDestructive[AutoremoveIn, AutoremoveOut](Spec{
-		Name:  "autoremove",
-		Title: "Remove unused packages",
-		Description: "After the fleet kernel check and the soak: simulate `apt-get autoremove --purge` on every node, and, approved, " +
-			"run it. Never removes the running kernel. One approval covers the fleet; its plan lists what each node removes.",
-		Idempotent: true, OpenWorld: true,
-	}, Steps[AutoremoveIn, AutoremoveOut]{
-		Reenter: func(ctx context.Context, d *Deps, in AutoremoveIn, p Progress) (AutoremoveOut, bool, error) {
-			s, err := d.openSession()
-			if err != nil {
-				return AutoremoveOut{}, true, err
-			}
-			if !s.inFlight(round.StepAutoremove, "") {
-				return AutoremoveOut{}, false, nil
-			}
-			out, err := runAutoremove(ctx, d, s, simulate)
-			return out, true, err
-		},
-		Plan: func(ctx context.Context, d *Deps, in AutoremoveIn) (Plan, error) {
-			s, err := d.openSession()
-			if err != nil {
-				return Plan{}, err
-			}
-			if err := s.admit(d, round.StepAutoremove, ""); err != nil {
-				return Plan{}, err
-			}
-			res, problems, err := simulate(ctx, d, s, steps.AutoremoveSimulate)
-			if err != nil {
-				return Plan{}, err
-			}
-			if len(problems) > 0 {
-				return Plan{}, Refuse("Read the reasons: autoremove is not safe on these nodes as they are.", problems...)
-			}
-			var summary, parts []string
-			for _, r := range res {
-				line := fmt.Sprintf("%s (running %s): remove %s", r.Node, r.RunningKernel, strings.Join(r.Removals, " "))
-				if len(r.Removals) == 0 {
-					line = fmt.Sprintf("%s (running %s): nothing to remove", r.Node, r.RunningKernel)
-				}
-				summary = append(summary, oneLine(line))
-				parts = append(parts, r.Node+"="+strings.Join(r.Removals, ","))
-			}
-			return Plan{Node: FleetTarget, Round: s.id, Summary: clip(summary, 150), Digest: digestOf(append([]string{"autoremove"}, parts...)...)}, nil
-		},
-		Do: func(ctx context.Context, d *Deps, in AutoremoveIn, plan Plan, a Approved, p Progress) (AutoremoveOut, error) {
-			s, err := d.openSession()
-			if err != nil {
-				return AutoremoveOut{}, err
-			}
-			if err := s.start(round.StepAutoremove, "", a.ID); err != nil {
-				return AutoremoveOut{}, err
-			}
-			return runAutoremove(ctx, d, s, simulate)
-		},
-	})
+	return string(step) + " on " + node
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round"
@@ -279,14 +280,7 @@ func (w *Window) Promote(ctx context.Context, p PromotePlan, a Approval) (Promot
 // FollowPromote is re-entry of a promote in flight: past its bound it
 // fails; otherwise only a fresh approval runs it again.
 func (w *Window) FollowPromote(ctx context.Context, node string) (PromoteOutcome, error) {
-	run := w.Rec.InFlight(round.StepPromote, node)
-	if run == nil {
-		return PromoteOutcome{}, fmt.Errorf("promote on %s is not in flight", node)
-	}
-	if DecideReentry(run.Last(), Unreadable, w.now(), w.Bounds.For(round.StepPromote)) == Overdue {
-		return PromoteOutcome{}, w.Overdue(round.StepPromote, node, run, "GRUB's default is not known")
-	}
-	return PromoteOutcome{}, ErrNeedApproval
+	return PromoteOutcome{}, w.FollowUnobservable(round.StepPromote, node, "GRUB's default is not known")
 }
 
 // ---- drain ----
@@ -379,4 +373,66 @@ func orUnknown(s string) string {
 		return "unknown"
 	}
 	return s
+}
+
+// FollowUnobservable is re-entry of a step that cannot be observed without
+// acting (promote, autoremove): past its bound it fails; otherwise only a
+// fresh approval runs it again (it is idempotent).
+func (w *Window) FollowUnobservable(step round.Step, node, unknown string) error {
+	run := w.Rec.InFlight(step, node)
+	if run == nil {
+		return fmt.Errorf("%s is not in flight", step)
+	}
+	if DecideReentry(run.Last(), Unreadable, w.now(), w.Bounds.For(step)) == Overdue {
+		return w.Overdue(step, node, run, unknown)
+	}
+	return ErrNeedApproval
+}
+
+// ---- autoremove ----
+
+// AutoremoveOutcome is what each node removed.
+type AutoremoveOutcome struct {
+	Outcome
+	Nodes []steps.AutoremoveResult
+}
+
+// SimulateAutoremove runs autoremove's simulation (or, with
+// steps.AutoremoveRun, the removal) on every node, keeping each node's
+// recorded running kernel; problems name the nodes that failed.
+func (w *Window) SimulateAutoremove(ctx context.Context, nodes []string, keep map[string]string, action string, concurrency int) ([]steps.AutoremoveResult, []string) {
+	rs := host.FanOut(ctx, nodes, concurrency, func(ctx context.Context, node string) (steps.AutoremoveResult, error) {
+		return w.Host.Autoremove(ctx, node, steps.AutoremoveInput{Action: action, KeepKernel: keep[node], SoakDone: true})
+	})
+	var out []steps.AutoremoveResult
+	var problems []string
+	for _, r := range rs {
+		out = append(out, r.Value)
+		if r.Err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", r.Node, r.Err))
+		}
+	}
+	return out, problems
+}
+
+// Autoremove runs the approved fleet autoremove and records it.
+func (w *Window) Autoremove(ctx context.Context, p AutoremovePlan, a Approval, keep map[string]string, concurrency int) (AutoremoveOutcome, error) {
+	if err := w.Rec.Start(p, a); err != nil {
+		return AutoremoveOutcome{}, err
+	}
+	var nodes []string
+	for _, n := range p.Nodes {
+		nodes = append(nodes, n.Node)
+	}
+	res, problems := w.SimulateAutoremove(ctx, nodes, keep, steps.AutoremoveRun, concurrency)
+	out := AutoremoveOutcome{Nodes: res}
+	if len(problems) > 0 {
+		return out, w.Rec.FailWith(round.StepAutoremove, "", "Tell a person which nodes failed.", problems...)
+	}
+	if err := w.Rec.Finish(round.StepAutoremove, "", "", fmt.Sprintf("%d nodes", len(res))); err != nil {
+		return out, err
+	}
+	out.Reasons = []string{fmt.Sprintf("autoremove ran on %d nodes", len(res))}
+	out.Next = "record_lesson for what the round taught, then close_round."
+	return out, nil
 }

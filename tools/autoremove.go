@@ -1,0 +1,99 @@
+package tools
+
+import (
+	"context"
+
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+// AutoremoveIn carries the approval for the fleet-wide autoremove.
+type AutoremoveIn struct {
+	ApprovalArg
+}
+
+// AutoremoveOut is what each node removed.
+type AutoremoveOut struct {
+	Result
+	Nodes []steps.AutoremoveResult `json:"nodes"`
+}
+
+// FleetTarget is the node name approvals use for a fleet-wide step.
+const FleetTarget = window.FleetTarget
+
+// Autoremove is the autoremove tool.
+func Autoremove() Tool {
+	return NewDestructive[AutoremoveIn, AutoremoveOut, window.AutoremovePlan](Spec{
+		Name:  "autoremove",
+		Title: "Remove unused packages",
+		Description: "After the fleet kernel check and the soak: simulate `apt-get autoremove --purge` on every node, and, approved, " +
+			"run it. Never removes the running kernel. One approval covers the fleet; its plan lists what each node removes.",
+		Idempotent: true, OpenWorld: true,
+	}, Steps[AutoremoveIn, AutoremoveOut, window.AutoremovePlan]{
+		Follow: func(ctx context.Context, d *Deps, in AutoremoveIn, p Progress) (AutoremoveOut, error) {
+			s, err := d.openSession()
+			if err != nil {
+				return AutoremoveOut{}, err
+			}
+			if s.inFlightRun(round.StepAutoremove, "") == nil {
+				return AutoremoveOut{}, errNotInFlight
+			}
+			w, err := d.window(ctx, s, 0)
+			if err != nil {
+				return AutoremoveOut{}, err
+			}
+			return AutoremoveOut{}, w.FollowUnobservable(round.StepAutoremove, "", "what each node removed is not known")
+		},
+		Plan: func(ctx context.Context, d *Deps, in AutoremoveIn) (string, window.AutoremovePlan, error) {
+			s, err := d.openSession()
+			if err != nil {
+				return "", window.AutoremovePlan{}, err
+			}
+			if s.inFlightRun(round.StepAutoremove, "") == nil {
+				if err := s.admit(d, round.StepAutoremove, ""); err != nil {
+					return "", window.AutoremovePlan{}, err
+				}
+			}
+			w, err := d.window(ctx, s, needHost)
+			if err != nil {
+				return "", window.AutoremovePlan{}, err
+			}
+			res, problems := w.SimulateAutoremove(ctx, roundNodes(s), keptKernels(d, s), steps.AutoremoveSimulate, d.Config.SSH.Concurrency)
+			plan, err := window.DecideAutoremove(res, problems)
+			return s.id, plan, err
+		},
+		Do: func(ctx context.Context, d *Deps, in AutoremoveIn, plan window.AutoremovePlan, a Approved, p Progress) (AutoremoveOut, error) {
+			s, err := d.openSession()
+			if err != nil {
+				return AutoremoveOut{}, err
+			}
+			w, err := d.window(ctx, s, needHost)
+			if err != nil {
+				return AutoremoveOut{}, err
+			}
+			o, err := w.Autoremove(ctx, plan, a.grant(), keptKernels(d, s), d.Config.SSH.Concurrency)
+			return AutoremoveOut{Nodes: o.Nodes, Result: outcome(o.Outcome)}, err
+		},
+	})
+}
+
+func roundNodes(s *session) []string {
+	var nodes []string
+	if p := s.j.State().Plan; p != nil {
+		for _, pos := range p.Order.Positions {
+			nodes = append(nodes, pos.Node)
+		}
+	}
+	return nodes
+}
+
+// keptKernels is the running kernel simulate_upgrade recorded per node:
+// autoremove never removes it.
+func keptKernels(d *Deps, s *session) map[string]string {
+	keep := map[string]string{}
+	for n, p := range s.nodePlans(d) {
+		keep[n] = p.RunningKernel
+	}
+	return keep
+}

@@ -1,0 +1,105 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mcp-patch/mcp-patch/round"
+)
+
+// CloseWindowIn names the node whose window the gate closes.
+type CloseWindowIn struct {
+	Node string `json:"node" jsonschema:"the node whose kernel was promoted"`
+}
+
+// CloseWindow is the close_window tool: the gate of a node's window, recorded.
+func CloseWindow() Tool {
+	return New[CloseWindowIn, GateOut](Spec{
+		Name:  "close_window",
+		Title: "Close a node's window at a green gate",
+		Description: "After promote_kernel: evaluate the gate (as check_gate) and record it. Green closes the node's window, " +
+			"releases the window Lease and commits the round record; restarts the node's own reboot explains are kept in the " +
+			"baseline. Red answers in_progress until the settle time, then records the failure, which stops the round. " +
+			"Before its phase it answers not yet and records nothing.",
+		Kind: Write, Idempotent: true, OpenWorld: true,
+	}, func(ctx context.Context, d *Deps, in CloseWindowIn, p Progress) (GateOut, error) {
+		if err := ValidNode(in.Node); err != nil {
+			return GateOut{}, err
+		}
+		s, err := d.openSession()
+		if err != nil {
+			return GateOut{}, err
+		}
+		if err := gatePhase(s, in.Node); err != nil {
+			return GateOut{}, err
+		}
+		if err := s.admit(d, round.StepGate, in.Node); err != nil {
+			return GateOut{}, err
+		}
+		w, err := d.window(ctx, s, 0)
+		if err != nil {
+			return GateOut{}, err
+		}
+		if err := w.HoldLease(ctx, round.StepGate, in.Node); err != nil {
+			return GateOut{}, err
+		}
+		g, err := evaluateGate(ctx, d, s, in.Node)
+		if err != nil {
+			return GateOut{}, err
+		}
+		if len(g.accepted) > 0 {
+			// Keep them accepted for the later gates of the round.
+			b, err := json.MarshalIndent(g.baseline, "", "  ")
+			if err == nil {
+				err = d.Book.WriteFile(s.id, baselineFile, append(b, '\n'))
+			}
+			if err != nil {
+				return GateOut{}, fmt.Errorf("update the baseline: %w", err)
+			}
+		}
+		out := GateOut{Gate: &g.rep}
+		if g.rep.OK {
+			if err := s.check(round.StepGate, in.Node, true, "", "gate green"); err != nil {
+				return out, err
+			}
+			out.Reasons = append([]string{"gate green"}, g.reasons...)
+			out.NextAction = "The next node may start (round_status names it)."
+			if st := s.j.State().Node(in.Node); st != nil && st.Window == round.WindowClosed {
+				if err := w.ReleaseLease(ctx, in.Node); err != nil {
+					out.Reasons = append(out.Reasons, "the window Lease was not released (it expires by itself): "+err.Error())
+				}
+				if c, err := d.commitRound(ctx, s, "window of "+in.Node+" closed"); err != nil {
+					out.Reasons = append(out.Reasons, "the round record was not committed: "+err.Error())
+				} else {
+					out.Reasons = append(out.Reasons, fmt.Sprintf("window of %s closed; round record committed (%s)", in.Node, short(c)))
+				}
+			}
+			return out, nil
+		}
+		// Red: wait within the settle time, then stop the round.
+		np, _ := s.nodePlan(d, in.Node)
+		first := np.GateRedSince
+		if first.IsZero() {
+			np.Node, np.GateRedSince = in.Node, d.now()
+			if err := s.saveNodePlan(d, np); err != nil {
+				return out, errors.Join(Fail("Call close_window again.", "record when the gate turned red"), err)
+			}
+			first = np.GateRedSince
+		}
+		if d.now().Sub(first) < d.Config.Kube.GateSettle.D() {
+			out.Result = Result{Status: StatusInProgress, Reasons: g.reasons,
+				NextAction: fmt.Sprintf("Wait and call close_window again (the gate may settle until %s).", first.Add(d.Config.Kube.GateSettle.D()).UTC().Format(time.RFC3339))}
+			return out, nil
+		}
+		if err := s.check(round.StepGate, in.Node, false, "", strings.Join(g.reasons, "; ")); err != nil {
+			return out, err
+		}
+		out.Result = Result{Status: StatusFailed, Reasons: g.reasons,
+			NextAction: "Stop: the gate stayed red. Tell a person what failed; nothing else is cordoned until they sign resume or abort."}
+		return out, nil
+	})
+}

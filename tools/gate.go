@@ -1,0 +1,217 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/mcp-patch/mcp-patch/kube/gate"
+	"github.com/mcp-patch/mcp-patch/round"
+)
+
+// ---- check_gate ----
+
+// GateIn optionally names the node whose window the gate closes.
+type GateIn struct {
+	Node string `json:"node,omitempty" jsonschema:"the node whose window this gate closes; omit for a look at the cluster only"`
+}
+
+// GateOut is the gate, each check with its evidence.
+type GateOut struct {
+	Result
+	Gate *gate.Report `json:"gate,omitempty"`
+}
+
+const baselineFile = "baseline.json"
+
+func (d *Deps) gateConfig(ctx context.Context, s *session) (gate.Config, error) {
+	cfg := gate.Config{}
+	if s.settings.StackHealth != nil {
+		cfg.Health.CriticalNamespaces = s.settings.StackHealth.CriticalNamespaces
+	}
+	if b, err := d.Book.ReadFile(s.id, baselineFile); err == nil {
+		var base gate.Baseline
+		if err := json.Unmarshal(b, &base); err != nil {
+			return cfg, fmt.Errorf("read the round's baseline: %w", err)
+		}
+		cfg.Baseline = &base
+	}
+	if pg := s.settings.Postgres; pg != nil {
+		cfg.Postgres = gate.PostgresConfig{Namespaces: []string{pg.Namespace}, RequireClusters: true}
+	}
+	if k := d.Config.Kube; len(k.EtcdEndpoints) > 0 {
+		ec := &gate.EtcdConfig{Endpoints: k.EtcdEndpoints, CAFile: k.EtcdCA, CertFile: k.EtcdCert, KeyFile: k.EtcdKey}
+		if k.EtcdTunnel {
+			h, err := d.hosts(ctx)
+			if err != nil {
+				return cfg, err
+			}
+			ec.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+				host, port, err := net.SplitHostPort(addr)
+				if err != nil {
+					return nil, err
+				}
+				return h.Pool.Dial(ctx, host, "tcp", net.JoinHostPort("127.0.0.1", port))
+			}
+		}
+		cfg.Etcd = ec
+	}
+	cfg.OIDC = gate.OIDCConfig{PodNamespace: "kube-system", PodSelector: "component=kube-apiserver"}
+	if f := d.Config.Kube.OIDCCAFile; f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return cfg, fmt.Errorf("kube.oidc_ca_file: %w", err)
+		}
+		cfg.OIDC.CAPEM = pem
+	}
+	cfg.FailingVerify = d.failingVerify(ctx)
+	return cfg, nil
+}
+
+// failingVerify runs every component's verify.sh and names those failing.
+func (d *Deps) failingVerify(ctx context.Context) []string {
+	if d.Intent == nil {
+		return nil
+	}
+	r, err := d.Intent("")
+	if err != nil {
+		return nil
+	}
+	cs, err := r.Components()
+	if err != nil {
+		return nil
+	}
+	var failing []string
+	for _, c := range cs {
+		if !c.HasVerify {
+			continue
+		}
+		v, err := r.RunVerify(ctx, c.Name, 2*time.Minute, d.VerifyEnv)
+		if err != nil || !v.Passed {
+			failing = append(failing, c.Name)
+		}
+	}
+	return failing
+}
+
+// gateRun is one evaluation of the gate: the report, its reasons, and the
+// restarts the node's deliberate reboot explains (not yet kept).
+type gateRun struct {
+	rep      gate.Report
+	reasons  []string
+	accepted []string
+	baseline *gate.Baseline
+}
+
+// evaluateGate evaluates the gate for node ("" for the cluster only). It
+// writes nothing.
+func evaluateGate(ctx context.Context, d *Deps, s *session, node string) (gateRun, error) {
+	kc, err := d.cluster(ctx)
+	if err != nil {
+		return gateRun{}, err
+	}
+	cfg, err := d.gateConfig(ctx, s)
+	if err != nil {
+		return gateRun{}, err
+	}
+	var g gateRun
+	if node != "" && cfg.Baseline != nil {
+		if r := s.stepRun(round.StepTrialBoot, node); r != nil && r.Green() {
+			if g.accepted, err = gate.AcceptRebootRestarts(ctx, kc.Kube, cfg.Baseline, node); err != nil {
+				return gateRun{}, Fail("Check the API server and call again.", err.Error())
+			}
+			g.baseline = cfg.Baseline
+		}
+	}
+	rep := gate.Evaluate(ctx, kc.Kube, kc.Dynamic, cfg)
+	for i, c := range rep.Checks {
+		if c.Name == gate.NameBaseline && len(g.accepted) > 0 {
+			rep.Checks[i].Evidence = append(rep.Checks[i].Evidence, "expected with the reboot, not counted: "+strings.Join(g.accepted, "; "))
+		}
+	}
+	// An etcd member down keeps quorum, but the next control-plane
+	// reboot would lose it: the gate is red until every member answers.
+	for i, c := range rep.Checks {
+		if c.Name == gate.NameEtcd && c.OK && len(c.Warnings) > 0 {
+			rep.Checks[i].OK = false
+			rep.Checks[i].Reason = "an etcd member is not healthy (" + strings.Join(c.Warnings, "; ") + "): quorum holds now, but the next control-plane reboot would lose it"
+			rep.OK = false
+			rep.Failed = append(rep.Failed, c.Name)
+		}
+	}
+	for _, c := range rep.Checks {
+		if !c.OK {
+			g.reasons = append(g.reasons, c.Name+": "+c.Reason)
+		}
+		for _, w := range c.Warnings {
+			g.reasons = append(g.reasons, c.Name+" (warning): "+w)
+		}
+	}
+	g.rep = rep
+	return g, nil
+}
+
+// gatePhase refuses a node's gate before its phase: its window must be
+// open with the kernel promoted. "Not yet" is a refusal, never a failure.
+func gatePhase(s *session, node string) error {
+	n := s.j.State().Node(node)
+	if n == nil {
+		return Refuse("Use a node from the round's order.", node+" is not in this round's order")
+	}
+	if n.Window != round.WindowOpen || !n.Steps[round.StepPromote].Green() {
+		return Refuse("Not yet: call round_status for the step this node needs now.",
+			fmt.Sprintf("not yet: the gate of %s closes its window after promote_kernel (window %s, promote %s)", node, n.Window, stepState(n.Steps[round.StepPromote])),
+			"nothing was checked or recorded")
+	}
+	return nil
+}
+
+func stepState(r *round.StepRun) string {
+	if r == nil {
+		return "pending"
+	}
+	return string(r.State)
+}
+
+// CheckGate is the check_gate tool.
+func CheckGate() Tool {
+	return New[GateIn, GateOut](Spec{
+		Name:  "check_gate",
+		Title: "Check the gate",
+		Description: "Report whether the next cordon may start: etcd has quorum and a leader (every member's status); every " +
+			"CloudNativePG cluster is ready with no switchover in progress; every admission webhook's Deployment is at full ready " +
+			"replicas; stack health shows no NEW failure against the baseline taken at round start; the API server's OIDC issuer " +
+			"answers discovery. Each check is reported with its evidence. Writes nothing and stops nothing: close_window records " +
+			"the gate of a node's window.",
+		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
+	}, func(ctx context.Context, d *Deps, in GateIn, p Progress) (GateOut, error) {
+		s, err := d.openSession()
+		if err != nil {
+			return GateOut{}, err
+		}
+		if in.Node != "" {
+			if err := ValidNode(in.Node); err != nil {
+				return GateOut{}, err
+			}
+			if err := gatePhase(s, in.Node); err != nil {
+				return GateOut{}, err
+			}
+		}
+		g, err := evaluateGate(ctx, d, s, in.Node)
+		if err != nil {
+			return GateOut{}, err
+		}
+		out := GateOut{Gate: &g.rep, Result: Result{Reasons: g.reasons, NextAction: "The gate is green."}}
+		if !g.rep.OK {
+			out.Status = StatusFailed
+			out.NextAction = "Do not cordon anything until the gate is green (nothing was recorded)."
+		} else if in.Node != "" {
+			out.NextAction = "close_window with this node records the green gate and closes its window."
+		}
+		return out, nil
+	})
+}

@@ -1,0 +1,125 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/kube/gpucheck"
+	"github.com/mcp-patch/mcp-patch/round"
+)
+
+// ---- gpu_acceptance ----
+
+// GPUAcceptanceOut is the host and cluster part of GPU acceptance.
+type GPUAcceptanceOut struct {
+	Result
+	Host       *steps.GPUCheck            `json:"host,omitempty"`
+	Smoke      *gpucheck.SmokeResult      `json:"smoke,omitempty"`
+	Completion *gpucheck.CompletionResult `json:"completion,omitempty"`
+}
+
+// GPUAcceptance is the gpu_acceptance tool.
+func GPUAcceptance() Tool {
+	return New[NodeIn, GPUAcceptanceOut](Spec{
+		Name:  "gpu_acceptance",
+		Title: "GPU acceptance",
+		Description: "Prove a GPU server works on its new kernel: the NVIDIA driver is loaded and `nvidia-smi -q -x` shows every GPU " +
+			"healthy (count as the intent says), Fabric Manager is active on NVSwitch systems; a smoke pod requesting nvidia.com/gpu " +
+			"runs on the node (when no GPU is free that is reported as no capacity, not a regression); and a real completion comes " +
+			"back from the model endpoint named in the intent. Starts and deletes a pod.",
+		Kind: Write, Idempotent: true, OpenWorld: true,
+	}, func(ctx context.Context, d *Deps, in NodeIn, p Progress) (GPUAcceptanceOut, error) {
+		if err := ValidNode(in.Node); err != nil {
+			return GPUAcceptanceOut{}, err
+		}
+		s, err := d.openSession()
+		if err != nil {
+			return GPUAcceptanceOut{}, err
+		}
+		if !s.inFlight(round.StepGPUAcceptance, in.Node) {
+			if err := s.admit(d, round.StepGPUAcceptance, in.Node); err != nil {
+				return GPUAcceptanceOut{}, err
+			}
+		}
+		g := s.settings.GPU
+		if g == nil {
+			return GPUAcceptanceOut{}, Refuse("Add the gpu section to the gpu-fleet component's settings.yaml.", "the intent has no gpu settings (expected GPUs, model endpoint)")
+		}
+		h, err := d.hosts(ctx)
+		if err != nil {
+			return GPUAcceptanceOut{}, err
+		}
+		kc, err := d.cluster(ctx)
+		if err != nil {
+			return GPUAcceptanceOut{}, err
+		}
+		if err := s.begin(round.StepGPUAcceptance, in.Node, ""); err != nil {
+			return GPUAcceptanceOut{}, err
+		}
+		out := GPUAcceptanceOut{}
+		var problems, notes []string
+		fm := ""
+		if g.FabricManagerRequired {
+			fm = "required"
+		}
+		p(0, 3, "host checks")
+		hc, err := h.Steps.GPUCheck(ctx, in.Node, steps.GPUCheckInput{ExpectedGPUs: g.ExpectedGPUsPerServer, FabricManager: fm})
+		out.Host = &hc
+		if err != nil {
+			problems = append(problems, "host GPU check: "+err.Error())
+		} else if !hc.Passed {
+			problems = append(problems, hc.Problems...)
+		}
+		p(1, 3, "smoke pod")
+		smoke, err := gpucheck.SmokePod(ctx, kc.Kube, in.Node, gpucheck.SmokeOptions{Image: d.Config.Kube.SmokeImage, Timeout: 5 * time.Minute, PollInterval: 250 * time.Millisecond, Logger: d.Log})
+		out.Smoke = &smoke
+		switch {
+		case err != nil:
+			problems = append(problems, "smoke pod: "+err.Error())
+		case smoke.Status == "no_capacity":
+			notes = append(notes, "smoke pod: "+smoke.Message)
+		case smoke.Status != "ok":
+			problems = append(problems, "smoke pod: "+smoke.Message)
+		}
+		p(2, 3, "model completion")
+		me := g.ModelEndpoint
+		base, api := splitModelURL(me.URL)
+		comp, err := gpucheck.Complete(ctx, gpucheck.CompletionRequest{Endpoint: base, API: api, Model: me.Model, Prompt: me.Prompt,
+			MaxTokens: me.MaxTokens, Timeout: time.Duration(max(me.TimeoutSeconds, 1)) * time.Second})
+		out.Completion = &comp
+		if err != nil {
+			problems = append(problems, "model completion: "+err.Error())
+		} else if !comp.OK {
+			problems = append(problems, "model completion: "+comp.Reason)
+		}
+		if len(problems) > 0 {
+			_ = s.fail(round.StepGPUAcceptance, in.Node, strings.Join(problems, "; "))
+			out.Result = Result{Status: StatusFailed, Reasons: problems,
+				NextAction: "Stop: GPU acceptance failed on the new kernel (the old kernel is still the default). Tell a person; they sign resume (after fixing) or abort."}
+			return out, nil
+		}
+		if err := s.finish(round.StepGPUAcceptance, in.Node, "", strings.Join(notes, "; ")); err != nil {
+			return out, err
+		}
+		out.Reasons = append(notes, fmt.Sprintf("%d GPUs healthy, driver %s; completion answered in %s", hc.GPUCount, hc.DriverVersion, comp.Latency.Round(time.Millisecond)))
+		out.NextAction = "promote_kernel this node next."
+		return out, nil
+	})
+}
+
+// splitModelURL accepts the intent's model URL with or without its route:
+// ".../v1/completions" and ".../v1/chat/completions" name the API to use,
+// a base URL leaves the choice to the check.
+func splitModelURL(u string) (base, api string) {
+	u = strings.TrimSuffix(u, "/")
+	switch {
+	case strings.HasSuffix(u, "/"+gpucheck.APIChat):
+		return strings.TrimSuffix(u, "/"+gpucheck.APIChat), gpucheck.APIChat
+	case strings.HasSuffix(u, "/"+gpucheck.APICompletions):
+		return strings.TrimSuffix(u, "/"+gpucheck.APICompletions), gpucheck.APICompletions
+	}
+	return u, ""
+}

@@ -1,0 +1,84 @@
+package tools
+
+import (
+	"context"
+
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+// InstallIn is the node to install on.
+type InstallIn struct {
+	ApprovalArg
+	Node string `json:"node" jsonschema:"the drained node to install the approved package set on"`
+}
+
+// InstallOut is where the install stands.
+type InstallOut struct {
+	Result
+	Install *steps.InstallState `json:"install,omitempty"`
+}
+
+// InstallUpdates is the install_updates tool.
+func InstallUpdates() Tool {
+	return NewDestructive[InstallIn, InstallOut, window.PackagePlan](Spec{
+		Name:  "install_updates",
+		Title: "Install the approved updates",
+		Description: "Start `apt-get full-upgrade` (non-interactive, needrestart listing only) detached on the drained node, so a " +
+			"dropped SSH session cannot kill dpkg. The package set is re-simulated first and must equal the approved plan digest. " +
+			"Answers in_progress: call again with the same node to follow it until it finishes. The old kernel stays installed and default.",
+		Idempotent: false, OpenWorld: true,
+	}, Steps[InstallIn, InstallOut, window.PackagePlan]{
+		Target: func(in InstallIn) string { return in.Node },
+		Follow: func(ctx context.Context, d *Deps, in InstallIn, p Progress) (InstallOut, error) {
+			s, err := d.openSession()
+			if err != nil {
+				return InstallOut{}, err
+			}
+			if s.inFlightRun(round.StepInstall, in.Node) == nil {
+				return InstallOut{}, errNotInFlight
+			}
+			w, err := d.window(ctx, s, needHost)
+			if err != nil {
+				return InstallOut{}, err
+			}
+			o, err := w.FollowInstall(ctx, in.Node)
+			return InstallOut{Install: o.Install, Result: outcome(o.Outcome)}, err
+		},
+		Plan: func(ctx context.Context, d *Deps, in InstallIn) (string, window.PackagePlan, error) {
+			s, err := d.openSession()
+			if err != nil {
+				return "", window.PackagePlan{}, err
+			}
+			if s.inFlightRun(round.StepInstall, in.Node) == nil {
+				if err := s.admit(d, round.StepInstall, in.Node); err != nil {
+					return "", window.PackagePlan{}, err
+				}
+			}
+			np, _ := s.nodePlan(d, in.Node)
+			w, err := d.window(ctx, s, needHost)
+			if err != nil {
+				return "", window.PackagePlan{}, err
+			}
+			sim, err := w.Host.Simulate(ctx, in.Node)
+			if err != nil {
+				return "", window.PackagePlan{}, hostError(in.Node, "re-simulate before install", err)
+			}
+			plan, err := window.DecidePackage(in.Node, sim, window.Simulated{PackageDigest: np.PackageDigest, TargetKernel: np.TargetKernel, RunningKernel: np.RunningKernel})
+			return s.id, plan, err
+		},
+		Do: func(ctx context.Context, d *Deps, in InstallIn, plan window.PackagePlan, a Approved, p Progress) (InstallOut, error) {
+			s, err := d.openSession()
+			if err != nil {
+				return InstallOut{}, err
+			}
+			w, err := d.window(ctx, s, needHost)
+			if err != nil {
+				return InstallOut{}, err
+			}
+			o, err := w.StartInstall(ctx, plan, a.grant())
+			return InstallOut{Install: o.Install, Result: outcome(o.Outcome)}, err
+		},
+	})
+}

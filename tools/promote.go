@@ -1,0 +1,75 @@
+package tools
+
+import (
+	"context"
+
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+// PromoteIn is the node to promote.
+type PromoteIn struct {
+	ApprovalArg
+	Node string `json:"node" jsonschema:"the node whose new kernel becomes the default"`
+}
+
+// PromoteOut says what GRUB boots next.
+type PromoteOut struct {
+	Result
+	Promote *steps.PromoteResult `json:"promote,omitempty"`
+}
+
+// PromoteKernel is the promote_kernel tool.
+func PromoteKernel() Tool {
+	return NewDestructive[PromoteIn, PromoteOut, window.PromotePlan](Spec{
+		Name:  "promote_kernel",
+		Title: "Make the new kernel the default",
+		Description: "Remove the trial-boot drop-in and run update-grub so the new kernel (the one the approved trial boot booted) " +
+			"becomes GRUB's default, then confirm it. Only after verify_node (and gpu_acceptance on GPU servers) is green on the new kernel.",
+		Idempotent: true, OpenWorld: true,
+	}, Steps[PromoteIn, PromoteOut, window.PromotePlan]{
+		Target: func(in PromoteIn) string { return in.Node },
+		Follow: func(ctx context.Context, d *Deps, in PromoteIn, p Progress) (PromoteOut, error) {
+			s, err := d.openSession()
+			if err != nil {
+				return PromoteOut{}, err
+			}
+			if s.inFlightRun(round.StepPromote, in.Node) == nil {
+				return PromoteOut{}, errNotInFlight
+			}
+			w, err := d.window(ctx, s, 0)
+			if err != nil {
+				return PromoteOut{}, err
+			}
+			o, err := w.FollowPromote(ctx, in.Node)
+			return PromoteOut{Promote: o.Promote, Result: outcome(o.Outcome)}, err
+		},
+		Plan: func(ctx context.Context, d *Deps, in PromoteIn) (string, window.PromotePlan, error) {
+			s, err := d.openSession()
+			if err != nil {
+				return "", window.PromotePlan{}, err
+			}
+			if s.inFlightRun(round.StepPromote, in.Node) == nil {
+				if err := s.admit(d, round.StepPromote, in.Node); err != nil {
+					return "", window.PromotePlan{}, err
+				}
+			}
+			np, _ := s.nodePlan(d, in.Node)
+			plan, err := window.DecidePromote(in.Node, s.stepRun(round.StepTrialBoot, in.Node), np.TargetKernel)
+			return s.id, plan, err
+		},
+		Do: func(ctx context.Context, d *Deps, in PromoteIn, plan window.PromotePlan, a Approved, p Progress) (PromoteOut, error) {
+			s, err := d.openSession()
+			if err != nil {
+				return PromoteOut{}, err
+			}
+			w, err := d.window(ctx, s, needHost)
+			if err != nil {
+				return PromoteOut{}, err
+			}
+			o, err := w.Promote(ctx, plan, a.grant())
+			return PromoteOut{Promote: o.Promote, Result: outcome(o.Outcome)}, err
+		},
+	})
+}

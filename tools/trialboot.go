@@ -1,0 +1,94 @@
+package tools
+
+import (
+	"context"
+
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+// TrialBootIn is the node to trial-boot.
+type TrialBootIn struct {
+	ApprovalArg
+	Node string `json:"node" jsonschema:"the node whose new kernel boots once"`
+}
+
+// TrialBootOut is where the trial boot stands.
+type TrialBootOut struct {
+	Result
+	TrialBoot *steps.TrialBoot `json:"trial_boot,omitempty"`
+}
+
+// TrialBoot is the trial_boot tool.
+func TrialBoot() Tool {
+	return NewDestructive[TrialBootIn, TrialBootOut, window.TrialBootPlan](Spec{
+		Name:  "trial_boot",
+		Title: "Trial-boot the new kernel",
+		Description: "Boot the new kernel once through GRUB while the old one stays the default: GRUB_DEFAULT=<old entry id> in " +
+			"/etc/default/grub.d/99-trial-boot.cfg (with panic=N on the kernel command line), update-grub, grub-reboot <new entry id>, " +
+			"reboot. Refuses where grubenv cannot be written at boot (mdraid, LVM, btrfs, zfs) or kernel.panic is 0. Answers " +
+			"in_progress: call again with the same node until it reports the booted kernel: the new one means the trial booted, " +
+			"the old one means GRUB fell back (the round stops).",
+		Idempotent: false, OpenWorld: true,
+	}, Steps[TrialBootIn, TrialBootOut, window.TrialBootPlan]{
+		Target: func(in TrialBootIn) string { return in.Node },
+		Follow: func(ctx context.Context, d *Deps, in TrialBootIn, p Progress) (TrialBootOut, error) {
+			s, err := d.openSession()
+			if err != nil {
+				return TrialBootOut{}, err
+			}
+			if s.inFlightRun(round.StepTrialBoot, in.Node) == nil {
+				return TrialBootOut{}, errNotInFlight
+			}
+			w, err := d.window(ctx, s, needHost)
+			if err != nil {
+				return TrialBootOut{}, err
+			}
+			o, err := w.FollowTrialBoot(ctx, in.Node)
+			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome)}, err
+		},
+		Plan: func(ctx context.Context, d *Deps, in TrialBootIn) (string, window.TrialBootPlan, error) {
+			s, err := d.openSession()
+			if err != nil {
+				return "", window.TrialBootPlan{}, err
+			}
+			if s.inFlightRun(round.StepTrialBoot, in.Node) == nil {
+				if err := s.admit(d, round.StepTrialBoot, in.Node); err != nil {
+					return "", window.TrialBootPlan{}, err
+				}
+			}
+			np, _ := s.nodePlan(d, in.Node)
+			w, err := d.window(ctx, s, needHost)
+			if err != nil {
+				return "", window.TrialBootPlan{}, err
+			}
+			insp, err := w.Host.Inspect(ctx, in.Node, steps.InspectInput{TargetKernel: np.TargetKernel})
+			if err != nil {
+				return "", window.TrialBootPlan{}, hostError(in.Node, "inspect before the trial boot", err)
+			}
+			n := s.j.State().Node(in.Node)
+			plan, err := window.DecideTrialBoot(in.Node, insp, np.TargetKernel, n != nil && n.GPU, panicSeconds(s))
+			return s.id, plan, err
+		},
+		Do: func(ctx context.Context, d *Deps, in TrialBootIn, plan window.TrialBootPlan, a Approved, p Progress) (TrialBootOut, error) {
+			s, err := d.openSession()
+			if err != nil {
+				return TrialBootOut{}, err
+			}
+			w, err := d.window(ctx, s, needHost)
+			if err != nil {
+				return TrialBootOut{}, err
+			}
+			o, err := w.StartTrialBoot(ctx, plan, a.grant(), p)
+			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome)}, err
+		},
+	})
+}
+
+func panicSeconds(s *session) int {
+	if k := s.settings.Kernel; k != nil && k.PanicRebootSeconds > 0 {
+		return k.PanicRebootSeconds
+	}
+	return 10
+}

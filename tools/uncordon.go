@@ -1,0 +1,77 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/round"
+)
+
+// ---- uncordon_node ----
+
+// UncordonOut says what happened.
+type UncordonOut struct {
+	Result
+	Uncordon *drain.UncordonResult `json:"uncordon,omitempty"`
+}
+
+// UncordonNode is the uncordon_node tool.
+func UncordonNode() Tool {
+	return New[NodeIn, UncordonOut](Spec{
+		Name:  "uncordon_node",
+		Title: "Uncordon a node",
+		Description: "Make the node schedulable again, only if this round cordoned it (recorded on the node); a node cordoned by " +
+			"someone else is refused. Allowed after verify_node is green on the new kernel; needed before gpu_acceptance.",
+		Kind: Write, Idempotent: true, OpenWorld: true,
+	}, func(ctx context.Context, d *Deps, in NodeIn, p Progress) (UncordonOut, error) {
+		if err := ValidNode(in.Node); err != nil {
+			return UncordonOut{}, err
+		}
+		s, err := d.openSession()
+		if err != nil {
+			return UncordonOut{}, err
+		}
+		resumed := s.inFlight(round.StepUncordon, in.Node)
+		if !resumed {
+			if err := s.admit(d, round.StepUncordon, in.Node); err != nil {
+				return UncordonOut{}, err
+			}
+		}
+		kc, err := d.cluster(ctx)
+		if err != nil {
+			return UncordonOut{}, err
+		}
+		st, err := drain.ReadState(ctx, kc.Kube, in.Node)
+		if err != nil {
+			return UncordonOut{}, Fail("Check the node name and the API server.", "read the cordon of "+in.Node+": "+err.Error())
+		}
+		if resumed && !st.Unschedulable {
+			// Uncordoned before the process that did it stopped.
+			if err := s.finish(round.StepUncordon, in.Node, "", "found uncordoned (resumed)"); err != nil {
+				return UncordonOut{}, err
+			}
+			return UncordonOut{Result: Result{Reasons: []string{in.Node + " is schedulable again"}, NextAction: "Call round_status for the next step."}}, nil
+		}
+		if st.Owner == nil || st.Owner.Identity != d.Identity {
+			return UncordonOut{}, Refuse("Leave it: only the person or tool that cordoned the node may uncordon it.",
+				fmt.Sprintf("%s was not cordoned by this server (%s)", in.Node, st.Describe()), "nothing was changed")
+		}
+		if err := s.begin(round.StepUncordon, in.Node, ""); err != nil {
+			return UncordonOut{}, err
+		}
+		res, err := drain.Uncordon(ctx, kc.Kube, in.Node, d.Identity)
+		if err != nil {
+			_ = s.fail(round.StepUncordon, in.Node, err.Error())
+			return UncordonOut{Uncordon: &res}, Fail("Tell a person: the node could not be uncordoned.", "uncordon "+in.Node+": "+err.Error())
+		}
+		if err := s.finish(round.StepUncordon, in.Node, "", ""); err != nil {
+			return UncordonOut{}, err
+		}
+		next := "promote_kernel this node next."
+		if n := s.j.State().Node(in.Node); n != nil && n.GPU {
+			next = "gpu_acceptance this node next."
+		}
+		return UncordonOut{Uncordon: &res, Result: Result{Reasons: []string{in.Node + " is schedulable again"}, NextAction: next}}, nil
+	})
+}

@@ -1,0 +1,207 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/kube/windowlock"
+	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+// need says what of the world a window step uses.
+type need int
+
+const (
+	needHost need = 1 << iota
+	needCluster
+)
+
+// window builds the round's window machinery for one call: the journal's
+// recorder, and the hosts and the cluster when the step needs them.
+func (d *Deps) window(ctx context.Context, s *session, n need) (*window.Window, error) {
+	w := &window.Window{Round: s.id, Rec: &window.Recorder{J: s.j, Events: d.WindowEvents, Now: d.now},
+		Bounds: window.DefaultBounds(d.drainTimeout(s), d.Config.SSH.RebootTimeout.D()), Now: d.now, Log: d.Log}
+	if n&needHost != 0 {
+		h, err := d.hosts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		w.Host, w.Forget = h.Steps, h.Pool.Forget
+	}
+	if n&needCluster != 0 {
+		if d.Drainer != nil {
+			w.Cluster = d.Drainer
+		} else {
+			kc, err := d.cluster(ctx)
+			if err != nil {
+				return nil, err
+			}
+			w.Cluster = drain.Cluster{Kube: kc.Kube}
+		}
+	}
+	lease, err := d.windowLease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w.Lease = lease
+	return w, nil
+}
+
+// windowLease is the window Lease on the cluster, kept renewed by this
+// process between calls; nil without a cluster (nothing to hold).
+func (d *Deps) windowLease(ctx context.Context) (window.Lease, error) {
+	if d.Lease != nil {
+		return d.Lease, nil
+	}
+	if d.Cluster == nil {
+		return nil, nil
+	}
+	kc, err := d.cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &serverLease{d: d, inner: &windowlock.Window{Kube: kc.Kube, Config: d.lockConfig()}}, nil
+}
+
+func (d *Deps) lockConfig() windowlock.Config {
+	return windowlock.Config{Namespace: d.Config.Kube.LeaseNamespace, Identity: d.Identity, Logger: d.Log}
+}
+
+// serverLease is the window Lease of a server process: every window step
+// holds it (takes, renews, or re-takes it after a restart); while the
+// process runs it is renewed between calls too, until the window closes.
+// A one-shot CLI call lets it lapse when it exits; the next call of the
+// same identity takes it again, unless another holder took it meanwhile:
+// then the window stops (window_lease rule).
+type serverLease struct {
+	d     *Deps
+	inner *windowlock.Window
+}
+
+func (l *serverLease) Hold(ctx context.Context, roundID, node string) error {
+	if err := l.inner.Hold(ctx, roundID, node); err != nil {
+		return err
+	}
+	l.d.keepLease(roundID, node, l.inner)
+	return nil
+}
+
+func (l *serverLease) Release(ctx context.Context, roundID, node string) error {
+	l.d.stopLease(roundID, node)
+	return l.inner.Release(ctx, roundID, node)
+}
+
+// keepLease renews the Lease in the background (the process's context)
+// until stopLease or a loss, which it logs: the next window step records
+// the stop.
+func (d *Deps) keepLease(roundID, node string, lease *windowlock.Window) {
+	key := roundID + "/" + node
+	d.locks.mu.Lock()
+	defer d.locks.mu.Unlock()
+	if d.locks.held == nil {
+		d.locks.held = map[string]context.CancelFunc{}
+	}
+	if _, ok := d.locks.held[key]; ok {
+		return
+	}
+	base := d.Background
+	if base == nil {
+		base = context.Background()
+	}
+	kctx, cancel := context.WithCancel(base)
+	d.locks.held[key] = cancel
+	every := 20 * time.Second
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-kctx.Done():
+				return
+			case <-t.C:
+				err := lease.Hold(kctx, roundID, node)
+				if errors.Is(err, window.ErrLeaseHeld) {
+					d.Log.Error("window Lease lost: the next step of the window stops the round", "round", roundID, "node", node, "err", err)
+					d.stopLease(roundID, node)
+					return
+				}
+				if err != nil && kctx.Err() == nil {
+					d.Log.Warn("window Lease renewal failed", "round", roundID, "node", node, "err", err)
+				}
+			}
+		}
+	}()
+}
+
+func (d *Deps) stopLease(roundID, node string) {
+	key := roundID + "/" + node
+	d.locks.mu.Lock()
+	defer d.locks.mu.Unlock()
+	if cancel, ok := d.locks.held[key]; ok {
+		cancel()
+		delete(d.locks.held, key)
+	}
+}
+
+// fromWindow words the window package's answers as tool results.
+func fromWindow(err error) error {
+	var (
+		ref   *window.Refusal
+		stop  *window.Stopped
+		unc   *window.Uncertain
+		he    *window.HostError
+		rule  *round.RuleError
+		dstop *window.Stop
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ref):
+		return Refuse(ref.Next, ref.Reasons...)
+	case errors.As(err, &stop):
+		return Fail(stop.Next, stop.Reasons...)
+	case errors.As(err, &unc):
+		return Fail(unc.Next, unc.Reasons...)
+	case errors.As(err, &he):
+		f := hostError(he.Node, he.Action, he.Err)
+		var tf *Failure
+		if he.Next != "" && errors.As(f, &tf) {
+			tf.NextAction = he.Next
+		}
+		return f
+	case errors.As(err, &rule):
+		return ruleRefusal(err)
+	case errors.As(err, &dstop):
+		return Fail(dstop.Next, append(dstop.Reasons, "(not recorded: a decision to stop must go through Recorder.StopWith)")...)
+	case errors.Is(err, window.ErrNeedApproval):
+		return Refuse("Ask a person to sign a fresh request: call again without the approval to get it.", err.Error())
+	}
+	return err
+}
+
+// recordStop records a decision that stops the round (a Plan found the
+// step unsafe): Plan itself writes nothing, the chokepoint records.
+func (d *Deps) recordStop(err error) error {
+	var st *window.Stop
+	if !errors.As(err, &st) {
+		return err
+	}
+	s, serr := d.openSession()
+	if serr != nil {
+		return errors.Join(Fail(st.Next, st.Reasons...), serr)
+	}
+	rec := &window.Recorder{J: s.j, Events: d.WindowEvents, Now: d.now}
+	return rec.StopWith(st.Step, st.Node, st.Next, st.Reasons...)
+}
+
+// inFlightRun is the step's run when it is in flight in the open round.
+func (s *session) inFlightRun(step round.Step, node string) *round.StepRun {
+	r := s.stepRun(step, node)
+	if r == nil || r.State != round.InFlight {
+		return nil
+	}
+	return r
+}
