@@ -119,6 +119,8 @@ type SSH struct {
 	CommandTimeout Duration `json:"command_timeout,omitempty"`
 	// RebootTimeout bounds how long a trial boot waits for the host before it calls for console access. Default 15m.
 	RebootTimeout Duration `json:"reboot_timeout,omitempty"`
+	// DpkgLockTimeout is how long download, install and autoremove wait for another apt or dpkg holding dpkg's lock before refusing with the holder's pid and command (the holder is never touched). Default 2m, at most 2h.
+	DpkgLockTimeout Duration `json:"dpkg_lock_timeout,omitempty"`
 }
 
 // Approvals configures signed approvals.
@@ -289,11 +291,12 @@ func DefaultConfig() Config {
 		Serve:    Serve{TokenEnv: "MCP_PATCH_TOKEN"},
 		SSH: SSH{
 			User: "root", Port: 22,
-			KnownHosts:     []string{filepath.Join(home, ".ssh", "known_hosts")},
-			Concurrency:    50,
-			DialTimeout:    Duration(10 * time.Second),
-			CommandTimeout: Duration(10 * time.Minute),
-			RebootTimeout:  Duration(15 * time.Minute),
+			KnownHosts:      []string{filepath.Join(home, ".ssh", "known_hosts")},
+			Concurrency:     50,
+			DialTimeout:     Duration(10 * time.Second),
+			CommandTimeout:  Duration(10 * time.Minute),
+			RebootTimeout:   Duration(15 * time.Minute),
+			DpkgLockTimeout: Duration(2 * time.Minute),
 		},
 		Approvals: Approvals{TTL: Duration(30 * time.Minute), MaxLifetime: Duration(24 * time.Hour), NonceConfigMap: "mcp-patch-used-nonces"},
 		Git:       Git{AuthorName: "mcp-patch", AuthorEmail: "mcp-patch@localhost", Protected: []string{"main", "master"}},
@@ -357,11 +360,14 @@ func (c *Config) Validate() error {
 		bad("ssh.concurrency", "must be at least 1")
 	}
 	for name, d := range map[string]Duration{"ssh.dial_timeout": c.SSH.DialTimeout, "ssh.command_timeout": c.SSH.CommandTimeout,
-		"ssh.reboot_timeout": c.SSH.RebootTimeout, "approvals.ttl": c.Approvals.TTL, "approvals.max_lifetime": c.Approvals.MaxLifetime,
+		"ssh.reboot_timeout": c.SSH.RebootTimeout, "ssh.dpkg_lock_timeout": c.SSH.DpkgLockTimeout, "approvals.ttl": c.Approvals.TTL, "approvals.max_lifetime": c.Approvals.MaxLifetime,
 		"kube.drain_timeout": c.Kube.DrainTimeout, "kube.evict_retry": c.Kube.EvictRetry} {
 		if d <= 0 {
 			bad(name, "must be positive")
 		}
+	}
+	if c.SSH.DpkgLockTimeout.D() > 2*time.Hour {
+		bad("ssh.dpkg_lock_timeout", "%s is longer than 2h", c.SSH.DpkgLockTimeout.D())
 	}
 	if errs := validation.IsDNS1123Subdomain(c.Approvals.NonceConfigMap); len(errs) > 0 {
 		bad("approvals.nonce_configmap", "%q is not a ConfigMap name: %s", c.Approvals.NonceConfigMap, strings.Join(errs, "; "))

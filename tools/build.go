@@ -154,7 +154,9 @@ func wireWorld(ctx context.Context, d *Deps) error {
 		if err != nil {
 			return nil, err
 		}
-		access = &HostAccess{Steps: steps.New(pool, d.Log), Pool: pool, Runner: pool}
+		st := steps.New(pool, d.Log)
+		st.LockTimeout = c.SSH.DpkgLockTimeout.D()
+		access = &HostAccess{Steps: st, Pool: pool, Runner: pool}
 		return access, nil
 	}
 	return nil

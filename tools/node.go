@@ -114,6 +114,9 @@ func SimulateUpgrade() Tool {
 		}
 		out := SimulateOut{Simulation: &sim}
 		detail := fmt.Sprintf("plan %s: %d packages, target kernel %q", sim.Plan.Digest, len(sim.Plan.Packages), sim.Plan.TargetKernel)
+		if len(sim.Plan.Phased) > 0 {
+			detail += "; kept back by phasing (not a removal, a later round gets them): " + strings.Join(sim.Plan.Phased, ", ")
+		}
 		if len(problems) > 0 {
 			if err := s.check(round.StepSimulate, in.Node, false, kern.Kernel, strings.Join(problems, "; ")); err != nil {
 				return out, err

@@ -44,11 +44,15 @@ type AptSimulation struct {
 	// Actions are the Inst/Conf/Remv/Purg lines in the order printed.
 	Actions []AptAction `json:"actions"`
 	// The package lists of the human-readable sections.
-	New         []string  `json:"new"`
-	Upgraded    []string  `json:"upgraded"`
-	Removed     []string  `json:"removed"`
-	Downgraded  []string  `json:"downgraded"`
-	KeptBack    []string  `json:"kept_back"`
+	New        []string `json:"new"`
+	Upgraded   []string `json:"upgraded"`
+	Removed    []string `json:"removed"`
+	Downgraded []string `json:"downgraded"`
+	KeptBack   []string `json:"kept_back"`
+	// Phased are upgrades apt defers because they are being phased in
+	// (Phased-Update-Percentage): kept back by phasing, neither a removal
+	// nor a failure; a later round gets them.
+	Phased      []string  `json:"phased"`
 	HeldChanged []string  `json:"held_changed"`
 	Additional  []string  `json:"additional"`
 	Counts      AptCounts `json:"counts"`
@@ -81,22 +85,24 @@ func (s AptSimulation) Installs() []AptAction {
 
 var (
 	aptSections = map[string]string{
-		"The following NEW packages will be installed:":        "new",
-		"The following packages will be upgraded:":             "upgraded",
-		"The following packages will be REMOVED:":              "removed",
-		"The following packages will be DOWNGRADED:":           "downgraded",
-		"The following packages have been kept back:":          "kept_back",
-		"The following held packages will be changed:":         "held_changed",
-		"The following extra packages will be installed:":      "additional",
-		"The following additional packages will be installed:": "additional",
+		"The following NEW packages will be installed:":             "new",
+		"The following packages will be upgraded:":                  "upgraded",
+		"The following packages will be REMOVED:":                   "removed",
+		"The following packages will be DOWNGRADED:":                "downgraded",
+		"The following packages have been kept back:":               "kept_back",
+		"The following upgrades have been deferred due to phasing:": "phased",
+		"The following held packages will be changed:":              "held_changed",
+		"The following extra packages will be installed:":           "additional",
+		"The following additional packages will be installed:":      "additional",
 		// apt 3 layout.
-		"Installing:":              "new",
-		"Installing dependencies:": "new",
-		"Upgrading:":               "upgraded",
-		"REMOVING:":                "removed",
-		"DOWNGRADING:":             "downgraded",
-		"Not upgrading:":           "kept_back",
-		"Changing held packages:":  "held_changed",
+		"Installing:":                       "new",
+		"Installing dependencies:":          "new",
+		"Upgrading:":                        "upgraded",
+		"REMOVING:":                         "removed",
+		"DOWNGRADING:":                      "downgraded",
+		"Not upgrading:":                    "kept_back",
+		"Not upgrading yet due to phasing:": "phased",
+		"Changing held packages:":           "held_changed",
 	}
 	aptSummary      = regexp.MustCompile(`^(\d+) upgraded, (\d+) newly installed, (?:(\d+) downgraded, )?(\d+) to remove and (\d+) not upgraded\.`)
 	aptSummary3     = regexp.MustCompile(`(Upgrading|Installing|Downgrading|Removing|Not Upgrading): (\d+)`)
@@ -180,6 +186,8 @@ func (s *AptSimulation) addToSection(section, pkg string) {
 		s.Downgraded = append(s.Downgraded, pkg)
 	case "kept_back":
 		s.KeptBack = append(s.KeptBack, pkg)
+	case "phased":
+		s.Phased = append(s.Phased, pkg)
 	case "held_changed":
 		s.HeldChanged = append(s.HeldChanged, pkg)
 	case "additional":

@@ -162,8 +162,21 @@ func TestTrialBootRefusals(t *testing.T) {
 			return TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: r.newEntry[strings.Index(r.newEntry, ">")+1:]}
 		}, plain, ErrRefused, "is not an entry of"},
 		{"old entry is not the running kernel", func(r *grubRoot) TrialBootInput {
-			return TrialBootInput{Round: "r1", OldEntry: r.newEntry, NewEntry: replaceLast(r.oldEntry, "-advanced-", "-recovery-")}
+			return TrialBootInput{Round: "r1", OldEntry: r.newEntry, NewEntry: r.oldEntry}
 		}, plain, ErrRefused, "not the running kernel"},
+		{"new entry is a recovery entry", func(r *grubRoot) TrialBootInput {
+			return TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: replaceLast(r.newEntry, "-advanced-", "-recovery-")}
+		}, plain, ErrRefused, "is a recovery entry"},
+		{"old entry is a recovery entry", func(r *grubRoot) TrialBootInput {
+			return TrialBootInput{Round: "r1", OldEntry: replaceLast(r.oldEntry, "-advanced-", "-recovery-"), NewEntry: r.newEntry}
+		}, plain, ErrRefused, "is a recovery entry"},
+		{"old entry by its title", func(r *grubRoot) TrialBootInput {
+			return TrialBootInput{Round: "r1", OldEntry: "Ubuntu", NewEntry: r.newEntry}
+		}, plain, ErrRefused, "is not an entry of"},
+		{"a later drop-in sets GRUB_DEFAULT", func(r *grubRoot) TrialBootInput {
+			writeFile(t, filepath.Join(filepath.Dir(r.dropin), "99-zz-local.cfg"), "GRUB_DEFAULT=0\n", 0o644)
+			return TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: r.newEntry}
+		}, plain, ErrRefused, "sets GRUB_DEFAULT and is read after"},
 		{"shell in an entry id", func(r *grubRoot) TrialBootInput {
 			return TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: "x';reboot;'"}
 		}, plain, ErrBadInput, ""},
@@ -207,6 +220,7 @@ func TestTrialBootRefusesLVMSample(t *testing.T) {
 	// edited to boot another kernel so the pair is a valid trial.
 	cfg := strings.ReplaceAll(mustRead(t, r.cfg), "vmlinuz-4.2.0-35-generic root=/dev/mapper/root-root ro recovery", "vmlinuz-4.2.0-36-generic root=/dev/mapper/root-root ro recovery")
 	cfg = strings.ReplaceAll(cfg, "4.2.0-35-generic", r.oldKernel)
+	cfg = strings.ReplaceAll(cfg, " (recovery mode)", "")
 	writeFile(t, r.cfg, cfg, 0o644)
 	old = strings.ReplaceAll(old, "4.2.0-35-generic", r.oldKernel)
 	_, err := s.TrialBootPrepare(ctxT(t), testNode, TrialBootInput{Round: "r1", OldEntry: old, NewEntry: replaceLast(old, "-advanced-", "-recovery-")})

@@ -43,6 +43,22 @@ type InstallState struct {
 	DriftLines []string `json:"drift_lines,omitempty"`
 	// Progress is what the log says apt has done so far.
 	Progress InstallProgress `json:"progress"`
+	// Lock is set when start refused because another apt or dpkg held
+	// dpkg's lock for longer than the lock timeout.
+	Lock *DpkgLock `json:"lock,omitempty"`
+	// DpkgInterrupted: start refused because dpkg stopped half-way;
+	// FixCommand is what a person runs on the node.
+	DpkgInterrupted bool   `json:"dpkg_interrupted,omitempty"`
+	FixCommand      string `json:"fix_command,omitempty"`
+	// Boot is /boot's room for the new kernels as start found it.
+	Boot *BootSpace `json:"boot,omitempty"`
+}
+
+// DpkgLock names the process that held dpkg's lock.
+type DpkgLock struct {
+	PID           *int   `json:"pid"`
+	Command       string `json:"command"`
+	WaitedSeconds int    `json:"waited_seconds"`
 }
 
 // InstallProgress counts dpkg's "Unpacking"/"Setting up" lines in the log
@@ -65,7 +81,7 @@ func (s *Steps) Install(ctx context.Context, node, action, round, expectedDigest
 	if err := ValidateRound(round); err != nil {
 		return st, fmt.Errorf("install on node %s: %w", node, err)
 	}
-	env := map[string]string{"ACTION": action, "ROUND": round}
+	env := s.lockEnv(map[string]string{"ACTION": action, "ROUND": round})
 	if action == InstallStart {
 		if err := ValidatePlanDigest(expectedDigest); err != nil {
 			return st, fmt.Errorf("install on node %s: %w", node, err)
@@ -82,8 +98,18 @@ func (s *Steps) Install(ctx context.Context, node, action, round, expectedDigest
 		StateDir   string   `json:"state_dir"`
 		PlanDigest string   `json:"plan_digest"`
 		PlanLines  []string `json:"plan_lines"`
+		lockOut
+		BootDir    string   `json:"boot_dir"`
+		BootFreeKB *int64   `json:"boot_free_kb"`
+		BootNeedKB int64    `json:"boot_need_kb"`
+		BootNew    []string `json:"boot_new_kernels"`
+		BootShort  bool     `json:"boot_short"`
 	}
 	_, err := s.run(ctx, "install", node, env, &o, false)
+	st.Lock, st.DpkgInterrupted, st.FixCommand = o.lock(), o.Interrupted, o.FixCommand
+	if o.BootDir != "" {
+		st.Boot = &BootSpace{Dir: o.BootDir, FreeKB: o.BootFreeKB, NeedKB: o.BootNeedKB, NewKernels: nonNil(o.BootNew), Short: o.BootShort}
+	}
 	st.State, st.ExitCode, st.PID, st.Launcher, st.StartedAt = o.State, o.ExitCode, o.PID, o.Launcher, o.StartedAt
 	st.LogTail, st.StateDir, st.PlanDigest, st.DriftLines = o.LogTail, o.StateDir, o.PlanDigest, o.PlanLines
 	st.Progress = installProgress(o.LogTail)
@@ -91,6 +117,23 @@ func (s *Steps) Install(ctx context.Context, node, action, round, expectedDigest
 		return st, fmt.Errorf("install on node %s: %w: plan lines do not match digest %s", node, ErrProtocol, o.PlanDigest)
 	}
 	return st, err
+}
+
+// lockOut are the apt-guard fields of download, install and autoremove.
+type lockOut struct {
+	Locked      bool   `json:"dpkg_locked"`
+	HolderPID   *int   `json:"lock_holder_pid"`
+	HolderCmd   string `json:"lock_holder_command"`
+	Waited      int    `json:"lock_waited_seconds"`
+	Interrupted bool   `json:"dpkg_interrupted"`
+	FixCommand  string `json:"fix_command"`
+}
+
+func (o lockOut) lock() *DpkgLock {
+	if !o.Locked {
+		return nil
+	}
+	return &DpkgLock{PID: o.HolderPID, Command: o.HolderCmd, WaitedSeconds: o.Waited}
 }
 
 func installProgress(log string) InstallProgress {
@@ -115,9 +158,11 @@ func (s *Steps) Download(ctx context.Context, node string) (DownloadResult, erro
 		AptOutput string `json:"apt_output"`
 		AptStderr string `json:"apt_stderr"`
 		AptExit   int    `json:"apt_exit"`
+		lockOut
 	}
-	_, err := s.run(ctx, "download", node, nil, &o, false)
-	d := DownloadResult{Node: node, AptDownload: parse.ParseAptDownload(o.AptOutput), AptExit: o.AptExit, AptStderr: tail(o.AptStderr, 2000)}
+	_, err := s.run(ctx, "download", node, s.lockEnv(nil), &o, false)
+	d := DownloadResult{Node: node, AptDownload: parse.ParseAptDownload(o.AptOutput), AptExit: o.AptExit, AptStderr: tail(o.AptStderr, 2000),
+		Lock: o.lock(), DpkgInterrupted: o.Interrupted, FixCommand: o.FixCommand}
 	d.Fetched = nonNil(d.Fetched)
 	return d, err
 }
@@ -128,4 +173,8 @@ type DownloadResult struct {
 	parse.AptDownload
 	AptExit   int    `json:"apt_exit"`
 	AptStderr string `json:"apt_stderr,omitempty"`
+	// Lock, DpkgInterrupted and FixCommand: see InstallState.
+	Lock            *DpkgLock `json:"lock,omitempty"`
+	DpkgInterrupted bool      `json:"dpkg_interrupted,omitempty"`
+	FixCommand      string    `json:"fix_command,omitempty"`
 }

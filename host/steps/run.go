@@ -19,7 +19,9 @@ import (
 	"log/slog"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -138,6 +140,23 @@ type Steps struct {
 	Paths Paths
 	// Log receives one record per step run; nil discards.
 	Log *slog.Logger
+	// LockTimeout is how long download, install and autoremove wait for
+	// another apt or dpkg holding dpkg's lock (apt's DPkg::Lock::Timeout)
+	// before refusing with the holder's pid and command; the holder is
+	// never touched. 0 means the scripts' default, 120s; at most 9999s.
+	LockTimeout time.Duration
+}
+
+// lockEnv adds LOCK_TIMEOUT to env when LockTimeout is set.
+func (s *Steps) lockEnv(env map[string]string) map[string]string {
+	if s.LockTimeout <= 0 {
+		return env
+	}
+	if env == nil {
+		env = map[string]string{}
+	}
+	env["LOCK_TIMEOUT"] = strconv.Itoa(int(min(s.LockTimeout.Round(time.Second)/time.Second, 9999)))
+	return env
 }
 
 // New returns Steps over r with default paths.

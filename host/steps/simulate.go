@@ -38,10 +38,12 @@ type Plan struct {
 	Kubernetes []string `json:"kubernetes"`
 	// TargetKernel is the newest kernel release a linux-image package of
 	// the plan installs ("" when the plan brings no new kernel).
-	TargetKernel string          `json:"target_kernel"`
-	KeptBack     []string        `json:"kept_back"`
-	HeldChanged  []string        `json:"held_changed"`
-	Counts       parse.AptCounts `json:"counts"`
+	TargetKernel string   `json:"target_kernel"`
+	KeptBack     []string `json:"kept_back"`
+	// Phased are upgrades apt defers for phasing: reported, not blockers.
+	Phased      []string        `json:"phased"`
+	HeldChanged []string        `json:"held_changed"`
+	Counts      parse.AptCounts `json:"counts"`
 	// Blockers say, in words, why this plan must not go ahead as it is.
 	Blockers []string `json:"blockers"`
 }
@@ -53,7 +55,7 @@ func BuildPlan(aptOutput string) Plan {
 	p := Plan{
 		Lines: nonNil(parse.PlanLines(aptOutput)), Packages: []PlannedPackage{}, Removals: []string{},
 		Kernel: []string{}, Nvidia: []string{}, Kubernetes: []string{},
-		KeptBack: nonNil(sim.KeptBack), HeldChanged: nonNil(sim.HeldChanged), Counts: sim.Counts, Blockers: []string{},
+		KeptBack: nonNil(sim.KeptBack), Phased: nonNil(sim.Phased), HeldChanged: nonNil(sim.HeldChanged), Counts: sim.Counts, Blockers: []string{},
 	}
 	p.Digest = parse.DigestPlanLines(p.Lines)
 	for _, a := range sim.Actions {
@@ -122,6 +124,36 @@ type Simulation struct {
 	Holds  []string `json:"holds"`
 	// AptOutput is the raw `apt-get -s full-upgrade` output.
 	AptOutput string `json:"apt_output"`
+	// Boot says whether /boot has room for the kernels the plan installs.
+	Boot BootSpace `json:"boot"`
+	// DpkgInterrupted: dpkg stopped half-way on the node; the script
+	// refused (ErrRefused) and FixCommand is what a person runs there.
+	DpkgInterrupted bool   `json:"dpkg_interrupted,omitempty"`
+	FixCommand      string `json:"fix_command,omitempty"`
+}
+
+// BootSpace is the free space on the filesystem holding /boot against what
+// the new kernels need (each about the running kernel's vmlinuz, initrd,
+// System.map and config, plus 20 %, at least 64 MiB).
+type BootSpace struct {
+	Dir string `json:"dir"`
+	// FreeKB is nil when df could not tell.
+	FreeKB     *int64   `json:"free_kb"`
+	NeedKB     int64    `json:"need_kb"`
+	NewKernels []string `json:"new_kernels"`
+	// Short: FreeKB < NeedKB (a blocker: the kernel's initrd would not fit
+	// and dpkg would stop half-configured).
+	Short bool `json:"short"`
+}
+
+// ShortReason says, with the figures, why /boot is too small.
+func (b BootSpace) ShortReason() string {
+	free := "unknown"
+	if b.FreeKB != nil {
+		free = fmt.Sprintf("%d MiB", *b.FreeKB/1024)
+	}
+	return fmt.Sprintf("%s has %s free, the new kernel(s) %s need about %d MiB (kernel and initrd, sized on the running one); free space on %s first (remove an old kernel)",
+		b.Dir, free, strings.Join(b.NewKernels, " "), b.NeedKB/1024, b.Dir)
 }
 
 // KubernetesPackages are the packages held through a round.
@@ -137,11 +169,20 @@ func (s *Steps) Simulate(ctx context.Context, node string) (Simulation, error) {
 		AptOutput  string   `json:"apt_output"`
 		PlanDigest string   `json:"plan_digest"`
 		PlanLines  []string `json:"plan_lines"`
+		BootDir    string   `json:"boot_dir"`
+		BootFreeKB *int64   `json:"boot_free_kb"`
+		BootNeedKB int64    `json:"boot_need_kb"`
+		BootNew    []string `json:"boot_new_kernels"`
+		BootShort  bool     `json:"boot_short"`
+		Interrupt  bool     `json:"dpkg_interrupted"`
+		FixCommand string   `json:"fix_command"`
+		Phased     []string `json:"phased"`
 	}
 	if _, err := s.run(ctx, "simulate", node, nil, &o, false); err != nil {
-		return Simulation{}, err
+		return Simulation{Node: node, DpkgInterrupted: o.Interrupt, FixCommand: o.FixCommand}, err
 	}
-	sim := Simulation{Node: node, Holds: nonNil(o.Holds), AptOutput: o.AptOutput, Kubernetes: []KubePackage{}, Unheld: []string{}}
+	sim := Simulation{Node: node, Holds: nonNil(o.Holds), AptOutput: o.AptOutput, Kubernetes: []KubePackage{}, Unheld: []string{},
+		Boot: BootSpace{Dir: o.BootDir, FreeKB: o.BootFreeKB, NeedKB: o.BootNeedKB, NewKernels: nonNil(o.BootNew), Short: o.BootShort}}
 	sim.Plan = BuildPlan(o.AptOutput)
 	if sim.Plan.Digest != o.PlanDigest || !slices.Equal(sim.Plan.Lines, nonNil(o.PlanLines)) {
 		return sim, fmt.Errorf("simulate on node %s: %w: the node computed plan digest %s, Go computed %s", node, ErrProtocol, o.PlanDigest, sim.Plan.Digest)
@@ -173,6 +214,14 @@ func (s *Steps) Simulate(ctx context.Context, node string) (Simulation, error) {
 	}
 	if len(sim.Unheld) > 0 {
 		sim.Plan.Blockers = append(sim.Plan.Blockers, "Kubernetes packages not held: "+strings.Join(sim.Unheld, ", ")+" (apt-mark hold them)")
+	}
+	for _, p := range o.Phased {
+		if !slices.Contains(sim.Plan.Phased, p) {
+			sim.Plan.Phased = append(sim.Plan.Phased, p)
+		}
+	}
+	if sim.Boot.Short {
+		sim.Plan.Blockers = append(sim.Plan.Blockers, sim.Boot.ShortReason())
 	}
 	return sim, nil
 }

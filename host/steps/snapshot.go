@@ -93,6 +93,10 @@ type AutoremoveResult struct {
 	// kernel or to KeepKernel before the soak is over.
 	Protected []string `json:"protected"`
 	Removed   bool     `json:"removed"`
+	// Lock, DpkgInterrupted and FixCommand: see InstallState.
+	Lock            *DpkgLock `json:"lock,omitempty"`
+	DpkgInterrupted bool      `json:"dpkg_interrupted,omitempty"`
+	FixCommand      string    `json:"fix_command,omitempty"`
 }
 
 // Autoremove simulates, then (Action "run") runs `apt-get autoremove
@@ -103,7 +107,7 @@ func (s *Steps) Autoremove(ctx context.Context, node string, in AutoremoveInput)
 	if in.Action != AutoremoveSimulate && in.Action != AutoremoveRun {
 		return res, fmt.Errorf("autoremove on node %s: %w: action %q must be simulate or run", node, ErrBadInput, in.Action)
 	}
-	env := map[string]string{"ACTION": in.Action, "SOAK_DONE": "0"}
+	env := s.lockEnv(map[string]string{"ACTION": in.Action, "SOAK_DONE": "0"})
 	if in.SoakDone {
 		env["SOAK_DONE"] = "1"
 	}
@@ -118,9 +122,11 @@ func (s *Steps) Autoremove(ctx context.Context, node string, in AutoremoveInput)
 		Removals  []string `json:"removals"`
 		Protected []string `json:"protected"`
 		AptExit   *int     `json:"apt_exit"`
+		lockOut
 	}
 	_, err := s.run(ctx, "autoremove", node, env, &o, false)
 	res.RunningKernel, res.Removals, res.Protected = o.Running, nonNil(o.Removals), nonNil(o.Protected)
+	res.Lock, res.DpkgInterrupted, res.FixCommand = o.lock(), o.Interrupted, o.FixCommand
 	res.Removed = err == nil && in.Action == AutoremoveRun && o.AptExit != nil && *o.AptExit == 0
 	return res, err
 }

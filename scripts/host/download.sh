@@ -4,11 +4,15 @@
 # Runbook: run as root on the node. `apt-get -d -y full-upgrade` only
 # downloads into apt's cache; nothing is unpacked or configured, so this is
 # safe before the drain. Running it again fetches only what is missing.
+# Another apt holding the lock is waited for at most LOCK_TIMEOUT s, then
+# named (refused); an interrupted dpkg is refused with the command to run.
 #
-# Environment: APT_CONFIG and DPKG_ADMINDIR are honoured by apt and dpkg.
+# Environment: LOCK_TIMEOUT [120] seconds; APT_CONFIG and DPKG_ADMINDIR
+# are honoured by apt and dpkg.
 #
 # Output: one JSON object (README.md, "download").
-# Exit status: 0 ok, 1 apt-get failed.
+# Exit status: 0 ok, 1 apt-get failed, 2 bad input, 3 dpkg locked or
+# interrupted.
 # shellcheck disable=SC2317 # shared helpers below: not every script calls each one
 set -eu
 # The whole body is one { } group: the shell reads all of it from stdin
@@ -117,14 +121,70 @@ check_kernel() {
 }
 # ---- common: end ----
 
+# ---- apt-guard: begin (same in simulate.sh, download.sh, install.sh and autoremove.sh) ----
+# Real hosts: another apt or dpkg (unattended-upgrades, a person) may hold
+# dpkg's lock, and a dpkg that was interrupted must be finished by a person
+# before anything else runs. Both are read the way apt reads them: apt's own
+# words, and dpkg's journal ($DPKG_ADMINDIR/updates, files named by digits).
+FIX_DPKG='dpkg --configure -a'
+# dpkg_interrupted [APT-STDERR-FILE]: did dpkg stop half-way?
+dpkg_interrupted() {
+	if [ -n "${1:-}" ] && grep -q 'dpkg was interrupted' "$1" 2>/dev/null; then return 0; fi
+	[ -n "$(find "${DPKG_ADMINDIR:-/var/lib/dpkg}/updates" -maxdepth 1 -type f -name '[0-9]*' 2>/dev/null | head -n 1)" ]
+}
+# refuse_interrupted: stop before anything, naming what a person runs.
+refuse_interrupted() {
+	field_bool dpkg_interrupted 1
+	field_str fix_command "$FIX_DPKG"
+	refuse "dpkg was interrupted on this node (a package operation stopped half-way); nothing was changed. A person runs '$FIX_DPKG' as root on the node, reads its output, then runs this step again"
+}
+# apt_locked APT-OUTPUT-FILE: did apt give up waiting for dpkg's lock?
+apt_locked() { grep -Eq 'Could not get lock|Unable to acquire the dpkg' "$1"; }
+# refuse_locked APT-OUTPUT-FILE WAITED: stop, naming the holder apt named
+# ("It is held by process PID (NAME)"); the holder is left alone.
+refuse_locked() {
+	holder=$(sed -n 's/.*held by process \([0-9][0-9]*\) (\([^)]*\)).*/\1 \2/p' "$1" | head -n 1)
+	lpid=${holder%% *}
+	lname=${holder#* }
+	lcmd=''
+	if [ -n "$lpid" ] && [ -r "/proc/$lpid/cmdline" ]; then lcmd=$(tr '\000' ' ' <"/proc/$lpid/cmdline" | sed 's/ *$//'); fi
+	[ -n "$lcmd" ] || lcmd=$lname
+	field_bool dpkg_locked 1
+	field_int lock_holder_pid "$lpid"
+	field_str lock_holder_command "$lcmd"
+	field_int lock_waited_seconds "$2"
+	refuse "dpkg is locked by process ${lpid:-unknown} (${lcmd:-unknown}) and stayed locked for $2 s; nothing was changed and the holder was left alone. Let it finish (or ask who runs it), then run this step again"
+}
+# dpkg_ready SECONDS: take and release dpkg's lock with apt itself (apt-get
+# check, waiting at most SECONDS for a holder: DPkg::Lock::Timeout); refuses
+# when dpkg stays locked or was interrupted. Needs $TMPD.
+dpkg_ready() {
+	rc=0
+	# apt prints its "Waiting for cache lock" lines on stdout, errors on stderr.
+	LC_ALL=C apt-get -o DPkg::Lock::Timeout="$1" check >"$TMPD/check.out" 2>&1 || rc=$?
+	if dpkg_interrupted "$TMPD/check.out"; then refuse_interrupted; fi
+	[ "$rc" = 0 ] && return 0
+	if apt_locked "$TMPD/check.out"; then refuse_locked "$TMPD/check.out" "$1"; fi
+	fail "apt-get check exited $rc: $(tail -n 3 "$TMPD/check.out")"
+}
+# ---- apt-guard: end ----
+
+: "${LOCK_TIMEOUT:=120}"
+STAGE='checking input'
+check LOCK_TIMEOUT "$LOCK_TIMEOUT" '[0-9]{1,4}' 'a number of seconds (0-9999)'
 make_tmpdir
+STAGE='checking dpkg finished its last run'
+if dpkg_interrupted; then refuse_interrupted; fi
 STAGE='downloading (apt-get -d -y full-upgrade)'
 rc=0
-LC_ALL=C DEBIAN_FRONTEND=noninteractive apt-get -d -y full-upgrade >"$TMPD/out" 2>"$TMPD/err" || rc=$?
+LC_ALL=C DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout="$LOCK_TIMEOUT" -d -y full-upgrade >"$TMPD/out" 2>"$TMPD/err" || rc=$?
 field_text apt_output "$(cat "$TMPD/out")"
 field_text apt_stderr "$(cat "$TMPD/err")"
 field_int apt_exit "$rc"
 if [ "$rc" != 0 ]; then
+	cat "$TMPD/out" "$TMPD/err" >"$TMPD/all"
+	if dpkg_interrupted "$TMPD/all"; then refuse_interrupted; fi
+	if apt_locked "$TMPD/all"; then refuse_locked "$TMPD/all" "$LOCK_TIMEOUT"; fi
 	fail "apt-get -d -y full-upgrade exited $rc: $(tail -n 3 "$TMPD/err")"
 fi
 ok 'done'

@@ -4,10 +4,16 @@
 # Runbook: run as root on a drained node, with ACTION=start and the plan
 # digest that was approved. start:
 #   1. refuses if an install for this round was already started;
-#   2. re-runs `apt-get -s full-upgrade` and refuses if the digest of the
-#      package set differs from EXPECTED_PLAN_DIGEST (the plan drifted);
-#   3. records the start, then runs
-#        apt-get -y -o Dpkg::Options::=--force-confdef \
+#   2. waits at most LOCK_TIMEOUT s for another apt/dpkg holding dpkg's
+#      lock (apt-get check with DPkg::Lock::Timeout), then refuses naming
+#      the holder (pid, command), which it never touches; refuses when dpkg
+#      was interrupted, naming the command a person runs (dpkg --configure -a);
+#   3. re-runs `apt-get -s full-upgrade` and refuses if the digest of the
+#      package set differs from EXPECTED_PLAN_DIGEST (the plan drifted),
+#      or if $BOOT_DIR lacks room for the kernels it installs;
+#   4. records the start, then runs
+#        apt-get -y -o DPkg::Lock::Timeout=LOCK_TIMEOUT \
+#          -o Dpkg::Options::=--force-confdef \
 #          -o Dpkg::Options::=--force-confold full-upgrade
 #      with DEBIAN_FRONTEND=noninteractive and NEEDRESTART_MODE=l (list
 #      only), in its own session: a systemd transient unit when systemd is
@@ -25,6 +31,8 @@
 #   STATE_DIR             [/var/lib/mcp-patch]
 #   SYSTEMD_DIR           [/run/systemd/system]  present when systemd is PID 1
 #   LOG_TAIL_LINES        [40]
+#   LOCK_TIMEOUT          [120] seconds to wait for dpkg's lock
+#   BOOT_DIR              [/boot]
 #   APT_CONFIG, DPKG_ADMINDIR are honoured by apt and dpkg themselves.
 #
 # Output: one JSON object (README.md, "install").
@@ -137,6 +145,93 @@ check_kernel() {
 }
 # ---- common: end ----
 
+# ---- apt-guard: begin (same in simulate.sh, download.sh, install.sh and autoremove.sh) ----
+# Real hosts: another apt or dpkg (unattended-upgrades, a person) may hold
+# dpkg's lock, and a dpkg that was interrupted must be finished by a person
+# before anything else runs. Both are read the way apt reads them: apt's own
+# words, and dpkg's journal ($DPKG_ADMINDIR/updates, files named by digits).
+FIX_DPKG='dpkg --configure -a'
+# dpkg_interrupted [APT-STDERR-FILE]: did dpkg stop half-way?
+dpkg_interrupted() {
+	if [ -n "${1:-}" ] && grep -q 'dpkg was interrupted' "$1" 2>/dev/null; then return 0; fi
+	[ -n "$(find "${DPKG_ADMINDIR:-/var/lib/dpkg}/updates" -maxdepth 1 -type f -name '[0-9]*' 2>/dev/null | head -n 1)" ]
+}
+# refuse_interrupted: stop before anything, naming what a person runs.
+refuse_interrupted() {
+	field_bool dpkg_interrupted 1
+	field_str fix_command "$FIX_DPKG"
+	refuse "dpkg was interrupted on this node (a package operation stopped half-way); nothing was changed. A person runs '$FIX_DPKG' as root on the node, reads its output, then runs this step again"
+}
+# apt_locked APT-OUTPUT-FILE: did apt give up waiting for dpkg's lock?
+apt_locked() { grep -Eq 'Could not get lock|Unable to acquire the dpkg' "$1"; }
+# refuse_locked APT-OUTPUT-FILE WAITED: stop, naming the holder apt named
+# ("It is held by process PID (NAME)"); the holder is left alone.
+refuse_locked() {
+	holder=$(sed -n 's/.*held by process \([0-9][0-9]*\) (\([^)]*\)).*/\1 \2/p' "$1" | head -n 1)
+	lpid=${holder%% *}
+	lname=${holder#* }
+	lcmd=''
+	if [ -n "$lpid" ] && [ -r "/proc/$lpid/cmdline" ]; then lcmd=$(tr '\000' ' ' <"/proc/$lpid/cmdline" | sed 's/ *$//'); fi
+	[ -n "$lcmd" ] || lcmd=$lname
+	field_bool dpkg_locked 1
+	field_int lock_holder_pid "$lpid"
+	field_str lock_holder_command "$lcmd"
+	field_int lock_waited_seconds "$2"
+	refuse "dpkg is locked by process ${lpid:-unknown} (${lcmd:-unknown}) and stayed locked for $2 s; nothing was changed and the holder was left alone. Let it finish (or ask who runs it), then run this step again"
+}
+# dpkg_ready SECONDS: take and release dpkg's lock with apt itself (apt-get
+# check, waiting at most SECONDS for a holder: DPkg::Lock::Timeout); refuses
+# when dpkg stays locked or was interrupted. Needs $TMPD.
+dpkg_ready() {
+	rc=0
+	# apt prints its "Waiting for cache lock" lines on stdout, errors on stderr.
+	LC_ALL=C apt-get -o DPkg::Lock::Timeout="$1" check >"$TMPD/check.out" 2>&1 || rc=$?
+	if dpkg_interrupted "$TMPD/check.out"; then refuse_interrupted; fi
+	[ "$rc" = 0 ] && return 0
+	if apt_locked "$TMPD/check.out"; then refuse_locked "$TMPD/check.out" "$1"; fi
+	fail "apt-get check exited $rc: $(tail -n 3 "$TMPD/check.out")"
+}
+# ---- apt-guard: end ----
+
+# ---- boot-space: begin (same in simulate.sh and install.sh) ----
+# boot_space PLAN-LINES: does /boot hold the kernels the plan installs? A
+# kernel whose initrd does not fit leaves dpkg half-configured. Each new
+# linux-image-<release> needs about what the running kernel's files take in
+# $BOOT_DIR (vmlinuz, initrd.img, System.map, config) plus 20 %, at least
+# 64 MiB. Sets BOOT_FREE_KB (empty when df cannot tell), BOOT_NEED_KB,
+# BOOT_NEW_KERNELS (one per line) and BOOT_SHORT (1 when it does not fit).
+boot_space() {
+	BOOT_NEW_KERNELS=$(printf '%s\n' "$1" | awk '$1 == "Inst" && $2 ~ /^linux-image-[0-9]/ && $3 == "-" { sub(/^linux-image-/, "", $2); print $2 }')
+	per=0
+	for f in vmlinuz initrd.img System.map config; do
+		if [ -f "$BOOT_DIR/$f-$(uname -r)" ]; then per=$((per + $(du -k "$BOOT_DIR/$f-$(uname -r)" | cut -f1))); fi
+	done
+	per=$((per * 12 / 10))
+	[ "$per" -ge 65536 ] || per=65536
+	n=$(printf '%s\n' "$BOOT_NEW_KERNELS" | grep -c . || true)
+	BOOT_NEED_KB=$((n * per))
+	BOOT_FREE_KB=$(df -Pk "$BOOT_DIR" 2>/dev/null | awk 'NR == 2 { print $4 }') || BOOT_FREE_KB=''
+	BOOT_SHORT=0
+	case $BOOT_FREE_KB in
+	'' | *[!0-9]*) BOOT_FREE_KB='' ;;
+	*) if [ "$BOOT_FREE_KB" -lt "$BOOT_NEED_KB" ]; then BOOT_SHORT=1; fi ;;
+	esac
+}
+# boot_fields: report boot_space's findings.
+boot_fields() {
+	field_str boot_dir "$BOOT_DIR"
+	field_int boot_free_kb "$BOOT_FREE_KB"
+	field_int boot_need_kb "$BOOT_NEED_KB"
+	field_lines boot_new_kernels "$BOOT_NEW_KERNELS"
+	field_bool boot_short "$BOOT_SHORT"
+}
+# boot_short_reason: the words of a /boot that is too small.
+boot_short_reason() {
+	printf '%s has %s MiB free, the new kernel(s) %s need about %s MiB (kernel and initrd, sized on the running one); free space on %s first (remove an old kernel), nothing was changed' \
+		"$BOOT_DIR" "$((BOOT_FREE_KB / 1024))" "$(printf '%s' "$BOOT_NEW_KERNELS" | tr '\n' ' ' | sed 's/ *$//')" "$((BOOT_NEED_KB / 1024))" "$BOOT_DIR"
+}
+# ---- boot-space: end ----
+
 # ---- plan-digest: begin (same in simulate.sh and install.sh) ----
 # plan_lines: read `apt-get -s` output, print the canonical package set: one
 # line per Inst, Remv or Purg line, "<op> <package> <old> <new> <arch>" with
@@ -165,6 +260,8 @@ plan_digest() { plan_lines | LC_ALL=C sort | sha256sum | sed 's/ .*//; s/^/sha25
 : "${STATE_DIR:=/var/lib/mcp-patch}"
 : "${SYSTEMD_DIR:=/run/systemd/system}"
 : "${LOG_TAIL_LINES:=40}"
+: "${LOCK_TIMEOUT:=120}"
+: "${BOOT_DIR:=/boot}"
 
 STAGE='checking input'
 check ACTION "$ACTION" 'start|status' 'start or status'
@@ -172,6 +269,8 @@ check_round ROUND "$ROUND"
 check_path STATE_DIR "$STATE_DIR"
 check_path SYSTEMD_DIR "$SYSTEMD_DIR"
 check LOG_TAIL_LINES "$LOG_TAIL_LINES" '[0-9]{1,4}' 'a line count'
+check LOCK_TIMEOUT "$LOCK_TIMEOUT" '[0-9]{1,4}' 'a number of seconds (0-9999)'
+check_path BOOT_DIR "$BOOT_DIR"
 if [ "$ACTION" = start ]; then
 	check EXPECTED_PLAN_DIGEST "$EXPECTED_PLAN_DIGEST" 'sha256:[0-9a-f]{64}' 'a plan digest (sha256:<64 hex>)'
 fi
@@ -225,11 +324,15 @@ if [ -f "$dir/install.started" ]; then
 fi
 
 make_tmpdir
+STAGE="waiting at most $LOCK_TIMEOUT s for dpkg's lock (apt-get check)"
+dpkg_ready "$LOCK_TIMEOUT"
+
 STAGE='re-simulating the upgrade (apt-get -s full-upgrade)'
 rc=0
 LC_ALL=C apt-get -s full-upgrade >"$TMPD/sim" 2>"$TMPD/sim.err" || rc=$?
 if [ "$rc" != 0 ]; then
 	field_text apt_stderr "$(cat "$TMPD/sim.err")"
+	if dpkg_interrupted "$TMPD/sim.err"; then refuse_interrupted; fi
 	fail "apt-get -s full-upgrade exited $rc"
 fi
 digest=$(plan_digest <"$TMPD/sim")
@@ -239,6 +342,10 @@ if [ "$digest" != "$EXPECTED_PLAN_DIGEST" ]; then
 	field_lines plan_lines "$(plan_lines <"$TMPD/sim" | LC_ALL=C sort)"
 	refuse "the plan drifted: apt-get -s full-upgrade now gives $digest, the approved plan is $EXPECTED_PLAN_DIGEST; simulate again and get a new approval"
 fi
+STAGE="checking $BOOT_DIR has room for the new kernels"
+boot_space "$(plan_lines <"$TMPD/sim")"
+boot_fields
+[ "$BOOT_SHORT" = 0 ] || refuse "$(boot_short_reason)"
 
 STAGE="recording the start in $dir"
 mkdir -p "$dir"
@@ -246,21 +353,24 @@ date -u +%Y-%m-%dT%H:%M:%SZ >"$dir/install.started"
 rm -f "$rcfile" "$pidfile"
 
 # The detached job: records its pid, runs apt-get, records the exit code.
-# Arguments: log file, rc file, pid file.
+# Arguments: log file, rc file, pid file, lock timeout. It is a file, not a
+# command line: systemd-run would expand "$$" on a command line itself.
+jobfile="$dir/mcp-patch-install.sh"
 # shellcheck disable=SC2016 # expanded by the job's own shell
-job='echo $$ >"$3"; rc=0; apt-get -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold full-upgrade >"$1" 2>&1 </dev/null || rc=$?; echo "$rc" >"$2.part" && mv "$2.part" "$2"'
+job='echo $$ >"$3"; rc=0; apt-get -y -o DPkg::Lock::Timeout="$4" -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold full-upgrade >"$1" 2>&1 </dev/null || rc=$?; echo "$rc" >"$2.part" && mv "$2.part" "$2"'
 
 STAGE='starting apt-get full-upgrade detached'
+printf '%s\n' "$job" >"$jobfile"
 if [ -d "$SYSTEMD_DIR" ] && command -v systemd-run >/dev/null 2>&1; then
 	echo "systemd-run --unit=$unit" >"$dir/install.launcher"
 	set -- --unit="$unit" --collect --quiet --setenv=DEBIAN_FRONTEND=noninteractive --setenv=NEEDRESTART_MODE=l
 	if [ -n "${APT_CONFIG:-}" ]; then set -- "$@" --setenv=APT_CONFIG="$APT_CONFIG"; fi
 	if [ -n "${DPKG_ADMINDIR:-}" ]; then set -- "$@" --setenv=DPKG_ADMINDIR="$DPKG_ADMINDIR"; fi
-	systemd-run "$@" sh -c "$job" mcp-patch-install "$log" "$rcfile" "$pidfile"
+	systemd-run "$@" sh "$jobfile" "$log" "$rcfile" "$pidfile" "$LOCK_TIMEOUT"
 else
 	echo "setsid nohup" >"$dir/install.launcher"
 	DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l \
-		setsid nohup sh -c "$job" mcp-patch-install "$log" "$rcfile" "$pidfile" >/dev/null 2>&1 </dev/null &
+		setsid nohup sh "$jobfile" "$log" "$rcfile" "$pidfile" "$LOCK_TIMEOUT" >/dev/null 2>&1 </dev/null &
 fi
 
 STAGE='waiting for the install to record its pid'

@@ -7,11 +7,16 @@
 # `apt-get -s full-upgrade`, and the plan digest: the sha256 of the canonical
 # package set (see plan_lines below and README.md). install.sh refuses to
 # run when the digest on the node no longer matches the one approved.
+# It also says whether $BOOT_DIR has room for the kernels the plan installs
+# (boot_free_kb, boot_need_kb, boot_short), and it stops (refused) when
+# dpkg was interrupted, naming the command a person runs (fix_command).
 #
-# Environment: APT_CONFIG and DPKG_ADMINDIR are honoured by apt and dpkg.
+# Environment: BOOT_DIR [/boot]; APT_CONFIG and DPKG_ADMINDIR are honoured
+# by apt and dpkg.
 #
 # Output: one JSON object (README.md, "simulate").
-# Exit status: 0 ok (whatever the plan says), 1 apt-get failed.
+# Exit status: 0 ok (whatever the plan says), 1 apt-get failed, 2 bad
+# input, 3 dpkg was interrupted.
 # shellcheck disable=SC2317 # shared helpers below: not every script calls each one
 set -eu
 # The whole body is one { } group: the shell reads all of it from stdin
@@ -120,6 +125,93 @@ check_kernel() {
 }
 # ---- common: end ----
 
+# ---- apt-guard: begin (same in simulate.sh, download.sh, install.sh and autoremove.sh) ----
+# Real hosts: another apt or dpkg (unattended-upgrades, a person) may hold
+# dpkg's lock, and a dpkg that was interrupted must be finished by a person
+# before anything else runs. Both are read the way apt reads them: apt's own
+# words, and dpkg's journal ($DPKG_ADMINDIR/updates, files named by digits).
+FIX_DPKG='dpkg --configure -a'
+# dpkg_interrupted [APT-STDERR-FILE]: did dpkg stop half-way?
+dpkg_interrupted() {
+	if [ -n "${1:-}" ] && grep -q 'dpkg was interrupted' "$1" 2>/dev/null; then return 0; fi
+	[ -n "$(find "${DPKG_ADMINDIR:-/var/lib/dpkg}/updates" -maxdepth 1 -type f -name '[0-9]*' 2>/dev/null | head -n 1)" ]
+}
+# refuse_interrupted: stop before anything, naming what a person runs.
+refuse_interrupted() {
+	field_bool dpkg_interrupted 1
+	field_str fix_command "$FIX_DPKG"
+	refuse "dpkg was interrupted on this node (a package operation stopped half-way); nothing was changed. A person runs '$FIX_DPKG' as root on the node, reads its output, then runs this step again"
+}
+# apt_locked APT-OUTPUT-FILE: did apt give up waiting for dpkg's lock?
+apt_locked() { grep -Eq 'Could not get lock|Unable to acquire the dpkg' "$1"; }
+# refuse_locked APT-OUTPUT-FILE WAITED: stop, naming the holder apt named
+# ("It is held by process PID (NAME)"); the holder is left alone.
+refuse_locked() {
+	holder=$(sed -n 's/.*held by process \([0-9][0-9]*\) (\([^)]*\)).*/\1 \2/p' "$1" | head -n 1)
+	lpid=${holder%% *}
+	lname=${holder#* }
+	lcmd=''
+	if [ -n "$lpid" ] && [ -r "/proc/$lpid/cmdline" ]; then lcmd=$(tr '\000' ' ' <"/proc/$lpid/cmdline" | sed 's/ *$//'); fi
+	[ -n "$lcmd" ] || lcmd=$lname
+	field_bool dpkg_locked 1
+	field_int lock_holder_pid "$lpid"
+	field_str lock_holder_command "$lcmd"
+	field_int lock_waited_seconds "$2"
+	refuse "dpkg is locked by process ${lpid:-unknown} (${lcmd:-unknown}) and stayed locked for $2 s; nothing was changed and the holder was left alone. Let it finish (or ask who runs it), then run this step again"
+}
+# dpkg_ready SECONDS: take and release dpkg's lock with apt itself (apt-get
+# check, waiting at most SECONDS for a holder: DPkg::Lock::Timeout); refuses
+# when dpkg stays locked or was interrupted. Needs $TMPD.
+dpkg_ready() {
+	rc=0
+	# apt prints its "Waiting for cache lock" lines on stdout, errors on stderr.
+	LC_ALL=C apt-get -o DPkg::Lock::Timeout="$1" check >"$TMPD/check.out" 2>&1 || rc=$?
+	if dpkg_interrupted "$TMPD/check.out"; then refuse_interrupted; fi
+	[ "$rc" = 0 ] && return 0
+	if apt_locked "$TMPD/check.out"; then refuse_locked "$TMPD/check.out" "$1"; fi
+	fail "apt-get check exited $rc: $(tail -n 3 "$TMPD/check.out")"
+}
+# ---- apt-guard: end ----
+
+# ---- boot-space: begin (same in simulate.sh and install.sh) ----
+# boot_space PLAN-LINES: does /boot hold the kernels the plan installs? A
+# kernel whose initrd does not fit leaves dpkg half-configured. Each new
+# linux-image-<release> needs about what the running kernel's files take in
+# $BOOT_DIR (vmlinuz, initrd.img, System.map, config) plus 20 %, at least
+# 64 MiB. Sets BOOT_FREE_KB (empty when df cannot tell), BOOT_NEED_KB,
+# BOOT_NEW_KERNELS (one per line) and BOOT_SHORT (1 when it does not fit).
+boot_space() {
+	BOOT_NEW_KERNELS=$(printf '%s\n' "$1" | awk '$1 == "Inst" && $2 ~ /^linux-image-[0-9]/ && $3 == "-" { sub(/^linux-image-/, "", $2); print $2 }')
+	per=0
+	for f in vmlinuz initrd.img System.map config; do
+		if [ -f "$BOOT_DIR/$f-$(uname -r)" ]; then per=$((per + $(du -k "$BOOT_DIR/$f-$(uname -r)" | cut -f1))); fi
+	done
+	per=$((per * 12 / 10))
+	[ "$per" -ge 65536 ] || per=65536
+	n=$(printf '%s\n' "$BOOT_NEW_KERNELS" | grep -c . || true)
+	BOOT_NEED_KB=$((n * per))
+	BOOT_FREE_KB=$(df -Pk "$BOOT_DIR" 2>/dev/null | awk 'NR == 2 { print $4 }') || BOOT_FREE_KB=''
+	BOOT_SHORT=0
+	case $BOOT_FREE_KB in
+	'' | *[!0-9]*) BOOT_FREE_KB='' ;;
+	*) if [ "$BOOT_FREE_KB" -lt "$BOOT_NEED_KB" ]; then BOOT_SHORT=1; fi ;;
+	esac
+}
+# boot_fields: report boot_space's findings.
+boot_fields() {
+	field_str boot_dir "$BOOT_DIR"
+	field_int boot_free_kb "$BOOT_FREE_KB"
+	field_int boot_need_kb "$BOOT_NEED_KB"
+	field_lines boot_new_kernels "$BOOT_NEW_KERNELS"
+	field_bool boot_short "$BOOT_SHORT"
+}
+# boot_short_reason: the words of a /boot that is too small.
+boot_short_reason() {
+	printf '%s has %s MiB free, the new kernel(s) %s need about %s MiB (kernel and initrd, sized on the running one); free space on %s first (remove an old kernel), nothing was changed' \
+		"$BOOT_DIR" "$((BOOT_FREE_KB / 1024))" "$(printf '%s' "$BOOT_NEW_KERNELS" | tr '\n' ' ' | sed 's/ *$//')" "$((BOOT_NEED_KB / 1024))" "$BOOT_DIR"
+}
+# ---- boot-space: end ----
+
 # ---- plan-digest: begin (same in simulate.sh and install.sh) ----
 # plan_lines: read `apt-get -s` output, print the canonical package set: one
 # line per Inst, Remv or Purg line, "<op> <package> <old> <new> <arch>" with
@@ -142,6 +234,9 @@ plan_lines() {
 plan_digest() { plan_lines | LC_ALL=C sort | sha256sum | sed 's/ .*//; s/^/sha256:/'; }
 # ---- plan-digest: end ----
 
+: "${BOOT_DIR:=/boot}"
+STAGE='checking input'
+check_path BOOT_DIR "$BOOT_DIR"
 make_tmpdir
 
 STAGE='listing Kubernetes packages and holds'
@@ -152,6 +247,9 @@ STAGE='listing apt holds (apt-mark showhold)'
 holds=$(apt-mark showhold)
 field_lines holds "$holds"
 
+STAGE='checking dpkg finished its last run'
+if dpkg_interrupted; then refuse_interrupted; fi
+
 STAGE='simulating the upgrade (apt-get -s full-upgrade)'
 rc=0
 LC_ALL=C apt-get -s full-upgrade >"$TMPD/sim" 2>"$TMPD/sim.err" || rc=$?
@@ -159,6 +257,7 @@ field_text apt_output "$(cat "$TMPD/sim")"
 field_text apt_stderr "$(cat "$TMPD/sim.err")"
 field_int apt_exit "$rc"
 if [ "$rc" != 0 ]; then
+	if dpkg_interrupted "$TMPD/sim.err"; then refuse_interrupted; fi
 	fail "apt-get -s full-upgrade exited $rc: $(tail -n 3 "$TMPD/sim.err")"
 fi
 
@@ -167,5 +266,20 @@ lines=$(plan_lines <"$TMPD/sim" | LC_ALL=C sort)
 digest=$(plan_digest <"$TMPD/sim")
 field_lines plan_lines "$lines"
 field_str plan_digest "$digest"
+
+STAGE='finding upgrades kept back by phasing (apt-cache policy)'
+# apt 2.6 lists a phased upgrade among "kept back"; apt-cache policy marks
+# its candidate "(phased N%)". Newer apt prints its own section (parsed in Go).
+kept=$(awk '/^The following packages have been kept back:/ { f = 1; next } f && /^  / { print; next } { f = 0 }' "$TMPD/sim" | tr -s ' ' '\n' | sed '/^$/d')
+phased=''
+if [ -n "$kept" ] && command -v apt-cache >/dev/null 2>&1; then
+	# shellcheck disable=SC2086 # one package name per word
+	phased=$(LC_ALL=C apt-cache policy $kept 2>/dev/null | awk '/^[^ ]/ { p = $1; sub(/:$/, "", p) } /\(phased [0-9]+%\)/ && p != "" { print p; p = "" }')
+fi
+field_lines phased "$phased"
+
+STAGE="checking $BOOT_DIR has room for the new kernels"
+boot_space "$lines"
+boot_fields
 ok 'done'
 }

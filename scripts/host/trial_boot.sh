@@ -393,8 +393,22 @@ STAGE="reading the GRUB menu in $GRUB_CFG"
 entries=$(grub_entries "$GRUB_CFG")
 old_kernel=$(printf '%s\n' "$entries" | awk -F '\t' -v id="$OLD_ENTRY" '$1 == id { print $3; exit }')
 new_kernel=$(printf '%s\n' "$entries" | awk -F '\t' -v id="$NEW_ENTRY" '$1 == id { print $3; exit }')
-printf '%s\n' "$entries" | cut -f1 | grep -qxF -- "$OLD_ENTRY" || refuse "OLD_ENTRY '$OLD_ENTRY' is not an entry of $GRUB_CFG"
-printf '%s\n' "$entries" | cut -f1 | grep -qxF -- "$NEW_ENTRY" || refuse "NEW_ENTRY '$NEW_ENTRY' is not an entry of $GRUB_CFG"
+# entry_check NAME ID: the id must be an entry of the live grub.cfg with its
+# full submenu path (GRUB boots entry 0 for a default it cannot find, which
+# after a panic may be the new kernel), and not a recovery entry.
+entry_check() {
+	if ! printf '%s\n' "$entries" | cut -f1 | grep -qxF -- "$2"; then
+		full=$(printf '%s\n' "$entries" | awk -F '\t' -v id="$2" '{ n = split($1, p, ">") } p[n] == id { print $1; exit }')
+		[ -z "$full" ] || refuse "$1 '$2' is not an entry of $GRUB_CFG: it lacks its submenu path, so GRUB would not find it and would boot entry 0; the full id is '$full'"
+		refuse "$1 '$2' is not an entry of $GRUB_CFG (an id with its submenu path, as grub-reboot and GRUB_DEFAULT need it); GRUB would boot entry 0"
+	fi
+	title=$(printf '%s\n' "$entries" | awk -F '\t' -v id="$2" '$1 == id { print $4; exit }')
+	case $title in
+	*'(recovery mode)'*) refuse "$1 '$2' is a recovery entry ($title); trial boots use the kernel's normal entry" ;;
+	esac
+}
+entry_check OLD_ENTRY "$OLD_ENTRY"
+entry_check NEW_ENTRY "$NEW_ENTRY"
 field_str old_entry "$OLD_ENTRY"
 field_str new_entry "$NEW_ENTRY"
 field_str old_kernel "$old_kernel"
@@ -421,6 +435,16 @@ field_lines grubenv_reasons "$GRUBENV_REASONS"
 if [ "$GRUBENV_RELIABLE" = 0 ] && [ "$ALLOW_UNRELIABLE_GRUBENV" != 1 ]; then
 	refuse "GRUB cannot clear the one-shot entry at boot, so a failed kernel would stay the default: $(printf '%s' "$GRUBENV_REASONS" | tr '\n' ';')"
 fi
+
+STAGE="checking no other GRUB drop-in overrides GRUB_DEFAULT after $GRUB_DROPIN"
+for f in "$(dirname "$GRUB_DROPIN")"/*.cfg; do
+	if [ ! -f "$f" ] || [ "$f" = "$GRUB_DROPIN" ]; then continue; fi
+	# grub-mkconfig sources the drop-ins in name order: a later one wins.
+	[ "$(printf '%s\n%s\n' "$f" "$GRUB_DROPIN" | LC_ALL=C sort | tail -n 1)" = "$f" ] || continue
+	if grep -Eq '^[[:space:]]*(export[[:space:]]+)?GRUB_DEFAULT=' "$f"; then
+		refuse "$f sets GRUB_DEFAULT and is read after $GRUB_DROPIN, so the old kernel would not stay the default; nothing was changed"
+	fi
+done
 
 STAGE="recording the trial boot in $state"
 mkdir -p "$dir"
