@@ -41,6 +41,13 @@ func TestFaultCatalogue(t *testing.T) {
 		{fault: "model-errors", stopStep: "gpu_acceptance", stopNode: "gpu-canary-1", reason: "completion"},
 		{fault: "ssh-drop-mid-install", node: "cp-1"},
 		{fault: "gpus-exhausted", arg: "gpu-canary-1", after: "uncordon_node", afterNode: "gpu-canary-1"},
+		// Real-host hazards: each a clear stop before anything changed, or
+		// (phasing) nothing to stop for.
+		{fault: "dpkg-interrupted", node: "cp-1", stopStep: "simulate", stopNode: "cp-1", reason: "dpkg --configure -a"},
+		{fault: "boot-nearly-full", node: "cp-1", stopStep: "simulate", stopNode: "cp-1", reason: "/boot has 20 MiB free"},
+		{fault: "dpkg-locked", node: "cp-1", stopStep: "install", stopNode: "cp-1", reason: "dpkg is locked by process"},
+		{fault: "grub-default-overridden", node: "cp-1", stopStep: "trial_boot", stopNode: "cp-1", reason: "sets GRUB_DEFAULT"},
+		{fault: "phased-update", node: "cp-1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.fault, func(t *testing.T) {

@@ -385,6 +385,8 @@ func (l *Lab) writeConfig(opts Options) error {
 	c.SSH.KeyFiles = []string{l.Fleet.OperatorKeyFile()}
 	c.SSH.Inventory = l.Fleet.InventoryFile()
 	c.SSH.RebootTimeout = config.Duration(opts.RebootTimeout)
+	// The fault catalogue's dpkg lock holder is refused after this wait.
+	c.SSH.DpkgLockTimeout = config.Duration(10 * time.Second)
 	c.SSH.CommandTimeout = config.Duration(2 * time.Minute)
 	c.Approvals.AllowedSigners = l.AllowedSigners
 	c.Approvals.AllowLabOnly = true

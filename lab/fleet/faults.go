@@ -325,6 +325,102 @@ func (RDMAPortDown) clear(h *Host, s *machine.State) error {
 	return machine.WriteRuntimeFiles(h.m, s, time.Now())
 }
 
+// DpkgLocked starts a real process on this machine that holds the host's
+// dpkg frontend lock (as another apt, unattended-upgrades or a person
+// would) until cleared: apt waits for it and names it; install_updates
+// must refuse after the lock timeout and leave it alone.
+type DpkgLocked struct{}
+
+func (DpkgLocked) Name() string { return "dpkg-locked" }
+func (DpkgLocked) Description() string {
+	return "another process holds dpkg's lock (/var/lib/dpkg/lock-frontend) until cleared; apt waits for it, then names it"
+}
+func (DpkgLocked) apply(h *Host, _ *machine.State) error { return h.holdDpkgLock() }
+func (DpkgLocked) clear(h *Host, _ *machine.State) error { return h.releaseDpkgLock() }
+
+// DpkgInterrupted leaves dpkg as a killed dpkg leaves it: apt refuses to
+// do anything until a person runs dpkg --configure -a.
+type DpkgInterrupted struct{}
+
+func (DpkgInterrupted) Name() string { return "dpkg-interrupted" }
+func (DpkgInterrupted) Description() string {
+	return "dpkg was interrupted half-way; apt says to run 'dpkg --configure -a' first"
+}
+func (DpkgInterrupted) apply(_ *Host, s *machine.State) error { s.DpkgInterrupted = true; return nil }
+func (DpkgInterrupted) clear(_ *Host, s *machine.State) error { s.DpkgInterrupted = false; return nil }
+
+// BootNearlyFull leaves too little room on /boot for another kernel and
+// initrd (df reports FreeKB there).
+type BootNearlyFull struct {
+	// FreeKB is what stays free; 0 means 20 MiB.
+	FreeKB int64
+}
+
+func (BootNearlyFull) Name() string { return "boot-nearly-full" }
+func (f BootNearlyFull) Description() string {
+	return "/boot has " + strconv.FormatInt(f.free()/1024, 10) + " MiB free, too little for the new kernel and its initrd"
+}
+func (f BootNearlyFull) free() int64 {
+	if f.FreeKB > 0 {
+		return f.FreeKB
+	}
+	return 20 * 1024
+}
+func (f BootNearlyFull) apply(_ *Host, s *machine.State) error {
+	s.Faults.BootFreeKB = f.free()
+	return nil
+}
+func (BootNearlyFull) clear(_ *Host, s *machine.State) error { s.Faults.BootFreeKB = 0; return nil }
+
+// PhasedUpdate makes apt defer a package's upgrade for phasing: it is
+// kept back by phasing, which is neither a removal nor a failure.
+type PhasedUpdate struct {
+	// Package is the phased package; "" means tzdata.
+	Package string
+}
+
+func (PhasedUpdate) Name() string { return "phased-update" }
+func (f PhasedUpdate) Description() string {
+	return "apt defers the upgrade of " + orDefault(f.Package, "tzdata") + " (phased update): kept back by phasing, not a removal"
+}
+func (f PhasedUpdate) apply(_ *Host, s *machine.State) error {
+	p := orDefault(f.Package, "tzdata")
+	if s.Packages[p] == nil {
+		return fmt.Errorf("package %s unknown", p)
+	}
+	if !slices.Contains(s.Faults.Phased, p) {
+		s.Faults.Phased = append(s.Faults.Phased, p)
+	}
+	return nil
+}
+func (PhasedUpdate) clear(_ *Host, s *machine.State) error { s.Faults.Phased = nil; return nil }
+
+// GrubDefaultOverridden drops a local GRUB drop-in that is read after the
+// trial boot's and sets GRUB_DEFAULT, so the old kernel would not stay the
+// default; trial_boot must refuse before writing anything.
+type GrubDefaultOverridden struct{}
+
+// grubLocalDropin is the drop-in GrubDefaultOverridden writes.
+const grubLocalDropin = "/etc/default/grub.d/99-zz-local.cfg"
+
+func (GrubDefaultOverridden) Name() string { return "grub-default-overridden" }
+func (GrubDefaultOverridden) Description() string {
+	return grubLocalDropin + " sets GRUB_DEFAULT=0 and is read after the trial-boot drop-in"
+}
+func (GrubDefaultOverridden) apply(h *Host, _ *machine.State) error {
+	p := h.m.Path(grubLocalDropin)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(p, []byte("# a local override\nGRUB_DEFAULT=0\n"), 0o644)
+}
+func (GrubDefaultOverridden) clear(h *Host, _ *machine.State) error {
+	if err := os.Remove(h.m.Path(grubLocalDropin)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 func (h *Host) refreshBootFiles(s *machine.State) error {
 	if _, err := machine.UpdateGrub(h.m, s, h.pathEnv()); err != nil {
 		return err
@@ -372,6 +468,20 @@ var faultKinds = []struct {
 	{FaultInfo{"boot-on-mdraid", BootOnMDRaid{}.Description(), ""}, func(string) (Fault, error) { return BootOnMDRaid{}, nil }},
 	{FaultInfo{"bond-slave-down", BondSlaveDown{}.Description(), "slave interface [first of bond0]"}, func(a string) (Fault, error) { return BondSlaveDown{Slave: a}, nil }},
 	{FaultInfo{"rdma-port-down", RDMAPortDown{}.Description(), "device [mlx5_0]"}, func(a string) (Fault, error) { return RDMAPortDown{Device: a}, nil }},
+	{FaultInfo{"dpkg-locked", DpkgLocked{}.Description(), ""}, func(string) (Fault, error) { return DpkgLocked{}, nil }},
+	{FaultInfo{"dpkg-interrupted", DpkgInterrupted{}.Description(), ""}, func(string) (Fault, error) { return DpkgInterrupted{}, nil }},
+	{FaultInfo{"boot-nearly-full", BootNearlyFull{}.Description(), "free KiB [20480]"}, func(a string) (Fault, error) {
+		if a == "" {
+			return BootNearlyFull{}, nil
+		}
+		n, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("boot-nearly-full: %q is not a number of KiB", a)
+		}
+		return BootNearlyFull{FreeKB: n}, nil
+	}},
+	{FaultInfo{"phased-update", PhasedUpdate{}.Description(), "package [tzdata]"}, func(a string) (Fault, error) { return PhasedUpdate{Package: a}, nil }},
+	{FaultInfo{"grub-default-overridden", GrubDefaultOverridden{}.Description(), ""}, func(string) (Fault, error) { return GrubDefaultOverridden{}, nil }},
 }
 
 // Faults lists every fault kind.

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -78,6 +79,8 @@ type Host struct {
 	history  []BootRecord
 	faults   []Fault
 	drops    []time.Time
+	// lockHolder holds the host's dpkg lock (fault dpkg-locked).
+	lockHolder *exec.Cmd
 }
 
 // Addr is "127.0.0.1:port" of the host's SSH server.
@@ -278,13 +281,17 @@ var PathOverrides = map[string]string{
 	"PROC_NVSWITCH":      "/proc/driver/nvidia-nvswitch/devices",
 	"SYS_INFINIBAND":     "/sys/class/infiniband",
 	"REBOOT_REQUIRED":    "/var/run/reboot-required",
-	"MODULES_DIR":        "/lib/modules",
-	"STATE_DIR":          "/var/lib/mcp-patch",
-	"BACKUP_DIR":         "/var/backups/mcp-patch",
-	"SYSTEMD_DIR":        "/run/systemd/system",
-	"ETC_DIR":            "/etc",
-	"ETC_KUBERNETES":     "/etc/kubernetes",
-	"ETCD_DATA_DIR":      "/var/lib/etcd",
+	"BOOT_DIR":           "/boot",
+	// Not read by the scripts' code but by dpkg and apt, and by the
+	// scripts to find dpkg's journal (an interrupted dpkg).
+	"DPKG_ADMINDIR":  "/var/lib/dpkg",
+	"MODULES_DIR":    "/lib/modules",
+	"STATE_DIR":      "/var/lib/mcp-patch",
+	"BACKUP_DIR":     "/var/backups/mcp-patch",
+	"SYSTEMD_DIR":    "/run/systemd/system",
+	"ETC_DIR":        "/etc",
+	"ETC_KUBERNETES": "/etc/kubernetes",
+	"ETCD_DATA_DIR":  "/var/lib/etcd",
 }
 
 func generateKey() (ed25519.PublicKey, ed25519.PrivateKey, error) {
@@ -557,6 +564,9 @@ func (h *Host) killHostProcesses() {
 
 // shutdown stops the host for good (fleet Close).
 func (h *Host) shutdown() {
+	if err := h.releaseDpkgLock(); err != nil {
+		h.fleet.log.Warn("release the dpkg lock holder", "node", h.Name, "err", err)
+	}
 	h.mu.Lock()
 	h.seq++
 	h.mu.Unlock()

@@ -40,7 +40,8 @@ func aptHeader(c *ctx, quiet int, calc bool) {
 }
 
 // lockDpkg takes dpkg's frontend lock as apt does (fcntl-style exclusive
-// lock, here flock on the same file) and reports a holder like apt.
+// lock, here flock on the same file) and reports a holder like apt. With
+// -o DPkg::Lock::Timeout=N it waits up to N seconds, saying so, as apt does.
 func lockDpkg(c *ctx) (func(), int) {
 	p := c.host.Path(lockFrontend)
 	os.MkdirAll(filepath.Dir(p), 0o755)
@@ -49,10 +50,25 @@ func lockDpkg(c *ctx) (func(), int) {
 		c.errf("E: Could not open lock file %s - open (13: Permission denied)\n", lockFrontend)
 		return nil, 100
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	deadline := time.Now().Add(time.Duration(aptOptionInt(c.args, "DPkg::Lock::Timeout")) * time.Second)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
 		holder, _ := os.ReadFile(p + ".pid")
-		c.errf("E: Could not get lock %s. It is held by process %s (apt-get)\nN: Be aware that removing the lock file is not a solution and may break your system.\nE: Unable to acquire the dpkg frontend lock (%s), is another process using it?\n",
-			lockFrontend, strings.TrimSpace(string(holder)), lockFrontend)
+		pid := strings.TrimSpace(string(holder))
+		name := "apt-get"
+		if comm, err := os.ReadFile("/proc/" + pid + "/comm"); err == nil && pid != "" {
+			name = strings.TrimSpace(string(comm))
+		}
+		if time.Now().Before(deadline) {
+			c.errf("Waiting for cache lock: Could not get lock %s. It is held by process %s (%s)...\n", lockFrontend, pid, name)
+			time.Sleep(time.Second)
+			continue
+		}
+		c.errf("E: Could not get lock %s. It is held by process %s (%s)\nN: Be aware that removing the lock file is not a solution and may break your system.\nE: Unable to acquire the dpkg frontend lock (%s), is another process using it?\n",
+			lockFrontend, pid, name, lockFrontend)
 		f.Close()
 		return nil, 100
 	}
@@ -88,6 +104,17 @@ func aptGet(c *ctx) int {
 	case "autoremove", "auto-remove":
 		return aptAutoremove(c, simulate, yes, purge, quiet)
 	case "check":
+		// check opens the cache with the lock, as apt does: it waits for
+		// the lock and finds an interrupted dpkg.
+		unlock, rc := lockDpkg(c)
+		if rc != 0 {
+			return rc
+		}
+		defer unlock()
+		if st, err := c.host.View(); err != nil || st.DpkgInterrupted {
+			c.errf("%s", aptInterrupted)
+			return 100
+		}
 		aptHeader(c, quiet, false)
 		return 0
 	case "install", "remove", "purge", "source", "build-dep", "clean", "autoclean", "download", "changelog":
@@ -96,6 +123,31 @@ func aptGet(c *ctx) int {
 	}
 	c.errf("E: Invalid operation %s\n", op)
 	return 100
+}
+
+// aptOptionInt is the integer value of -o NAME=N (case-insensitive name,
+// as apt reads it); 0 when absent or not a number.
+func aptOptionInt(args []string, name string) int {
+	v := 0
+	for i, a := range args {
+		var kv string
+		switch {
+		case (a == "-o" || a == "--option") && i+1 < len(args):
+			kv = args[i+1]
+		case strings.HasPrefix(a, "-o") && len(a) > 2:
+			kv = a[2:]
+		case strings.HasPrefix(a, "--option="):
+			kv = strings.TrimPrefix(a, "--option=")
+		default:
+			continue
+		}
+		if k, val, ok := strings.Cut(kv, "="); ok && strings.EqualFold(k, name) {
+			if n, err := strconv.Atoi(val); err == nil {
+				v = n
+			}
+		}
+	}
+	return v
 }
 
 func aptUpdate(c *ctx, quiet int) int {
@@ -127,6 +179,7 @@ func renderBlocks(c *ctx, plan machine.AptPlan, verbose bool) {
 	c.outf("%s", machine.AptList("The following packages will be REMOVED:", removed, ""))
 	c.outf("%s", machine.AptList("The following NEW packages will be installed:", newPkgs, ""))
 	c.outf("%s", machine.AptList("The following packages have been kept back:", plan.KeptBack, ""))
+	c.outf("%s", machine.AptList("The following upgrades have been deferred due to phasing:", plan.Phased, ""))
 	c.outf("%s", machine.AptList("The following packages will be upgraded:", upgraded, ""))
 	c.outf("%d upgraded, %d newly installed, %d to remove and %d not upgraded.\n",
 		plan.Upgraded(), plan.NewCount(), len(plan.Remove), len(plan.KeptBack))

@@ -595,3 +595,101 @@ func etcdctl(c *ctx) int {
 	c.outf("Snapshot saved at %s\n", file)
 	return 0
 }
+
+func init() {
+	register(df, "df")
+	register(aptCache, "apt-cache")
+}
+
+// df prints `df -Pk PATH...` for the host's mounts: the filesystem holding
+// /boot reports the boot-nearly-full fault's free space when it is set,
+// every other one plenty.
+func df(c *ctx) int {
+	f, err := parseFlags(c.args, nil, false)
+	if err != nil {
+		c.errf("df: %v\n", err)
+		return 1
+	}
+	st, err := c.host.View()
+	if err != nil {
+		c.errf("df: %v\n", err)
+		return 1
+	}
+	mounts := machine.EffectiveMounts(st)
+	holding := func(p string) (machine.Mount, bool) {
+		best := -1
+		for i, m := range mounts {
+			if p == m.Target || m.Target == "/" || strings.HasPrefix(p, m.Target+"/") {
+				if best < 0 || len(m.Target) > len(mounts[best].Target) {
+					best = i
+				}
+			}
+		}
+		if best < 0 {
+			return machine.Mount{}, false
+		}
+		return mounts[best], true
+	}
+	boot, _ := holding("/boot")
+	c.outf("Filesystem     1024-blocks    Used Available Capacity Mounted on\n")
+	paths := f.operands
+	if len(paths) == 0 {
+		paths = []string{"/"}
+	}
+	rc := 0
+	for _, p := range paths {
+		m, ok := holding(c.logicalPath(c.hostPath(p)))
+		if !ok {
+			c.errf("df: %s: No such file or directory\n", p)
+			rc = 1
+			continue
+		}
+		size, avail := int64(30_000_000), int64(21_000_000)
+		if m.Target == boot.Target && st.Faults.BootFreeKB > 0 {
+			avail = st.Faults.BootFreeKB
+		}
+		used := size - avail
+		c.outf("%-14s %11d %7d %9d %7d%% %s\n", m.Source, size, used, avail, used*100/size, m.Target)
+	}
+	return rc
+}
+
+// aptCache implements `apt-cache policy PKG...` (what simulate.sh asks
+// about kept-back packages); phased candidates say "(phased 0%)".
+func aptCache(c *ctx) int {
+	if len(c.args) == 0 || c.args[0] != "policy" {
+		c.errf("E: apt-cache %s is not emulated on this lab host\n", strings.Join(c.args, " "))
+		return 100
+	}
+	st, err := c.host.View()
+	if err != nil {
+		c.errf("E: %v\n", err)
+		return 100
+	}
+	for _, name := range c.args[1:] {
+		p := st.Packages[name]
+		if p == nil {
+			c.errf("N: Unable to locate package %s\n", name)
+			continue
+		}
+		installed, candidate := p.Version, p.Candidate
+		if installed == "" {
+			installed = "(none)"
+		}
+		if candidate == "" {
+			candidate = p.Version
+		}
+		c.outf("%s:\n  Installed: %s\n  Candidate: %s\n  Version table:\n", name, installed, candidate)
+		if p.Candidate != "" && p.Candidate != p.Version {
+			phased := ""
+			if slices.Contains(st.Faults.Phased, name) {
+				phased = " (phased 0%)"
+			}
+			c.outf("     %s 500%s\n        500 http://archive.ubuntu.com/ubuntu noble-updates/main amd64 Packages\n", p.Candidate, phased)
+		}
+		if p.Version != "" {
+			c.outf(" *** %s 100\n        100 /var/lib/dpkg/status\n", p.Version)
+		}
+	}
+	return 0
+}

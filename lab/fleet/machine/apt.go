@@ -19,6 +19,9 @@ type AptPlan struct {
 	Remove   []AptOp
 	Install  []AptOp // upgrades and new packages, dependencies first
 	KeptBack []string
+	// Phased are upgrades deferred because they are being phased in
+	// (apt prints them in their own section and leaves them out).
+	Phased []string
 	// Autoremovable are installed packages apt would report as no longer
 	// required (before the transaction).
 	Autoremovable []string
@@ -80,6 +83,10 @@ func PlanFullUpgrade(s *State) AptPlan {
 		}
 		if p.Hold {
 			plan.KeptBack = append(plan.KeptBack, p.Name)
+			continue
+		}
+		if slices.Contains(s.Faults.Phased, p.Name) {
+			plan.Phased = append(plan.Phased, p.Name)
 			continue
 		}
 		var need []string

@@ -161,6 +161,10 @@ type Faults struct {
 	SSHDropMidInstall bool `json:"ssh_drop_mid_install,omitempty"`
 	// BootOnMDRaid puts /boot on an md RAID1 device.
 	BootOnMDRaid bool `json:"boot_on_mdraid,omitempty"`
+	// BootFreeKB, when set, is what df reports free on /boot.
+	BootFreeKB int64 `json:"boot_free_kb,omitempty"`
+	// Phased are packages whose upgrade apt defers for phasing.
+	Phased []string `json:"phased,omitempty"`
 }
 
 // State is everything about one host that outlives a command.
