@@ -10,39 +10,56 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/mcp-patch/mcp-patch/policy"
 )
 
-func init() { extraCommands["approve"] = runApprove }
+func (a *app) approveCommand() *cobra.Command {
+	var f approveFlags
+	c := &cobra.Command{
+		Use:   "approve [flags] REQUEST-FILE|-",
+		Short: "Show an approval request in plain words and sign it with your SSH key",
+		Long: `Show an approval request in plain words and sign it with your SSH key
+(namespace mcp-patch): from ssh-agent (hardware keys included) or a key file.
+The approval goes to stdout (or -o FILE), to hand back to the operator.`,
+		Example: `  mcp-patch approve request.txt
+  mcp-patch approve --key ~/.ssh/id_ed25519 -o approval.txt request.txt`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("approve takes one request file (or - for stdin), got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return exit(runApprove(cmd.Context(), a.stdio, f, args[0]))
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.keyFile, "key", "", "sign with this private key file instead of ssh-agent")
+	fl.StringVar(&f.keyFP, "key-fingerprint", "", "with ssh-agent: the SHA256 fingerprint of the key to use (when it holds several)")
+	fl.BoolVar(&f.yes, "yes", false, "do not ask for confirmation (you have read the request)")
+	fl.StringVarP(&f.out, "output", "o", "", "write the approval to this file instead of stdout")
+	return c
+}
+
+type approveFlags struct {
+	keyFile, keyFP, out string
+	yes                 bool
+}
 
 // runApprove is `mcp-patch approve FILE|-`: a person reads the request in
 // plain words and signs it with their SSH key (ssh-agent, hardware keys
 // included, or a key file). The approval goes to stdout, to hand back.
-func runApprove(ctx context.Context, g *globals, args []string, stdio IO) int {
-	fs := subFlags("approve", g, stdio)
-	keyFile := fs.String("key", "", "sign with this private key file instead of ssh-agent")
-	keyFP := fs.String("key-fingerprint", "", "with ssh-agent: the SHA256 fingerprint of the key to use (when it holds several)")
-	yes := fs.Bool("yes", false, "do not ask for confirmation (you have read the request)")
-	out := fs.String("o", "", "write the approval to this file instead of stdout")
-	fs.Usage = func() {
-		fmt.Fprintln(stdio.Stderr, "usage: mcp-patch approve [flags] REQUEST-FILE|-\n\nShows an approval request in plain words and signs it with your SSH key (namespace mcp-patch).")
-		fs.PrintDefaults()
-	}
-	if err := parseSub(fs, g, args); err != nil {
-		return ExitUsage
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return ExitUsage
-	}
+func runApprove(ctx context.Context, stdio IO, f approveFlags, file string) int {
+	keyFile, keyFP, yes, out := &f.keyFile, &f.keyFP, &f.yes, &f.out
 	var text []byte
 	var err error
-	if fs.Arg(0) == "-" {
+	if file == "-" {
 		text, err = io.ReadAll(io.LimitReader(stdio.Stdin, policy.MaxRequestBytes+1))
 	} else {
-		text, err = os.ReadFile(fs.Arg(0))
+		text, err = os.ReadFile(file)
 	}
 	if err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch approve: read request:", err)

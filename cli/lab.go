@@ -15,11 +15,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/mcp-patch/mcp-patch/lab"
 	"github.com/mcp-patch/mcp-patch/tools"
 )
-
-func init() { extraCommands["lab"] = runLab }
 
 func labDir(getenv func(string) string) string {
 	if d := getenv("MCP_PATCH_LAB_DIR"); d != "" {
@@ -32,55 +32,114 @@ func labDir(getenv func(string) string) string {
 	return filepath.Join(base, "mcp-patch", "lab")
 }
 
-// runLab is `mcp-patch lab up|demo|fault|down`.
-func runLab(ctx context.Context, g *globals, args []string, stdio IO) int {
-	if len(args) == 0 {
-		fmt.Fprintln(stdio.Stderr, "usage: mcp-patch lab up|demo|fault|down [flags]")
-		return ExitUsage
+func (a *app) labCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "lab COMMAND",
+		Short: "The embedded lab: an emulated GPU fleet on a real control plane",
+		Long: `The embedded lab: control-plane and GPU hosts emulated behind real SSH servers
+on 127.0.0.1, a real kube-apiserver, controller-manager, scheduler and kwok on
+a real 3-member etcd. "lab demo" runs a whole round on it; "lab up" keeps one
+running for Claude Code; "lab fault" injects a fault into a running lab.`,
+		Args: noArgs,
+		RunE: groupRun,
 	}
-	sub, args := args[0], args[1:]
-	var faultName string
-	if sub == "fault" && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		faultName, args = args[0], args[1:] // `lab fault NAME --node HOST`
+	var dir string
+	addDir := func(cmd *cobra.Command) {
+		cmd.Flags().StringVar(&dir, "dir", labDir(a.stdio.Getenv), "where the lab keeps its files (env MCP_PATCH_LAB_DIR); up and demo start it afresh")
 	}
-	fs := subFlags("lab "+sub, g, stdio)
-	dir := fs.String("dir", labDir(stdio.Getenv), "where the lab keeps its files (env MCP_PATCH_LAB_DIR)")
-	cps := fs.Int("control-planes", 3, "control-plane hosts")
-	canary := fs.Int("canary", 1, "canary GPU servers")
-	gpus := fs.Int("gpu-servers", 4, "other GPU servers")
-	round := fs.String("round", time.Now().UTC().Format("2006-01"), "round id for the demo")
-	node := fs.String("node", "", "lab fault: the host the fault applies to")
-	arg := fs.String("arg", "", "lab fault: the fault's argument")
-	clear := fs.Bool("clear", false, "lab fault: clear the fault instead of injecting it")
-	httpAddr := fs.String("http", "127.0.0.1:8765", "lab up: also serve MCP over HTTP here (on the lab clock)")
-	if err := parseSub(fs, g, args); err != nil {
-		return ExitUsage
+	var shape lab.Options
+	addShape := func(cmd *cobra.Command) {
+		cmd.Flags().IntVar(&shape.ControlPlanes, "control-planes", 3, "control-plane hosts")
+		cmd.Flags().IntVar(&shape.Canary, "canary", 1, "canary GPU servers")
+		cmd.Flags().IntVar(&shape.GPUServers, "gpu-servers", 4, "other GPU servers")
 	}
-	if !g.set["log-level"] {
-		g.logLevel = "warn" // the demo prints each step itself
-	}
-	log, err := g.logger(stdio.Stderr)
-	if err != nil {
-		return ExitUsage
-	}
-	say := func(s string) { fmt.Fprintln(stdio.Stderr, "lab: "+s) }
-	opts := lab.Options{Dir: *dir, ControlPlanes: *cps, Canary: *canary, GPUServers: *gpus, Logger: log, Progress: say}
-	switch sub {
-	case "demo":
-		return labDemo(ctx, opts, *round, stdio, log)
-	case "up":
-		return labUp(ctx, opts, *httpAddr, stdio, log)
-	case "fault":
-		names := fs.Args()
-		if faultName != "" {
-			names = append([]string{faultName}, names...)
+	// options are the lab's options once the flags are parsed; the lab
+	// logs only warnings unless --log-level is given (the demo prints each
+	// step itself).
+	options := func() (lab.Options, *slog.Logger, error) {
+		if !a.g.set("log-level") {
+			a.g.logLevel = "warn"
 		}
-		return labFault(names, *dir, *node, *arg, *clear, stdio)
-	case "down":
-		return labDown(*dir, stdio)
+		log, err := a.g.logger(a.stdio.Stderr)
+		if err != nil {
+			return lab.Options{}, nil, err
+		}
+		say := func(s string) { fmt.Fprintln(a.stdio.Stderr, "lab: "+s) }
+		o := shape
+		o.Dir, o.Logger, o.Progress = dir, log, say
+		return o, log, nil
 	}
-	fmt.Fprintf(stdio.Stderr, "mcp-patch lab: unknown subcommand %q (up, demo, fault, down)\n", sub)
-	return ExitUsage
+
+	var roundID string
+	demo := &cobra.Command{
+		Use:   "demo",
+		Short: "Start a fresh lab and run a whole patch round on it, printing every tool call",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, log, err := options()
+			if err != nil {
+				return err
+			}
+			if roundID == "" {
+				roundID = time.Now().UTC().Format("2006-01")
+			}
+			return exit(labDemo(cmd.Context(), o, roundID, a.stdio, log))
+		},
+	}
+	addDir(demo)
+	addShape(demo)
+	demo.Flags().StringVar(&roundID, "round", "", "round id (default: this month, YYYY-MM in UTC)")
+
+	var httpAddr string
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Start a fresh lab and keep it running; prints how to connect Claude Code",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, log, err := options()
+			if err != nil {
+				return err
+			}
+			return exit(labUp(cmd.Context(), o, httpAddr, a.stdio, log))
+		},
+	}
+	addDir(up)
+	addShape(up)
+	up.Flags().StringVar(&httpAddr, "http", "127.0.0.1:8765", "also serve MCP over HTTP here (on the lab clock)")
+
+	var node, arg string
+	var clear bool
+	fault := &cobra.Command{
+		Use:   "fault NAME [--node HOST] [--arg ARG] [--clear]",
+		Short: "Inject (or --clear) a fault in the running lab",
+		Long:  "Inject (or --clear) one of the lab's faults in the running lab.\n\nFaults: " + strings.Join(lab.FaultNames(), ", "),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("lab fault takes one fault name (one of %s), got %d arguments", strings.Join(lab.FaultNames(), ", "), len(args))
+			}
+			return nil
+		},
+		ValidArgs: lab.FaultNames(),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return exit(labFault(args[0], dir, node, arg, clear, a.stdio))
+		},
+	}
+	addDir(fault)
+	fault.Flags().StringVar(&node, "node", "", "the host the fault applies to")
+	fault.Flags().StringVar(&arg, "arg", "", "the fault's argument")
+	fault.Flags().BoolVar(&clear, "clear", false, "clear the fault instead of injecting it")
+
+	down := &cobra.Command{
+		Use:   "down",
+		Short: "Stop the running lab",
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return exit(labDown(dir, a.stdio))
+		},
+	}
+	addDir(down)
+	c.AddCommand(demo, up, fault, down)
+	return c
 }
 
 func labDemo(ctx context.Context, opts lab.Options, roundID string, stdio IO, log *slog.Logger) int {
@@ -244,21 +303,17 @@ func control(dir, req string) (string, error) {
 	return strings.TrimSpace(line), err
 }
 
-func labFault(args []string, dir, node, arg string, clear bool, stdio IO) int {
-	if len(args) != 1 {
-		fmt.Fprintf(stdio.Stderr, "usage: mcp-patch lab fault NAME [--node HOST] [--arg ARG] [--clear]\nfaults: %s\n", strings.Join(lab.FaultNames(), ", "))
-		return ExitUsage
-	}
+func labFault(name, dir, node, arg string, clear bool, stdio IO) int {
 	verb := "inject"
 	if clear {
 		verb = "clear"
 	}
-	resp, err := control(dir, strings.Join([]string{verb, args[0], node, arg}, "\t"))
+	resp, err := control(dir, strings.Join([]string{verb, name, node, arg}, "\t"))
 	if err != nil || resp != "ok" {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch lab fault:", err, resp)
 		return ExitNotOK
 	}
-	fmt.Fprintf(stdio.Stdout, "%s %s: ok\n", verb, args[0])
+	fmt.Fprintf(stdio.Stdout, "%s %s: ok\n", verb, name)
 	return ExitOK
 }
 

@@ -20,20 +20,9 @@ import (
 	"github.com/mcp-patch/mcp-patch/tools"
 )
 
-func runServe(ctx context.Context, g *globals, args []string, stdio IO) error {
-	fs := subFlags("serve", g, stdio)
-	httpAddr := fs.String("http", "", "serve streamable HTTP on this address (loopback by default) instead of stdio")
-	tokenFile := fs.String("token-file", "", "file holding the bearer token HTTP clients must send")
-	tokenEnv := fs.String("token-env", "", "environment variable holding the bearer token (default MCP_PATCH_TOKEN)")
-	tlsCert := fs.String("tls-cert", "", "TLS certificate (PEM) for HTTPS")
-	tlsKey := fs.String("tls-key", "", "TLS key (PEM) for HTTPS")
-	metricsAddr := fs.String("metrics-addr", "", "also serve Prometheus metrics on this address at /metrics, without a token (for stdio; with --http they are on its /metrics, behind the token)")
-	if err := parseSub(fs, g, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("serve: unexpected arguments %q", fs.Args())
-	}
+// runServe is `mcp-patch serve` once its flags are parsed (serve_cmd.go).
+func runServe(ctx context.Context, g *globals, f serveFlags, stdio IO) error {
+	httpAddr, tokenFile, tokenEnv, tlsCert, tlsKey, metricsAddr := &f.httpAddr, &f.tokenFile, &f.tokenEnv, &f.tlsCert, &f.tlsKey, &f.metricsAddr
 	c, err := g.load(stdio.Getenv)
 	if err != nil {
 		return err

@@ -3,73 +3,116 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"reflect"
 	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/mcp-patch/mcp-patch/tools"
 )
 
-// runTool is `mcp-patch tool NAME`: the CLI twin of an MCP tool, with the
-// same input and output.
-func runTool(ctx context.Context, g *globals, args []string, stdio IO) int {
+// toolCommand is `mcp-patch tool`: one subcommand per tool of the registry,
+// the CLI twin of the MCP tool with the same input and output. Its flags come
+// from the tool's input schema.
+func (a *app) toolCommand() *cobra.Command {
 	reg := tools.Builtin()
-	if len(args) == 0 || args[0] == "--list" || args[0] == "-list" {
-		tw := tabwriter.NewWriter(stdio.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TOOL\tKIND\tTITLE")
-		for _, t := range reg.All() {
-			s := t.Spec()
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, s.Kind, s.Title)
-		}
-		tw.Flush()
-		if len(args) == 0 {
-			return ExitUsage
-		}
-		return ExitOK
+	var list bool
+	c := &cobra.Command{
+		Use:   "tool NAME [flags]",
+		Short: "Run one tool as a CLI command (flags from its input schema, or --json); --list lists them",
+		Long: `Run one MCP tool as a CLI command: the same input (per-field flags or --json)
+and the same output (JSON, or -o table). "mcp-patch tool NAME --help" shows a
+tool's flags. Exit codes: 0 ok, 1 refused / failed / approval_required,
+2 usage error, 3 in progress (call again).`,
+		Example: `  mcp-patch tool --list
+  mcp-patch tool read_intent --component os-layer -o table
+  mcp-patch tool record_lesson --json '{"component":"os-layer","kind":"lesson","text":"…"}'`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := noArgs(cmd, args); err != nil {
+				return err
+			}
+			if err := listTools(a.stdio.Stdout, reg); err != nil {
+				return err
+			}
+			if !list {
+				return usagef("tool needs a tool name (the list is above)")
+			}
+			return nil
+		},
 	}
-	name := args[0]
-	t := reg.Get(name)
-	if t == nil {
-		fmt.Fprintf(stdio.Stderr, "mcp-patch: unknown tool %q (mcp-patch tool --list)\n", name)
-		return ExitUsage
+	c.Flags().BoolVar(&list, "list", false, "list the tools with their kind and title")
+	for _, t := range reg.All() {
+		c.AddCommand(a.oneToolCommand(t))
 	}
-	fs := subFlags("tool "+name, g, stdio)
-	jsonArg := fs.String("json", "", "the tool's input as JSON, or - to read it from stdin")
-	format := fs.String("o", "json", "output format: json or table")
-	in := t.NewInput()
-	fields := bindFields(fs, in)
-	fs.Usage = func() {
+	return c
+}
+
+func listTools(w io.Writer, reg *tools.Registry) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tKIND\tTITLE")
+	for _, t := range reg.All() {
 		s := t.Spec()
-		fmt.Fprintf(stdio.Stderr, "mcp-patch tool %s — %s (%s)\n\n%s\n\nFlags:\n", s.Name, s.Title, s.Kind, s.Description)
-		fs.PrintDefaults()
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, s.Kind, s.Title)
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
+	return tw.Flush()
+}
+
+// globalFlagNames are taken by the root; a tool field of the same name is
+// set through --json only.
+var globalFlagNames = map[string]bool{"config": true, "intent-repo": true, "kubeconfig": true, "context": true,
+	"state-dir": true, "allowed-signers": true, "log-level": true, "read-only": true, "disable-destructive": true,
+	"json": true, "output": true, "help": true}
+
+func (a *app) oneToolCommand(t tools.Tool) *cobra.Command {
+	s := t.Spec()
+	var jsonArg, format string
+	var fields []schemaField
+	c := &cobra.Command{
+		Use:     s.Name + " [flags]",
+		Aliases: aliasFor(s.Name),
+		Short:   fmt.Sprintf("%s (%s)", s.Title, s.Kind),
+		Long:    fmt.Sprintf("%s (%s)\n\n%s", s.Title, s.Kind, wrap(s.Description, 80)),
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if format != "json" && format != "table" {
+				return usagef("-o %q: want json or table", format)
+			}
+			raw, err := assembleInput(jsonArg, a.stdio.Stdin, cmd.Flags(), fields)
+			if err != nil {
+				return usagef("tool %s: %v", s.Name, err)
+			}
+			return exit(a.callTool(cmd.Context(), t, raw, format))
+		},
 	}
-	g.record(fs)
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stdio.Stderr, "mcp-patch: tool %s: unexpected arguments %q\n", name, fs.Args())
-		return ExitUsage
+	fl := c.Flags()
+	fl.SortFlags = false
+	fields = bindSchemaFlags(fl, t.InputSchema())
+	fl.StringVar(&jsonArg, "json", "", "the tool's whole input as a JSON object, or - to read it from stdin (flags win over it)")
+	fl.StringVarP(&format, "output", "o", "json", "output format: json or table")
+	return c
+}
+
+// aliasFor lets a tool be named with dashes too (read-intent).
+func aliasFor(name string) []string {
+	if d := strings.ReplaceAll(name, "_", "-"); d != name {
+		return []string{d}
 	}
-	if *format != "json" && *format != "table" {
-		fmt.Fprintf(stdio.Stderr, "mcp-patch: -o %q: want json or table\n", *format)
-		return ExitUsage
-	}
-	raw, err := assembleInput(*jsonArg, stdio.Stdin, fs, fields)
-	if err != nil {
-		fmt.Fprintf(stdio.Stderr, "mcp-patch: tool %s: %v\n", name, err)
-		return ExitUsage
-	}
-	d, cleanup, code := g.depsFor(ctx, stdio)
+	return nil
+}
+
+// callTool runs the tool on its JSON input and prints its output; it
+// returns the exit code for the tool's status.
+func (a *app) callTool(ctx context.Context, t tools.Tool, raw json.RawMessage, format string) int {
+	stdio := a.stdio
+	name := t.Spec().Name
+	d, cleanup, code := a.g.depsFor(ctx, stdio)
 	if code != ExitOK {
 		return code
 	}
@@ -82,7 +125,8 @@ func runTool(ctx context.Context, g *globals, args []string, stdio IO) int {
 		}
 	}
 	out, res := t.CallJSON(ctx, d, raw, progress)
-	if *format == "table" {
+	var err error
+	if format == "table" {
 		err = writeTable(stdio.Stdout, out)
 	} else {
 		err = writeJSON(stdio.Stdout, out)
@@ -100,83 +144,95 @@ func runTool(ctx context.Context, g *globals, args []string, stdio IO) int {
 	return ExitNotOK
 }
 
-// field is one top-level input field exposed as a flag.
-type field struct {
-	name string // json name
-	kind reflect.Kind
-	val  flag.Value
+// schemaField is one top-level input property exposed as a flag.
+type schemaField struct {
+	name string // the property's JSON name
+	flag string // its flag name (dry_run → dry-run)
+	typ  string // JSON Schema type: string, boolean, integer, number, array (of strings)
 }
 
-type sliceFlag struct{ v *[]string }
-
-func (s sliceFlag) String() string {
-	if s.v == nil {
-		return ""
+// bindSchemaFlags turns the input schema's scalar properties (and arrays of
+// strings) into flags named after them with dashes, each with the schema's
+// description, allowed values and default. Objects are set through --json.
+func bindSchemaFlags(fs *pflag.FlagSet, sch *jsonschema.Schema) []schemaField {
+	if sch == nil {
+		return nil
 	}
-	return strings.Join(*s.v, ",")
-}
-func (s sliceFlag) Set(v string) error {
-	for _, p := range strings.Split(v, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			*s.v = append(*s.v, p)
+	required := map[string]bool{}
+	for _, r := range sch.Required {
+		required[r] = true
+	}
+	names := make([]string, 0, len(sch.Properties))
+	for n := range sch.Properties {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []schemaField
+	for _, name := range names {
+		p := sch.Properties[name]
+		flagName := strings.ReplaceAll(name, "_", "-")
+		if globalFlagNames[flagName] || fs.Lookup(flagName) != nil {
+			continue
 		}
-	}
-	return nil
-}
-
-// bindFields turns the input struct's scalar fields into flags named after
-// their JSON names with dashes (dry_run → --dry-run).
-func bindFields(fs *flag.FlagSet, in any) []field {
-	v := reflect.ValueOf(in).Elem()
-	var out []field
-	var walk func(v reflect.Value)
-	walk = func(v reflect.Value) {
-		t := v.Type()
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			if f.Anonymous && f.Type.Kind() == reflect.Struct {
-				walk(v.Field(i))
+		typ := schemaType(p)
+		help := flagHelp(p, required[name])
+		switch typ {
+		case "string":
+			fs.String(flagName, "", help)
+		case "boolean":
+			fs.Bool(flagName, false, help)
+		case "integer":
+			fs.Int64(flagName, 0, help)
+		case "number":
+			fs.Float64(flagName, 0, help)
+		case "array":
+			if p.Items == nil || schemaType(p.Items) != "string" {
 				continue
 			}
-			if !f.IsExported() {
-				continue
-			}
-			jname := strings.Split(f.Tag.Get("json"), ",")[0]
-			if jname == "" || jname == "-" {
-				continue
-			}
-			flagName := strings.ReplaceAll(jname, "_", "-")
-			if fs.Lookup(flagName) != nil {
-				continue
-			}
-			help := f.Tag.Get("jsonschema")
-			fv := v.Field(i)
-			switch fv.Kind() {
-			case reflect.String:
-				fs.StringVar(fv.Addr().Interface().(*string), flagName, "", help)
-			case reflect.Bool:
-				fs.BoolVar(fv.Addr().Interface().(*bool), flagName, false, help)
-			case reflect.Int:
-				fs.IntVar(fv.Addr().Interface().(*int), flagName, 0, help)
-			case reflect.Float64:
-				fs.Float64Var(fv.Addr().Interface().(*float64), flagName, 0, help)
-			case reflect.Slice:
-				if fv.Type().Elem().Kind() != reflect.String {
-					continue
-				}
-				fs.Var(sliceFlag{fv.Addr().Interface().(*[]string)}, flagName, help+" (comma-separated or repeated)")
-			default:
-				continue
-			}
-			out = append(out, field{name: jname, kind: fv.Kind(), val: fs.Lookup(flagName).Value})
+			fs.StringSlice(flagName, nil, help+" (comma-separated or repeated)")
+		default:
+			continue
 		}
+		out = append(out, schemaField{name: name, flag: flagName, typ: typ})
 	}
-	walk(v)
 	return out
 }
 
+// schemaType is the property's type, ignoring "null" in a list of types.
+func schemaType(p *jsonschema.Schema) string {
+	if p.Type != "" {
+		return p.Type
+	}
+	for _, t := range p.Types {
+		if t != "null" {
+			return t
+		}
+	}
+	return ""
+}
+
+// flagHelp is a property's description with its allowed values, default
+// and whether it is required.
+func flagHelp(p *jsonschema.Schema, required bool) string {
+	help := p.Description
+	if len(p.Enum) > 0 {
+		vals := make([]string, len(p.Enum))
+		for i, v := range p.Enum {
+			vals[i] = fmt.Sprint(v)
+		}
+		help += " (one of: " + strings.Join(vals, ", ") + ")"
+	}
+	if len(p.Default) > 0 {
+		help += " (default " + string(p.Default) + ")"
+	}
+	if required {
+		help += " (required)"
+	}
+	return strings.TrimSpace(help)
+}
+
 // assembleInput merges --json (or stdin) with the flags a person set; flags win.
-func assembleInput(jsonArg string, stdin io.Reader, fs *flag.FlagSet, fields []field) (json.RawMessage, error) {
+func assembleInput(jsonArg string, stdin io.Reader, fs *pflag.FlagSet, fields []schemaField) (json.RawMessage, error) {
 	obj := map[string]json.RawMessage{}
 	if jsonArg != "" {
 		var b []byte
@@ -192,29 +248,57 @@ func assembleInput(jsonArg string, stdin io.Reader, fs *flag.FlagSet, fields []f
 			return nil, fmt.Errorf("--json is not a JSON object: %w", err)
 		}
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	for _, f := range fields {
-		if !set[strings.ReplaceAll(f.name, "_", "-")] {
+		if !fs.Changed(f.flag) {
 			continue
 		}
 		var v any
-		switch f.kind {
-		case reflect.Bool:
-			v, _ = strconv.ParseBool(f.val.String())
-		case reflect.Int:
-			v, _ = strconv.Atoi(f.val.String())
-		case reflect.Float64:
-			v, _ = strconv.ParseFloat(f.val.String(), 64)
-		case reflect.Slice:
-			v = strings.Split(f.val.String(), ",")
+		var err error
+		switch f.typ {
+		case "boolean":
+			v, err = fs.GetBool(f.flag)
+		case "integer":
+			v, err = fs.GetInt64(f.flag)
+		case "number":
+			v, err = fs.GetFloat64(f.flag)
+		case "array":
+			v, err = fs.GetStringSlice(f.flag)
 		default:
-			v = f.val.String()
+			v, err = fs.GetString(f.flag)
 		}
-		b, _ := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", f.flag, err)
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", f.flag, err)
+		}
 		obj[f.name] = b
 	}
 	return json.Marshal(obj)
+}
+
+// wrap breaks text into lines of at most width characters at spaces.
+func wrap(text string, width int) string {
+	var b strings.Builder
+	for i, para := range strings.Split(text, "\n") {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		n := 0
+		for j, w := range strings.Fields(para) {
+			if j > 0 && n+1+len(w) > width {
+				b.WriteByte('\n')
+				n = 0
+			} else if j > 0 {
+				b.WriteByte(' ')
+				n++
+			}
+			b.WriteString(w)
+			n += len(w)
+		}
+	}
+	return b.String()
 }
 
 func writeJSON(w io.Writer, v any) error {
