@@ -33,7 +33,7 @@ The approval goes to stdout (or -o FILE), to hand back to the operator.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return exit(runApprove(cmd.Context(), a.stdio, f, args[0]))
+			return exit(runApprove(cmd.Context(), a.g, a.stdio, f, args[0]))
 		},
 	}
 	fl := c.Flags()
@@ -52,7 +52,7 @@ type approveFlags struct {
 // runApprove is `mcp-patch approve FILE|-`: a person reads the request in
 // plain words and signs it with their SSH key (ssh-agent, hardware keys
 // included, or a key file). The approval goes to stdout, to hand back.
-func runApprove(ctx context.Context, stdio IO, f approveFlags, file string) int {
+func runApprove(ctx context.Context, g *globals, stdio IO, f approveFlags, file string) int {
 	keyFile, keyFP, yes, out := &f.keyFile, &f.keyFP, &f.yes, &f.out
 	var text []byte
 	var err error
