@@ -96,7 +96,9 @@ func GPUAcceptance() Tool {
 			problems = append(problems, "model completion: "+comp.Reason)
 		}
 		if len(problems) > 0 {
-			_ = s.fail(round.StepGPUAcceptance, in.Node, strings.Join(problems, "; "))
+			if err := s.fail(round.StepGPUAcceptance, in.Node, strings.Join(problems, "; ")); err != nil {
+				problems = append(problems, "the failure could not be recorded in the journal: "+err.Error())
+			}
 			out.Result = Result{Status: StatusFailed, Reasons: problems,
 				NextAction: "Stop: GPU acceptance failed on the new kernel (the old kernel is still the default). Tell a person; they sign resume (after fixing) or abort."}
 			return out, nil

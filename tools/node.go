@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -178,8 +179,7 @@ func DownloadUpdates() Tool {
 		}
 		dl, err := h.Steps.Download(ctx, in.Node)
 		if err != nil {
-			_ = s.fail(round.StepDownload, in.Node, err.Error())
-			return DownloadOut{Download: &dl}, hostError(in.Node, "download updates", err)
+			return DownloadOut{Download: &dl}, errors.Join(hostError(in.Node, "download updates", err), s.fail(round.StepDownload, in.Node, err.Error()))
 		}
 		if err := s.finish(round.StepDownload, in.Node, "", ""); err != nil {
 			return DownloadOut{}, err
@@ -230,8 +230,7 @@ func SnapshotNode() Tool {
 		}
 		snap, err := h.Steps.Snapshot(ctx, in.Node, s.id, role, "")
 		if err != nil {
-			_ = s.fail(round.StepSnapshot, in.Node, err.Error())
-			return SnapshotOut{Snapshot: &snap}, hostError(in.Node, "snapshot", err)
+			return SnapshotOut{Snapshot: &snap}, errors.Join(hostError(in.Node, "snapshot", err), s.fail(round.StepSnapshot, in.Node, err.Error()))
 		}
 		if err := s.finish(round.StepSnapshot, in.Node, "", fmt.Sprintf("%d files in %s", len(snap.Files), snap.Dir)); err != nil {
 			return SnapshotOut{}, err

@@ -149,8 +149,8 @@ func PlanRound() Tool {
 			}
 			base, err := gate.TakeBaseline(ctx, kc.Kube, hc, d.failingVerify(ctx))
 			if err != nil {
-				_ = s.fail(round.StepBaseline, "", err.Error())
-				return out, Fail("Check the API server; a person signs resume, then plan_round again.", "take the baseline: "+err.Error())
+				return out, errors.Join(Fail("Check the API server; a person signs resume, then plan_round again.", "take the baseline: "+err.Error()),
+					s.fail(round.StepBaseline, "", err.Error()))
 			}
 			b, _ := json.MarshalIndent(base, "", "  ")
 			if err := d.Book.WriteFile(in.Round, baselineFile, append(b, '\n')); err != nil {

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/mcp-patch/mcp-patch/kube/drain"
@@ -62,8 +63,8 @@ func UncordonNode() Tool {
 		}
 		res, err := drain.Uncordon(ctx, kc.Kube, in.Node, d.Identity)
 		if err != nil {
-			_ = s.fail(round.StepUncordon, in.Node, err.Error())
-			return UncordonOut{Uncordon: &res}, Fail("Tell a person: the node could not be uncordoned.", "uncordon "+in.Node+": "+err.Error())
+			return UncordonOut{Uncordon: &res}, errors.Join(Fail("Tell a person: the node could not be uncordoned.", "uncordon "+in.Node+": "+err.Error()),
+				s.fail(round.StepUncordon, in.Node, err.Error()))
 		}
 		if err := s.finish(round.StepUncordon, in.Node, "", ""); err != nil {
 			return UncordonOut{}, err

@@ -146,8 +146,44 @@ func (d *Deps) stopLease(roundID, node string) {
 	}
 }
 
-// fromWindow words the window package's answers as tool results.
+// fromWindow words the window package's answers as tool results. Of
+// errors joined together, the first that is an answer (refusal, failure)
+// is the answer and the others become reasons, so no error is dropped.
 func fromWindow(err error) error {
+	if ae, ok := err.(*approvedErr); ok {
+		return &approvedErr{err: fromWindow(ae.err), id: ae.id}
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var answer error
+		var rest []string
+		for _, e := range j.Unwrap() {
+			if e == nil {
+				continue
+			}
+			a := fromWindow(e)
+			var ref *Refusal
+			var fail *Failure
+			if answer == nil && (errors.As(a, &ref) || errors.As(a, &fail)) {
+				answer = a
+				continue
+			}
+			rest = append(rest, e.Error())
+		}
+		switch a := answer.(type) {
+		case *Refusal:
+			return &Refusal{Reasons: append(append([]string{}, a.Reasons...), rest...), NextAction: a.NextAction}
+		case *Failure:
+			return &Failure{Reasons: append(append([]string{}, a.Reasons...), rest...), NextAction: a.NextAction}
+		}
+		if errors.Is(err, window.ErrNeedApproval) {
+			return Refuse("Ask a person to sign a fresh request: call again without the approval to get it.", rest...)
+		}
+		return err
+	}
+	return fromOne(err)
+}
+
+func fromOne(err error) error {
 	var (
 		ref   *window.Refusal
 		stop  *window.Stopped
