@@ -7,6 +7,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // HostPool is what the tools need of the SSH pool beyond running scripts.
@@ -17,9 +18,22 @@ type HostPool interface {
 	Dial(ctx context.Context, node, network, addr string) (net.Conn, error)
 }
 
+// HostSteps is what the tools run on hosts: the window's host steps and
+// the checks around them. *steps.Steps satisfies it.
+type HostSteps interface {
+	window.Host
+	Kernel(ctx context.Context, node string) (steps.KernelInfo, error)
+	Download(ctx context.Context, node string) (steps.DownloadResult, error)
+	Snapshot(ctx context.Context, node, round, role, etcdEndpoint string) (steps.SnapshotResult, error)
+	Verify(ctx context.Context, node string, in steps.VerifyInput) (steps.NodeVerification, error)
+	GPUCheck(ctx context.Context, node string, in steps.GPUCheckInput) (steps.GPUCheck, error)
+}
+
+var _ HostSteps = (*steps.Steps)(nil)
+
 // HostAccess is the host side: the steps and the pool they run over.
 type HostAccess struct {
-	Steps  *steps.Steps
+	Steps  HostSteps
 	Pool   HostPool
 	Runner host.Runner
 }

@@ -1,0 +1,236 @@
+package window_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-patch/mcp-patch/host/parse"
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
+	"github.com/mcp-patch/mcp-patch/round/window/fakes"
+)
+
+func inspection(mod func(*steps.Inspection)) steps.Inspection {
+	insp := steps.Inspection{Kernel: running, BootID: "b1", KernelPanic: 10}
+	insp.Grub.EnvWritableAtBoot = true
+	insp.Grub.Entries = []parse.GrubEntry{
+		{ID: "gnulinux-" + running + "-top", Kernel: running},
+		{ID: fakes.Entry(running), Kernel: running, Submenu: "gnulinux-advanced-u"},
+		{ID: fakes.Entry(running) + "-rec", Kernel: running, Submenu: "gnulinux-advanced-u", Recovery: true},
+		{ID: fakes.Entry(target), Kernel: target, Submenu: "gnulinux-advanced-u"},
+	}
+	insp.TargetModules.Present = true
+	if mod != nil {
+		mod(&insp)
+	}
+	return insp
+}
+
+func TestDecideTrialBoot(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mod   func(*steps.Inspection)
+		gpu   bool
+		stop  string // a reason that must be named; "" = a plan
+		entry string
+	}{
+		{name: "submenu entries picked", gpu: true, entry: fakes.Entry(target)},
+		{name: "no new entry", mod: func(i *steps.Inspection) { i.Grub.Entries = i.Grub.Entries[:3] }, stop: "no GRUB entry boots the new kernel"},
+		{name: "grubenv on mdraid", mod: func(i *steps.Inspection) { i.Grub.EnvWritableAtBoot = false; i.Grub.Reasons = []string{"/boot on md0"} }, stop: "md0"},
+		{name: "kernel.panic 0", mod: func(i *steps.Inspection) { i.KernelPanic = 0 }, stop: "kernel.panic is 0"},
+		{name: "gpu without modules", gpu: true, mod: func(i *steps.Inspection) { i.TargetModules.Present = false }, stop: "NVIDIA kernel modules"},
+		{name: "cpu node without modules is fine", mod: func(i *steps.Inspection) { i.TargetModules.Present = false }, entry: fakes.Entry(target)},
+		{name: "already on target", mod: func(i *steps.Inspection) { i.Kernel = target }, stop: "already runs the target kernel"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := window.DecideTrialBoot(node, inspection(tc.mod), target, tc.gpu, 10)
+			if tc.stop != "" {
+				var st *window.Stop
+				if !errors.As(err, &st) || st.Step != round.StepTrialBoot || !strings.Contains(st.Error(), tc.stop) {
+					t.Fatalf("got %v, want a stop naming %q", err, tc.stop)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := window.TrialBootPlan{Node: node, RunningKernel: running, TargetKernel: target, OldEntry: fakes.Entry(running),
+				NewEntry: tc.entry, PanicSeconds: 10, BootID: "b1"}
+			if diff := cmp.Diff(want, p); diff != "" {
+				t.Fatal(diff)
+			}
+		})
+	}
+	if _, err := window.DecideTrialBoot(node, inspection(nil), "", false, 10); !isRefusal(err) {
+		t.Fatalf("no target: %v", err)
+	}
+}
+
+func isRefusal(err error) bool {
+	var r *window.Refusal
+	return errors.As(err, &r)
+}
+
+func TestDecidePackage(t *testing.T) {
+	sim := func(d string, blockers ...string) steps.Simulation {
+		var s steps.Simulation
+		s.Plan.Digest, s.Plan.Blockers, s.Plan.TargetKernel = d, blockers, target
+		s.Plan.Packages = []steps.PlannedPackage{{Name: "linux-image-" + target, Action: "install", NewVersion: "51", Class: "kernel"}}
+		return s
+	}
+	rec := window.Simulated{PackageDigest: digest, RunningKernel: running}
+	for _, tc := range []struct {
+		name   string
+		sim    steps.Simulation
+		rec    window.Simulated
+		refuse string
+	}{
+		{name: "bound", sim: sim(digest), rec: rec},
+		{name: "never simulated", sim: sim(digest), rec: window.Simulated{}, refuse: "no simulated package plan"},
+		{name: "drifted", sim: sim("sha256:new"), rec: rec, refuse: "differs from the simulated plan"},
+		{name: "unsafe now", sim: sim(digest, "would remove kubelet"), rec: rec, refuse: "would remove kubelet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := window.DecidePackage(node, tc.sim, tc.rec)
+			if tc.refuse != "" {
+				if !isRefusal(err) || !strings.Contains(err.Error(), tc.refuse) {
+					t.Fatalf("got %v, want refusal %q", err, tc.refuse)
+				}
+				return
+			}
+			if err != nil || p.Digest() != digest || p.Lines[0] != "install linux-image-"+target+" - -> 51 [kernel]" {
+				t.Fatalf("%+v %v", p, err)
+			}
+		})
+	}
+}
+
+func TestDecideDrain(t *testing.T) {
+	pv := drain.Plan{Node: node, Digest: "sha256:pv", Evict: []drain.PodRef{{Namespace: "ml", Name: "t-0", OwnerKind: "StatefulSet", OwnerName: "t"}}}
+	p, err := window.DecideDrain(node, pv)
+	if err != nil || p.Digest() != "sha256:pv" || !strings.Contains(strings.Join(p.Summary(), "\n"), "evict ml/t-0 (statefulset t)") {
+		t.Fatalf("%+v %v", p, err)
+	}
+	pv.Blockers = []string{"ml/t-0: no controller"}
+	var st *window.Stop
+	if _, err := window.DecideDrain(node, pv); !errors.As(err, &st) || st.Step != round.StepDrain {
+		t.Fatalf("blocked drain: %v", err)
+	}
+}
+
+func TestDecideFallbackDrill(t *testing.T) {
+	if _, err := window.DecideFallbackDrill(node, inspection(nil), target, false, false, 10); !isRefusal(err) {
+		t.Fatal("drill on a non-canary")
+	}
+	if _, err := window.DecideFallbackDrill(node, inspection(nil), target, true, true, 10); !isRefusal(err) {
+		t.Fatal("drill again after it passed")
+	}
+	if _, err := window.DecideFallbackDrill(node, inspection(func(i *steps.Inspection) { i.KernelPanic = 0 }), target, true, false, 10); !isRefusal(err) {
+		t.Fatal("drill with kernel.panic 0")
+	}
+	p, err := window.DecideFallbackDrill(node, inspection(nil), target, true, false, 10)
+	if err != nil || p.NewEntry != fakes.Entry(target) || p.Digest() == "" || len(p.Summary()) != 2 {
+		t.Fatalf("%+v %v", p, err)
+	}
+}
+
+func TestDecideAutoremove(t *testing.T) {
+	if _, err := window.DecideAutoremove(nil, []string{"gpu-1: unreachable"}); !isRefusal(err) {
+		t.Fatal("autoremove with a node down")
+	}
+	a, err := window.DecideAutoremove([]steps.AutoremoveResult{{Node: "a", RunningKernel: running, Removals: []string{"linux-image-old"}}, {Node: "b", RunningKernel: running}}, nil)
+	if err != nil || a.Target() != window.FleetTarget || !strings.Contains(strings.Join(a.Summary(), "\n"), "b (running "+running+"): nothing to remove") {
+		t.Fatalf("%+v %v", a, err)
+	}
+	b, _ := window.DecideAutoremove([]steps.AutoremoveResult{{Node: "a", RunningKernel: running}}, nil)
+	if a.Digest() == b.Digest() {
+		t.Fatal("different removals, same digest")
+	}
+}
+
+func TestDecidePromote(t *testing.T) {
+	tp := window.TrialBootPlan{Node: node, RunningKernel: running, TargetKernel: target, OldEntry: "o", NewEntry: "n", PanicSeconds: 10}
+	raw, _ := json.Marshal(tp)
+	green := &round.StepRun{State: round.Done, Attempts: []round.Attempt{{Outcome: round.OutcomeDone, PlanDigest: tp.Digest(), Plan: raw}}}
+	for _, tc := range []struct {
+		name   string
+		run    *round.StepRun
+		rec    string
+		want   window.PromotePlan
+		refuse bool
+	}{
+		{name: "from the approved trial boot", run: green, rec: "6.8.0-99-generic", want: window.PromotePlan{Node: node, Kernel: target, NewEntry: "n"}},
+		{name: "no trial boot", run: nil, refuse: true},
+		{name: "trial boot failed", run: &round.StepRun{State: round.Failed}, refuse: true},
+		{name: "journal without a plan", run: &round.StepRun{State: round.Done, Attempts: []round.Attempt{{Outcome: round.OutcomeDone}}}, rec: target, want: window.PromotePlan{Node: node, Kernel: target}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := window.DecidePromote(node, tc.run, tc.rec)
+			if tc.refuse {
+				if !isRefusal(err) {
+					t.Fatalf("got %v", err)
+				}
+				return
+			}
+			if diff := cmp.Diff(tc.want, p); diff != "" || err != nil {
+				t.Fatal(diff, err)
+			}
+		})
+	}
+}
+
+func TestApprovedPlanMustHashToItsDigest(t *testing.T) {
+	tp := window.TrialBootPlan{Node: node, TargetKernel: target, NewEntry: "n"}
+	raw, _ := json.Marshal(tp)
+	if _, err := window.Approved[window.TrialBootPlan](&round.Attempt{PlanDigest: tp.Digest(), Plan: raw}); err != nil {
+		t.Fatal(err)
+	}
+	tampered := strings.Replace(string(raw), `"n"`, `"evil"`, 1)
+	if _, err := window.Approved[window.TrialBootPlan](&round.Attempt{PlanDigest: tp.Digest(), Plan: json.RawMessage(tampered)}); !errors.Is(err, window.ErrNoApprovedPlan) {
+		t.Fatalf("tampered plan: %v", err)
+	}
+	if _, err := window.Approved[window.TrialBootPlan](nil); !errors.Is(err, window.ErrNoApprovedPlan) {
+		t.Fatal("nil attempt")
+	}
+}
+
+func TestDecideReentry(t *testing.T) {
+	a := &round.Attempt{Started: t0}
+	bound := time.Hour
+	for _, tc := range []struct {
+		name string
+		obs  window.Observation
+		at   time.Duration
+		want window.Reentry
+	}{
+		{"ended is recorded even late", window.Ended, 3 * time.Hour, window.Follow},
+		{"never began needs approval", window.NotBegun, time.Minute, window.NeedApproval},
+		{"never began needs approval also late", window.NotBegun, 3 * time.Hour, window.NeedApproval},
+		{"underway within bound", window.Underway, 59 * time.Minute, window.Follow},
+		{"underway past bound", window.Underway, 61 * time.Minute, window.Overdue},
+		{"unreadable past bound", window.Unreadable, 2 * time.Hour, window.Overdue},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := window.DecideReentry(a, tc.obs, t0.Add(tc.at), bound); got != tc.want {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPickEntryPrefersSubmenu(t *testing.T) {
+	e, ok := window.PickEntry(inspection(nil).Grub.Entries, running)
+	if !ok || e.ID != fakes.Entry(running) {
+		t.Fatalf("%+v", e)
+	}
+	if _, ok := window.PickEntry(nil, running); ok {
+		t.Fatal("entry from nothing")
+	}
+}

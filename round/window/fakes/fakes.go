@@ -1,0 +1,350 @@
+// Package fakes holds the stand-ins of round/window's host, cluster and
+// Lease interfaces for unit tests: a host that remembers what was started
+// on it, a cluster with a cordon, a Lease with a holder. The real parts
+// are tested against their own packages (host/steps on real sshd, kube on
+// the real API server); these fakes answer in the same shapes.
+package fakes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/mcp-patch/mcp-patch/host/parse"
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+// Action is one thing done on a host or the cluster (not a read).
+type Action struct {
+	Node, What, Digest string
+}
+
+// Host is a node's host side as the window sees it. Zero value: a node
+// running Running with Target installed beside it, nothing started.
+type Host struct {
+	mu sync.Mutex
+	// Running and Target kernels; Digest is the package plan's digest.
+	Running, Target, Digest string
+	// InstallState is what install status answers ("" = not_started).
+	InstallState string
+	ExitCode     int
+	// Prepared, RebootRequested, Rebooted and Outcome are the trial boot.
+	Prepared, RebootRequested, Rebooted bool
+	Outcome                             string
+	PreparedNew, PreparedOld            string
+	// FailStart makes install start answer an error that leaves it unknown.
+	FailStart error
+	// Unreachable makes every call fail as if the host were down.
+	Unreachable bool
+	Actions     []Action
+	Autoremoved map[string][]string
+}
+
+var _ window.Host = (*Host)(nil)
+
+func (h *Host) act(node, what, digest string) {
+	h.Actions = append(h.Actions, Action{Node: node, What: what, Digest: digest})
+}
+
+// Count is how many actions named what were done.
+func (h *Host) Count(what string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, a := range h.Actions {
+		if a.What == what {
+			n++
+		}
+	}
+	return n
+}
+
+// Grub entries as grub.cfg names them, with the submenu path.
+func Entry(kernel string) string {
+	return "gnulinux-advanced-u>gnulinux-" + kernel + "-advanced-u"
+}
+
+func (h *Host) down() error {
+	if h.Unreachable {
+		return errors.New("dial tcp: connection refused")
+	}
+	return nil
+}
+
+func (h *Host) Inspect(ctx context.Context, node string, in steps.InspectInput) (steps.Inspection, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.down(); err != nil {
+		return steps.Inspection{}, err
+	}
+	insp := steps.Inspection{Kernel: h.Running, BootID: "boot-1", KernelPanic: 10}
+	insp.Grub.EnvWritableAtBoot = true
+	for _, k := range []string{h.Running, h.Target} {
+		insp.Grub.Entries = append(insp.Grub.Entries, parse.GrubEntry{ID: Entry(k), Kernel: k, Submenu: "gnulinux-advanced-u"})
+	}
+	insp.TargetModules.Present = true
+	return insp, nil
+}
+
+func (h *Host) Simulate(ctx context.Context, node string) (steps.Simulation, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.down(); err != nil {
+		return steps.Simulation{}, err
+	}
+	var sim steps.Simulation
+	sim.Plan.Digest, sim.Plan.TargetKernel = h.Digest, h.Target
+	sim.Plan.Lines = []string{"Inst linux-image-" + h.Target}
+	sim.Plan.Packages = []steps.PlannedPackage{{Name: "linux-image-" + h.Target, Action: "install", NewVersion: "1"}}
+	return sim, nil
+}
+
+func (h *Host) Install(ctx context.Context, node, action, round, digest string) (steps.InstallState, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.down(); err != nil {
+		return steps.InstallState{}, err
+	}
+	switch action {
+	case "start":
+		if h.FailStart != nil {
+			return steps.InstallState{}, h.FailStart
+		}
+		if h.InstallState != "" && h.InstallState != "not_started" {
+			return steps.InstallState{State: h.InstallState}, fmt.Errorf("install: %w: already started", steps.ErrRefused)
+		}
+		if digest != h.Digest {
+			return steps.InstallState{}, fmt.Errorf("install: %w: plan drifted", steps.ErrRefused)
+		}
+		h.act(node, "install", digest)
+		h.InstallState = "running"
+		return steps.InstallState{State: "running", Launcher: "systemd-run"}, nil
+	case "status":
+		st := steps.InstallState{State: h.InstallState}
+		if st.State == "" {
+			st.State = "not_started"
+		}
+		if st.State == "finished" {
+			code := h.ExitCode
+			st.ExitCode = &code
+		}
+		return st, nil
+	}
+	return steps.InstallState{}, fmt.Errorf("install: %w: action %s", steps.ErrBadInput, action)
+}
+
+func (h *Host) TrialBootPrepare(ctx context.Context, node string, in steps.TrialBootInput) (steps.TrialBoot, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.down(); err != nil {
+		return steps.TrialBoot{}, err
+	}
+	h.act(node, "prepare", in.NewEntry)
+	h.Prepared, h.PreparedNew, h.PreparedOld = true, in.NewEntry, in.OldEntry
+	return steps.TrialBoot{NextEntry: in.NewEntry, OldEntry: in.OldEntry, NewEntry: in.NewEntry, WatchdogArmed: true}, nil
+}
+
+func (h *Host) TrialBootReboot(ctx context.Context, node, round string) (steps.TrialBoot, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.down(); err != nil {
+		return steps.TrialBoot{}, err
+	}
+	if !h.Prepared {
+		return steps.TrialBoot{}, fmt.Errorf("trial boot: %w: not prepared", steps.ErrRefused)
+	}
+	h.act(node, "reboot", h.PreparedNew)
+	h.RebootRequested = true
+	return steps.TrialBoot{RebootRequestedAt: "now", NextEntry: h.PreparedNew}, nil
+}
+
+func (h *Host) TrialBootStatus(ctx context.Context, node, round string) (steps.TrialBoot, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.down(); err != nil {
+		return steps.TrialBoot{}, err
+	}
+	if !h.Prepared {
+		return steps.TrialBoot{}, fmt.Errorf("trial boot: %w: no state for this round", steps.ErrRefused)
+	}
+	tb := steps.TrialBoot{OldEntry: h.PreparedOld, NewEntry: h.PreparedNew, NextEntry: h.PreparedNew, Kernel: h.Running, NewKernel: h.Target}
+	if h.RebootRequested {
+		tb.RebootRequestedAt = "now"
+	}
+	if h.Rebooted {
+		tb.Rebooted, tb.Outcome, tb.NextEntry, tb.BootID = true, h.Outcome, "", "boot-2"
+		if h.Outcome == steps.OutcomeNewKernel {
+			tb.Kernel = h.Target
+		}
+	}
+	return tb, nil
+}
+
+func (h *Host) Promote(ctx context.Context, node, round, kernel string) (steps.PromoteResult, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.down(); err != nil {
+		return steps.PromoteResult{}, err
+	}
+	h.act(node, "promote", kernel)
+	return steps.PromoteResult{Node: node, ExpectedKernel: kernel, NextBootKernel: kernel, Promoted: kernel == h.Target}, nil
+}
+
+func (h *Host) FallbackDrill(ctx context.Context, node, action, round, kernel string) (steps.DrillState, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.act(node, "drill-"+action, kernel)
+	return steps.DrillState{}, h.down()
+}
+
+func (h *Host) Autoremove(ctx context.Context, node string, in steps.AutoremoveInput) (steps.AutoremoveResult, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.down(); err != nil {
+		return steps.AutoremoveResult{}, err
+	}
+	if in.Action == steps.AutoremoveRun {
+		h.act(node, "autoremove", "")
+	}
+	return steps.AutoremoveResult{Node: node, RunningKernel: h.Running, Removals: h.Autoremoved[node]}, nil
+}
+
+// Cluster is the drain of a cluster with one cordon per node.
+type Cluster struct {
+	mu       sync.Mutex
+	Pods     map[string][]drain.PodRef
+	Blockers map[string][]string
+	Cordoned map[string]string // node → identity that cordoned it
+	Actions  []Action
+}
+
+var _ window.Cluster = (*Cluster)(nil)
+
+func (c *Cluster) PreviewDrain(ctx context.Context, node string, pol drain.Policy) (drain.Plan, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := drain.Plan{Node: node, Evict: c.Pods[node], Blockers: c.Blockers[node]}
+	parts := []string{node}
+	for _, e := range p.Evict {
+		parts = append(parts, e.String())
+	}
+	p.Digest = window.DigestOf(parts...)
+	return p, nil
+}
+
+func (c *Cluster) Drain(ctx context.Context, node string, o drain.Options, progress func(done, total int, msg string)) (drain.Result, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.Cordoned == nil {
+		c.Cordoned = map[string]string{}
+	}
+	c.Cordoned[node] = o.Identity
+	c.Actions = append(c.Actions, Action{Node: node, What: "drain", Digest: o.ExpectDigest})
+	res := drain.Result{Evicted: c.Pods[node]}
+	c.Pods[node] = nil
+	return res, nil
+}
+
+func (c *Cluster) CordonState(ctx context.Context, node string) (drain.State, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.Cordoned[node]
+	st := drain.State{Node: node, Unschedulable: ok}
+	if ok {
+		st.Owner = &drain.Owner{Identity: id}
+	}
+	return st, nil
+}
+
+// Lease is a window Lease with one holder.
+type Lease struct {
+	mu sync.Mutex
+	// Identity is who this server is; Holder who holds the Lease now.
+	Identity, Holder, Round, Node string
+	Holds, Releases              int
+}
+
+var _ window.Lease = (*Lease)(nil)
+
+func (l *Lease) Hold(ctx context.Context, round, node string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.Holder != "" && (l.Holder != l.Identity || l.Round != round || l.Node != node) {
+		return fmt.Errorf("%w: held by %s for round %s node %s", window.ErrLeaseHeld, l.Holder, l.Round, l.Node)
+	}
+	l.Holder, l.Round, l.Node = l.Identity, round, node
+	l.Holds++
+	return nil
+}
+
+func (l *Lease) Release(ctx context.Context, round, node string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.Holder == l.Identity && l.Round == round && l.Node == node {
+		l.Holder, l.Round, l.Node = "", "", ""
+		l.Releases++
+	}
+	return nil
+}
+
+// Steal makes another server the holder (a lost Lease).
+func (l *Lease) Steal(by string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.Holder = by
+}
+
+// Kernel answers the running kernel.
+func (h *Host) Kernel(ctx context.Context, node string) (steps.KernelInfo, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return steps.KernelInfo{Kernel: h.Running}, h.down()
+}
+
+// Download fetches nothing.
+func (h *Host) Download(ctx context.Context, node string) (steps.DownloadResult, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.act(node, "download", "")
+	return steps.DownloadResult{}, h.down()
+}
+
+// Snapshot backs up nothing.
+func (h *Host) Snapshot(ctx context.Context, node, round, role, etcd string) (steps.SnapshotResult, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.act(node, "snapshot", "")
+	return steps.SnapshotResult{Dir: "/var/backups/mcp-patch/" + round}, h.down()
+}
+
+// Verify passes when the node runs the target kernel.
+func (h *Host) Verify(ctx context.Context, node string, in steps.VerifyInput) (steps.NodeVerification, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v := steps.NodeVerification{Kernel: h.Running, Passed: h.Running == in.TargetKernel}
+	if !v.Passed {
+		v.Problems = []string{"kernel " + h.Running + ", want " + in.TargetKernel}
+	}
+	return v, h.down()
+}
+
+// GPUCheck passes.
+func (h *Host) GPUCheck(ctx context.Context, node string, in steps.GPUCheckInput) (steps.GPUCheck, error) {
+	return steps.GPUCheck{Passed: true, GPUCount: in.ExpectedGPUs}, nil
+}
+
+// Boot finishes the trial reboot: the node comes back on the target kernel
+// (fellBack false) or on the old one.
+func (h *Host) Boot(fellBack bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Rebooted = true
+	if fellBack {
+		h.Outcome = steps.OutcomeFellBack
+		return
+	}
+	h.Outcome, h.Running = steps.OutcomeNewKernel, h.Target
+}
