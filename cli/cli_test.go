@@ -501,3 +501,39 @@ func TestLabFaultArguments(t *testing.T) {
 		t.Fatalf("no fault named: exit %d", code)
 	}
 }
+
+// TestReadOnlyDoesNotRunVerify: a --read-only server refuses run_verify and
+// the script does not run, unless verify.in_read_only is configured; the
+// script sees only the allowlisted environment either way.
+func TestReadOnlyDoesNotRunVerify(t *testing.T) {
+	repo := exampleRepo(t)
+	probe := filepath.Join(repo, "probe")
+	if err := os.MkdirAll(probe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(probe, "intent.md"), []byte("# probe\n\n## Why it exists\n\n## Properties it must keep\n\n- `P1` It answers.\n\n## Out of scope\n\n## Open questions\n"), 0o644)
+	os.WriteFile(filepath.Join(probe, "verify.sh"), []byte("echo ran >> \"$MCP_PATCH_INTENT_DIR/../verify-ran\"\necho \"secret=${SECRET_TOKEN:-unset} kube=${KUBECONFIG:-unset}\"\n"), 0o644)
+	git(t, repo, "add", "-A")
+	git(t, repo, "commit", "-qm", "probe")
+	ran := filepath.Join(repo, "..", "verify-ran")
+	env := map[string]string{"SECRET_TOKEN": "do-not-leak", "KUBECONFIG": "/etc/ops/kubeconfig", "PATH": os.Getenv("PATH")}
+	base := []string{"--intent-repo", repo, "--state-dir", t.TempDir()}
+
+	code, out, errOut := run(t, "", env, append(base, "--read-only", "tool", "run_verify", "--component", "probe")...)
+	if code == ExitOK || !strings.Contains(out, "read-only") {
+		t.Fatalf("read-only run_verify: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("verify.sh ran on a read-only server")
+	}
+
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	os.WriteFile(cfg, []byte("verify:\n  in_read_only: true\n"), 0o600)
+	code, out, errOut = run(t, "", env, append(base, "--config", cfg, "--read-only", "tool", "run_verify", "--component", "probe")...)
+	if code != ExitOK || !strings.Contains(out, "secret=unset kube=/etc/ops/kubeconfig") {
+		t.Fatalf("read-only run_verify with verify.in_read_only: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Fatal("verify.sh did not run with verify.in_read_only")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -82,6 +83,7 @@ type Config struct {
 	Git       Git       `json:"git"`
 	Kube      Kube      `json:"kube"`
 	Notify    Notify    `json:"notify"`
+	Verify    Verify    `json:"verify"`
 }
 
 // Serve configures the MCP transports.
@@ -143,6 +145,19 @@ type Approvals struct {
 	// AllowLabOnly accepts keys whose allowed_signers line is labelled
 	// lab-only. Only the lab sets it; production refuses them.
 	AllowLabOnly bool `json:"allow_lab_only,omitempty"`
+}
+
+// Verify configures how the intent repository's verify.sh scripts run. The
+// intent repository is trusted code: its scripts run as the server's user.
+type Verify struct {
+	// PassEnv names the variables of the server's environment a verify.sh
+	// sees besides PATH, HOME and LANG; nothing else of it reaches the
+	// script. Default [KUBECONFIG] (the server's --kubeconfig, when set, is
+	// passed as KUBECONFIG if it is named here).
+	PassEnv []string `json:"pass_env,omitempty" jsonschema:"description=Environment variables passed to verify.sh besides PATH/HOME/LANG (default KUBECONFIG)"`
+	// InReadOnly lets verify.sh run when the server is --read-only. Off by
+	// default: a script is code the read-only promise cannot vouch for.
+	InReadOnly bool `json:"in_read_only,omitempty" jsonschema:"description=Run verify.sh even in read-only mode (default false)"`
 }
 
 // Git configures how findings are committed to the intent repository.
@@ -277,6 +292,8 @@ func (n Notify) validate(bad func(field, format string, a ...any)) {
 	}
 }
 
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
 // MaxApprovalLifetime is the most approvals.max_lifetime may be.
 const MaxApprovalLifetime = 7 * 24 * time.Hour
 
@@ -300,6 +317,7 @@ func DefaultConfig() Config {
 		},
 		Approvals: Approvals{TTL: Duration(30 * time.Minute), MaxLifetime: Duration(24 * time.Hour), NonceConfigMap: "mcp-patch-used-nonces"},
 		Git:       Git{AuthorName: "mcp-patch", AuthorEmail: "mcp-patch@localhost", Protected: []string{"main", "master"}},
+		Verify:    Verify{PassEnv: []string{"KUBECONFIG"}},
 		Kube: Kube{LeaseNamespace: "kube-system", DrainTimeout: Duration(10 * time.Minute), EvictRetry: Duration(5 * time.Second),
 			SmokeImage: "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", GateSettle: Duration(5 * time.Minute)},
 	}
@@ -368,6 +386,14 @@ func (c *Config) Validate() error {
 	}
 	if c.SSH.DpkgLockTimeout.D() > 2*time.Hour {
 		bad("ssh.dpkg_lock_timeout", "%s is longer than 2h", c.SSH.DpkgLockTimeout.D())
+	}
+	for i, name := range c.Verify.PassEnv {
+		switch {
+		case !envNameRE.MatchString(name):
+			bad(fmt.Sprintf("verify.pass_env[%d]", i), "%q is not an environment variable name", name)
+		case name == "MCP_PATCH_COMPONENT" || name == "MCP_PATCH_INTENT_DIR":
+			bad(fmt.Sprintf("verify.pass_env[%d]", i), "%s is set by run_verify itself", name)
+		}
 	}
 	if errs := validation.IsDNS1123Subdomain(c.Approvals.NonceConfigMap); len(errs) > 0 {
 		bad("approvals.nonce_configmap", "%q is not a ConfigMap name: %s", c.Approvals.NonceConfigMap, strings.Join(errs, "; "))

@@ -67,3 +67,25 @@ func TestLoadMaxLifetime(t *testing.T) {
 }
 
 func writeFile(p, s string) error { return os.WriteFile(p, []byte(s), 0o600) }
+
+func TestValidateVerifyPassEnv(t *testing.T) {
+	for _, tt := range []struct {
+		names []string
+		want  string
+	}{
+		{[]string{"KUBECONFIG", "HTTPS_PROXY", "MCP_PATCH_VERIFY_REQUIRE_LIVE"}, ""},
+		{[]string{"BAD-NAME"}, "verify.pass_env[0]"},
+		{[]string{"KUBECONFIG", "MCP_PATCH_COMPONENT"}, "verify.pass_env[1]: MCP_PATCH_COMPONENT is set by run_verify"},
+	} {
+		c := DefaultConfig()
+		c.Identity = "t"
+		c.Verify.PassEnv = tt.names
+		err := c.Validate()
+		if (tt.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("pass_env %v: Validate = %v, want %q", tt.names, err, tt.want)
+		}
+	}
+	if d := DefaultConfig(); len(d.Verify.PassEnv) != 1 || d.Verify.PassEnv[0] != "KUBECONFIG" || d.Verify.InReadOnly {
+		t.Errorf("default verify %+v", d.Verify)
+	}
+}

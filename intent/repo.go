@@ -101,6 +101,16 @@ type Options struct {
 	MaxVerifyOutputBytes int
 	// MaxCommitFileBytes caps one file given to CommitFiles. Default 16 MiB.
 	MaxCommitFileBytes int
+	// VerifyPassEnv names the variables of the server's environment that
+	// verify scripts see besides BaseVerifyEnv (e.g. KUBECONFIG, proxies).
+	VerifyPassEnv []string
+	// LookupEnv reads the server's environment for verify scripts. Default
+	// os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+	// VerifyDisabled, when not empty, says why this handle may not run
+	// verify scripts (e.g. the server is read-only); RunVerify then returns
+	// ErrVerifyDisabled with it.
+	VerifyDisabled string
 	// Now is the clock for lesson dates and commit times. Default time.Now.
 	Now func() time.Time
 	// Log receives what the repository does. Default: discarded.

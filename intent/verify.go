@@ -55,20 +55,34 @@ type VerifySummary struct {
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
-// passedEnv are the variables of our own environment a verify script sees;
-// everything else is left out so that secrets do not reach the script or
-// its output.
-var passedEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "KUBECONFIG",
-	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
+// ValidEnvName reports whether name can be passed to a verify script.
+func ValidEnvName(name string) bool { return envName.MatchString(name) }
+
+// ErrVerifyDisabled is returned by RunVerify when this handle may not run
+// verify scripts (Options.VerifyDisabled).
+var ErrVerifyDisabled = errors.New("verify.sh may not run here")
+
+// BaseVerifyEnv are the variables of the server's environment every verify
+// script sees. Nothing else of it reaches the script unless named in
+// Options.VerifyPassEnv: an allowlist, so that a secret the server holds
+// (a token, an agent socket, cloud credentials) never reaches the script
+// or its output by accident.
+var BaseVerifyEnv = []string{"PATH", "HOME", "LANG"}
+
+// SetByVerify are the variables RunVerify sets itself.
+var SetByVerify = []string{"MCP_PATCH_COMPONENT", "MCP_PATCH_INTENT_DIR"}
 
 // RunVerify runs <component>/verify.sh with sh, in the component's folder,
 // for at most timeout (0: DefaultVerifyTimeout; at most MaxVerifyTimeout).
-// When the time runs out or ctx ends, the script's whole process group is
-// killed. The script sees PATH, HOME, LANG, KUBECONFIG, proxy variables and
-// our MCP_PATCH_* variables (except names holding TOKEN, SECRET, PASSWORD or
-// KEY), then env (which overrides them), then MCP_PATCH_COMPONENT and
-// MCP_PATCH_INTENT_DIR. A non-zero exit is a result, not an error; errors
-// are for a script that could not be started or bad input.
+// The intent repository is trusted code: the script runs as the server's
+// user. When the time runs out or ctx ends, the script's whole process
+// group is killed. The script sees PATH, HOME and LANG from the server's
+// environment (PATH and LANG have defaults), the variables named in
+// Options.VerifyPassEnv, then env (which overrides them), then
+// MCP_PATCH_COMPONENT and MCP_PATCH_INTENT_DIR; nothing else. A non-zero
+// exit is a result, not an error; errors are for a script that could not be
+// started, bad input, or a handle that may not run scripts
+// (ErrVerifyDisabled).
 func (r *Repo) RunVerify(ctx context.Context, component string, timeout time.Duration, env map[string]string) (VerifyResult, error) {
 	res, err := r.runVerify(ctx, component, timeout, env)
 	if err != nil {
@@ -80,6 +94,9 @@ func (r *Repo) RunVerify(ctx context.Context, component string, timeout time.Dur
 }
 
 func (r *Repo) runVerify(ctx context.Context, component string, timeout time.Duration, env map[string]string) (VerifyResult, error) {
+	if why := r.opts.VerifyDisabled; why != "" {
+		return VerifyResult{}, fmt.Errorf("%w: %s", ErrVerifyDisabled, why)
+	}
 	if err := r.checkComponent(component); err != nil {
 		return VerifyResult{}, err
 	}
@@ -96,7 +113,7 @@ func (r *Repo) runVerify(ctx context.Context, component string, timeout time.Dur
 		if !envName.MatchString(k) || strings.ContainsRune(v, 0) || len(v) > 4096 {
 			return VerifyResult{}, fmt.Errorf("%w: environment variable %q: want a shell name and a value without NUL, at most 4 KiB", ErrInvalid, k)
 		}
-		if k == "MCP_PATCH_COMPONENT" || k == "MCP_PATCH_INTENT_DIR" {
+		if slices.Contains(SetByVerify, k) {
 			return VerifyResult{}, fmt.Errorf("%w: %s is set by run_verify", ErrInvalid, k)
 		}
 	}
@@ -160,15 +177,16 @@ func killGroup(cmd *exec.Cmd) error {
 }
 
 func (r *Repo) verifyEnv(component string, extra map[string]string) []string {
-	vars := map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
-	for _, k := range passedEnv {
-		if v, ok := os.LookupEnv(k); ok {
-			vars[k] = v
-		}
+	vars := map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+	lookup := r.opts.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
 	}
-	for _, kv := range os.Environ() {
-		k, v, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "MCP_PATCH_") && !secretName(k) {
+	for _, k := range slices.Concat(BaseVerifyEnv, r.opts.VerifyPassEnv) {
+		if slices.Contains(SetByVerify, k) || !envName.MatchString(k) {
+			continue
+		}
+		if v, ok := lookup(k); ok && !strings.ContainsRune(v, 0) {
 			vars[k] = v
 		}
 	}
@@ -183,16 +201,6 @@ func (r *Repo) verifyEnv(component string, extra map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-func secretName(k string) bool {
-	u := strings.ToUpper(k)
-	for _, s := range []string{"TOKEN", "SECRET", "PASSWORD", "KEY"} {
-		if strings.Contains(u, s) {
-			return true
-		}
-	}
-	return false
 }
 
 func lastSummary(output string) *VerifySummary {

@@ -176,7 +176,7 @@ echo "flavour=$MCP_PATCH_VERIFY_FLAVOUR extra=$EXTRA"
 echo "token=${MCP_PATCH_TOKEN:-unset} aws=${AWS_SECRET_ACCESS_KEY:-unset}"
 echo "to stderr" >&2
 exit 7
-`, nil)
+`, func(o *Options) { o.VerifyPassEnv = []string{"MCP_PATCH_VERIFY_FLAVOUR"} })
 	res, err := r.RunVerify(t.Context(), "probe", 10*time.Second, map[string]string{"EXTRA": "given"})
 	if err != nil {
 		t.Fatal(err)
@@ -187,6 +187,63 @@ exit 7
 	}
 	if res.ExitCode != 7 || res.Passed || res.TimedOut || res.Truncated || res.Summary != nil {
 		t.Errorf("%+v", res)
+	}
+}
+
+// TestRunVerifyEnvIsAnAllowlist: the script's whole environment is PATH,
+// HOME, LANG, the names the configuration passes, the call's own variables
+// and the two RunVerify sets — whatever else the server holds.
+func TestRunVerifyEnvIsAnAllowlist(t *testing.T) {
+	server := map[string]string{"PATH": "/opt/bin:/usr/bin:/bin", "HOME": "/home/ops", "LANG": "en_US.UTF-8",
+		"KUBECONFIG": "/etc/ops/kubeconfig", "SSH_AUTH_SOCK": "/tmp/agent.sock", "DATABASE_URL": "postgres://u:p@db/x",
+		"GITHUB_PAT": "ghp_x", "MCP_PATCH_CONFIG": "/etc/mcp-patch.yaml", "LC_ALL": "de_DE.UTF-8"}
+	lookup := func(k string) (string, bool) { v, ok := server[k]; return v, ok }
+	r, dir := probeRepo(t, "env | LC_ALL=C sort\n", func(o *Options) {
+		o.LookupEnv = lookup
+		o.VerifyPassEnv = []string{"KUBECONFIG", "NOT_SET_ANYWHERE", "MCP_PATCH_COMPONENT"}
+	})
+	res, err := r.RunVerify(t.Context(), "probe", 10*time.Second, map[string]string{"MCP_PATCH_REQUEST_TIMEOUT": "3s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(res.Output), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		if k == "PWD" || k == "SHLVL" || k == "_" || k == "OLDPWD" { // set by sh itself
+			continue
+		}
+		names = append(names, k)
+		got[k] = v
+	}
+	want := []string{"HOME", "KUBECONFIG", "LANG", "MCP_PATCH_COMPONENT", "MCP_PATCH_INTENT_DIR", "MCP_PATCH_REQUEST_TIMEOUT", "PATH"}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Fatalf("environment names (-want +got):\n%s\n%s", diff, res.Output)
+	}
+	if got["PATH"] != server["PATH"] || got["LANG"] != server["LANG"] || got["MCP_PATCH_COMPONENT"] != "probe" || got["MCP_PATCH_INTENT_DIR"] != dir {
+		t.Errorf("values: %v", got)
+	}
+	// Without PATH and LANG on the server, the script still gets a usable pair.
+	r2, _ := probeRepo(t, "echo \"$PATH $LANG\"\n", func(o *Options) { o.LookupEnv = func(string) (string, bool) { return "", false } })
+	res, err = r2.RunVerify(t.Context(), "probe", 10*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(res.Output) != "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin C.UTF-8" {
+		t.Errorf("defaults: %q", res.Output)
+	}
+}
+
+// TestRunVerifyDisabled: a handle that may not run verify scripts (a
+// read-only server) refuses before anything starts.
+func TestRunVerifyDisabled(t *testing.T) {
+	r, dir := probeRepo(t, "touch \"$MCP_PATCH_INTENT_DIR/ran\"\n", func(o *Options) { o.VerifyDisabled = "the server is read-only" })
+	_, err := r.RunVerify(t.Context(), "probe", 10*time.Second, nil)
+	if !errors.Is(err, ErrVerifyDisabled) || !strings.Contains(err.Error(), "read-only") {
+		t.Fatalf("RunVerify = %v, want ErrVerifyDisabled", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Error("the script ran")
 	}
 }
 

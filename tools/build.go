@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -59,10 +60,19 @@ func wire(ctx context.Context, d *Deps) (cleanup func(), err error) {
 			return intent.Open(repoPath, intent.Options{
 				AuthorName: c.Git.AuthorName, AuthorEmail: c.Git.AuthorEmail,
 				Protected: c.Git.Protected, RoundID: round, WorkingBranch: c.Git.Branch,
-				Remote: c.Git.Remote,
-				SSH:    intent.SSHOptions{KnownHosts: c.SSH.KnownHosts, KeyFiles: c.SSH.KeyFiles, UseAgent: true},
-				Now:    d.Now, Log: d.Log,
+				Remote:        c.Git.Remote,
+				SSH:           intent.SSHOptions{KnownHosts: c.SSH.KnownHosts, KeyFiles: c.SSH.KeyFiles, UseAgent: true},
+				VerifyPassEnv: c.Verify.PassEnv, VerifyDisabled: verifyDisabled(c),
+				LookupEnv: func(k string) (string, bool) { v := d.Getenv(k); return v, v != "" },
+				Now:       d.Now, Log: d.Log,
 			})
+		}
+		if c.Kubeconfig != "" && slices.Contains(c.Verify.PassEnv, "KUBECONFIG") {
+			kubeconfig, err := filepath.Abs(c.Kubeconfig) // verify.sh runs in its component's folder
+			if err != nil {
+				return nil, fmt.Errorf("kubeconfig %s: %w", c.Kubeconfig, err)
+			}
+			d.VerifyEnv = map[string]string{"KUBECONFIG": kubeconfig} // the cluster the server talks to
 		}
 		d.Resources = IntentResources(d)
 		d.Book = NewRoundBook(repoPath, d.Now)
@@ -106,6 +116,15 @@ func wire(ctx context.Context, d *Deps) (cleanup func(), err error) {
 	}
 	closers = append(closers, stop)
 	return cleanup, nil
+}
+
+// verifyDisabled says why verify.sh may not run: in read-only mode unless
+// the configuration allows it.
+func verifyDisabled(c *config.Config) string {
+	if c.Mode == config.ModeReadOnly && !c.Verify.InReadOnly {
+		return "the server runs read-only and verify.in_read_only is not set (verify.sh is code the read-only promise cannot vouch for)"
+	}
+	return ""
 }
 
 // wireWorld sets up lazy access to the cluster and the hosts.

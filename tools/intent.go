@@ -25,6 +25,8 @@ func intentError(action string, err error) error {
 			action+": "+err.Error(), "nothing was changed")
 	case errors.Is(err, intent.ErrProtectedBranch):
 		return Refuse("Configure a working branch that is not protected (git.branch).", action+": "+err.Error(), "nothing was changed")
+	case errors.Is(err, intent.ErrVerifyDisabled):
+		return Refuse("Run verify.sh on a server that is not read-only, or have the operator set verify.in_read_only.", action+": "+err.Error(), "nothing was run")
 	case errors.Is(err, intent.ErrBusy):
 		return Refuse("Call again in a few seconds.", action+": "+err.Error(), "nothing was changed")
 	case errors.Is(err, intent.ErrNotRepo):
