@@ -181,7 +181,8 @@ func hostError(node, action string, err error) error {
 }
 
 // NodePlan is what the round decided for one node, kept beside the
-// journal in rounds/<id>/plan.json: the package set simulate_upgrade found
+// journal in rounds/<id>/nodes.json (plan.json is the reviewed plan of the
+// whole round, see round/plan): the package set simulate_upgrade found
 // (its digest is what install_updates binds) and the GRUB entries of the
 // trial boot.
 type NodePlan struct {
@@ -205,7 +206,7 @@ type NodePlan struct {
 	GateRedSince time.Time `json:"gate_red_since,omitzero"`
 }
 
-const nodePlansFile = "plan.json"
+const nodePlansFile = "nodes.json"
 
 func (s *session) nodePlans(d *Deps) map[string]NodePlan {
 	plans := map[string]NodePlan{}
@@ -214,7 +215,7 @@ func (s *session) nodePlans(d *Deps) map[string]NodePlan {
 	}
 	if b, err := d.Book.ReadFile(s.id, nodePlansFile); err == nil {
 		if err := json.Unmarshal(b, &plans); err != nil {
-			d.Log.Warn("plan.json unreadable", "round", s.id, "err", err)
+			d.Log.Warn("nodes.json unreadable", "round", s.id, "err", err)
 		}
 	}
 	return plans

@@ -10,7 +10,7 @@ func Builtin() *Registry {
 func builtin() []Tool {
 	return []Tool{
 		ReadIntent(), RecordLesson(), RunVerify(),
-		PlanRound(), RoundStatus(), RecordDecision(), CloseRound(),
+		PlanRound(), RoundStatus(), RecordDecision(), CloseRound(), ShowPlan(), SignPlan(), ApproveWindow(), ReplanNode(),
 		InspectNode(), SimulateUpgrade(), DownloadUpdates(), SnapshotNode(), VerifyNode(), FleetCheck(),
 		DrainNode(), InstallUpdates(), TrialBoot(), UncordonNode(), GPUAcceptance(), PromoteKernel(), CheckGate(), CloseWindow(), RecordFleetCheck(),
 		Autoremove(), FallbackDrill(),

@@ -131,7 +131,8 @@ func (b *RoundBook) CurrentID() string {
 // Files returns the repository paths of a round's record files present.
 func (b *RoundBook) Files(id string) []string {
 	var out []string
-	for _, f := range []string{round.JournalFile, round.StateFile, round.AuditFile, round.ReportFile, round.TimelineFile, "baseline.json", "plan.json"} {
+	for _, f := range []string{round.JournalFile, round.StateFile, round.AuditFile, round.ReportFile, round.TimelineFile, "baseline.json",
+		fleetPlanFile, fleetPlanMD, planSignedFile, nodePlansFile} {
 		if _, err := os.Stat(filepath.Join(b.dir(id), f)); err == nil {
 			out = append(out, filepath.ToSlash(filepath.Join("rounds", id, f)))
 		}

@@ -48,6 +48,8 @@ type PlanRoundOut struct {
 	Placement *kube.Placement `json:"placement,omitempty"`
 	Baseline  *gate.Baseline  `json:"baseline,omitempty"`
 	ETA       *round.Estimate `json:"eta,omitempty"`
+	// Plan is the reviewed plan written to rounds/<id>/plan.md and plan.json.
+	Plan *PlanStatus `json:"plan,omitempty"`
 }
 
 // PlanRound is the plan_round tool.
@@ -84,26 +86,10 @@ func PlanRound() Tool {
 		if err != nil {
 			return PlanRoundOut{}, err
 		}
-		p(0, 4, "inventory")
-		invOpts := kube.InventoryOptions{}
-		if g := settings.GPU; g != nil && g.CanaryLabel != "" {
-			invOpts.CanaryLabel = g.CanaryLabel
-		}
-		inv, err := kube.TakeInventory(ctx, kc.Kube, invOpts)
+		p(0, 5, "inventory and placement")
+		inv, pl, err := d.inventoryAndPlacement(ctx, kc, settings)
 		if err != nil {
-			return PlanRoundOut{}, Fail("Check the API server and call again.", "take inventory: "+err.Error())
-		}
-		p(1, 4, "placement")
-		popts := kube.PlacementOptions{}
-		if cp := settings.ControlPlane; cp != nil {
-			popts.VIPLeaseNamespace, popts.VIPLeaseName = cp.VIPLease.Namespace, cp.VIPLease.Name
-		}
-		if pg := settings.Postgres; pg != nil {
-			popts.PostgresNamespaces = []string{pg.Namespace}
-		}
-		pl, err := kube.Locate(ctx, kc.Kube, kc.Dynamic, inv, popts)
-		if err != nil {
-			return PlanRoundOut{}, Fail("Check the API server and call again.", "locate the Postgres primary and the VIP: "+err.Error())
+			return PlanRoundOut{}, err
 		}
 		var nodes []round.NodeInfo
 		for _, n := range inv.Nodes {
@@ -138,7 +124,7 @@ func PlanRound() Tool {
 			}
 		}
 		out := PlanRoundOut{Round: in.Round, Order: &order, Placement: &pl}
-		p(2, 4, "baseline")
+		p(1, 5, "baseline")
 		if !j.State().BaselineTaken {
 			hc := gate.HealthConfig{}
 			if sh := settings.StackHealth; sh != nil {
@@ -161,7 +147,7 @@ func PlanRound() Tool {
 			}
 			out.Baseline = &base
 		}
-		p(3, 4, "estimate")
+		p(2, 5, "estimate")
 		deadline := time.Time{}
 		if k := settings.Kernel; k != nil && k.ComplianceDeadlineDays.Internal > 0 {
 			deadline = d.now().Add(time.Duration(k.ComplianceDeadlineDays.Internal) * 24 * time.Hour)
@@ -174,13 +160,25 @@ func PlanRound() Tool {
 			}
 		}
 		out.Reasons = append(out.Reasons, order.Notes...)
+		p(3, 5, "fleet-wide preflight")
+		fl, perr := d.writePlanDocument(ctx, kc, s, preflightInput{round: in.Round, order: order, inv: inv, placement: pl, settings: settings}, p)
+		if perr == nil {
+			out.Plan, perr = d.planStatus(in.Round)
+		}
+		p(4, 5, "commit")
 		if c, err := d.commitRound(ctx, s, "plan"); err == nil {
-			out.Reasons = append(out.Reasons, "plan committed to the intent repository ("+short(c)+")")
+			out.Reasons = append(out.Reasons, "plan committed to the intent repository ("+short(c)+"): rounds/"+in.Round+"/plan.md")
 		} else {
 			out.Reasons = append(out.Reasons, "plan not committed: "+err.Error())
 		}
-		first := order.Positions[0].Node
-		out.NextAction = fmt.Sprintf("Start with %s: inspect_node, simulate_upgrade, download_updates, snapshot_node, then drain_node.", first)
+		if perr != nil {
+			return out, perr
+		}
+		if !fl.Ready() {
+			return out, d.stopOnBlockers(s, fl, out.Reasons)
+		}
+		out.Reasons = append(out.Reasons, fl.Summary...)
+		out.NextAction = "A person reads rounds/" + in.Round + "/plan.md and signs the plan (sign_plan); then start with " + order.Positions[0].Node + "."
 		return out, nil
 	})
 }
@@ -200,6 +198,8 @@ type RoundStatusOut struct {
 	Table string          `json:"table" jsonschema:"the per-node step table as text"`
 	// Maintenance is set when the intent declares maintenance windows.
 	Maintenance *MaintenanceView `json:"maintenance,omitempty" jsonschema:"where the round stands against the intent's maintenance windows"`
+	// Plan is the reviewed plan: its digest, signature and signature count.
+	Plan *PlanStatus `json:"plan,omitempty"`
 }
 
 // RoundStatus is the round_status tool.
@@ -246,6 +246,13 @@ func RoundStatus() Tool {
 		out := RoundStatusOut{Round: &status, Table: tb.String(), Result: Result{NextAction: status.NextAction, NextCall: nextCall(st, status)}}
 		if restricted {
 			out.Maintenance = &mv
+		}
+		if nc, why := d.planNextCall(st, out.NextCall); why != "" {
+			out.NextCall, out.NextAction = nc, why
+		}
+		if ps, err := d.planStatus(st.RoundID); err == nil && ps != nil {
+			out.Plan = ps
+			out.Reasons = append(out.Reasons, fmt.Sprintf("the plan (revision %d) needs %d signatures (%d with one per step); signed: %v", ps.Revision, ps.Signatures, ps.PerStepSignatures, ps.Signed))
 		}
 		if st.Plan != nil {
 			if est, err := round.ETA(st, st.WindowDurations(), d.now(), time.Time{}, etaConfig(sess.settingsOrZero())); err == nil {

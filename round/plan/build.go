@@ -125,7 +125,7 @@ type Placement struct {
 	VIPNode        string
 	// Webhook maps node → webhook replicas running there.
 	Webhook map[string]int
-	// Model maps node → model pods running there.
+	// Model maps node → GPU pods running there (the model's among them).
 	Model map[string]int
 	// GPUsAllocated maps node → GPUs requested by running pods.
 	GPUsAllocated map[string]int
@@ -204,7 +204,10 @@ func BuildNode(position int, pos Position, facts Facts, pl Placement, it Intent)
 		}
 	}
 	block := func(cause, fix string) {
-		n.Blockers = append(n.Blockers, Blocker{Node: pos.Node, Cause: cause, Fix: fix})
+		n.Blockers = append(n.Blockers, Blocker{Node: pos.Node, Cause: cause, Fix: fix, Check: CheckInspect})
+	}
+	apt := func(cause, fix string) {
+		n.Blockers = append(n.Blockers, Blocker{Node: pos.Node, Cause: cause, Fix: fix, Check: CheckSimulate})
 	}
 	n.Runs = runs(pos.Node, pl)
 	if facts.Err != "" {
@@ -231,16 +234,16 @@ func BuildNode(position int, pos Position, facts Facts, pl Placement, it Intent)
 		}
 	}
 	if len(facts.Removals) > 0 {
-		block("apt would remove "+strings.Join(facts.Removals, ", "), "find what pulls them out (apt-get -s full-upgrade on the node), pin or install the replacement, then plan this node again")
+		apt("apt would remove "+strings.Join(facts.Removals, ", "), "find what pulls them out (apt-get -s full-upgrade on the node), pin or install the replacement, then plan this node again")
 	}
 	for _, b := range facts.AptBlockers {
 		if strings.Contains(b, "would remove") && len(facts.Removals) > 0 {
 			continue
 		}
-		block(b, "fix the holds or the package set on the node, then plan this node again")
+		apt(b, "fix the holds or the package set on the node, then plan this node again")
 	}
 	for _, u := range facts.Unheld {
-		block("package "+u+" is installed but not held", "apt-mark hold "+u)
+		apt("package "+u+" is installed but not held", "apt-mark hold "+u)
 	}
 	n.Grub = Grub{PanicSeconds: it.PanicSeconds}
 	if n.Target != "" && n.Target != n.Running {
@@ -300,7 +303,9 @@ func BuildNode(position int, pos Position, facts Facts, pl Placement, it Intent)
 }
 
 func drainOf(node string, df DrainFacts, n *Node) Drain {
-	block := func(cause, fix string) { n.Blockers = append(n.Blockers, Blocker{Node: node, Cause: cause, Fix: fix}) }
+	block := func(cause, fix string) {
+		n.Blockers = append(n.Blockers, Blocker{Node: node, Cause: cause, Fix: fix, Check: CheckInspect})
+	}
 	d := Drain{Workloads: []Workload{}}
 	if df.Err != "" {
 		block("the drain preview failed: "+df.Err, "check the API server and the node, then plan again")
@@ -361,7 +366,7 @@ func runs(node string, pl Placement) []string {
 		out = append(out, fmt.Sprintf("%d admission webhook replica(s)", n))
 	}
 	if n := pl.Model[node]; n > 0 {
-		out = append(out, fmt.Sprintf("%d model pod(s)", n))
+		out = append(out, fmt.Sprintf("%d GPU pod(s) running", n))
 	}
 	if n := pl.GPUsAllocated[node]; n > 0 {
 		out = append(out, fmt.Sprintf("%d GPU(s) allocated", n))
@@ -393,7 +398,7 @@ func placementLines(pl Placement) []string {
 		out = append(out, "admission webhook replicas: "+s)
 	}
 	if s := countLine(pl.Model); s != "" {
-		out = append(out, "model pods: "+s)
+		out = append(out, "GPU pods: "+s)
 	}
 	if s := countLine(pl.GPUsAllocated); s != "" {
 		out = append(out, "GPUs allocated: "+s)

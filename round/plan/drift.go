@@ -34,10 +34,10 @@ func Drift(reviewed, live Node, steps ...Step) []Change {
 			var extra []string
 			have := map[string]bool{}
 			for _, w := range reviewed.Drain.Workloads {
-				have[w.Key()] = true
+				have[strings.ToLower(w.Key())] = true
 			}
 			for _, w := range live.Drain.Workloads {
-				if !have[w.Key()] {
+				if !have[strings.ToLower(w.Key())] {
 					extra = append(extra, fmt.Sprintf("+ evict %s (%d pod(s))", w.Key(), w.Pods))
 				}
 			}

@@ -164,7 +164,16 @@ type Blocker struct {
 	Cause string `json:"cause"`
 	// Fix says what a person does about it.
 	Fix string `json:"fix"`
+	// Check is the preflight check of the node it fails: "simulate" for
+	// the package set (removals, holds), "inspect" for the rest.
+	Check string `json:"check"`
 }
+
+// Checks a blocker fails.
+const (
+	CheckInspect  = "inspect"
+	CheckSimulate = "simulate"
+)
 
 func (b Blocker) String() string {
 	s := b.Node + ": " + b.Cause

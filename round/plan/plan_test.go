@@ -94,7 +94,7 @@ func TestBuildHealthyFleet(t *testing.T) {
 	if gpu.Drain.Pods != 3 || len(gpu.Drain.Workloads) != 3 {
 		t.Errorf("drain = %+v", gpu.Drain)
 	}
-	if diff := cmp.Diff([]string{"1 model pod(s)", "8 GPU(s) allocated"}, gpu.Runs); diff != "" {
+	if diff := cmp.Diff([]string{"1 GPU pod(s) running", "8 GPU(s) allocated"}, gpu.Runs); diff != "" {
 		t.Errorf("runs (-want +got):\n%s", diff)
 	}
 	cp3, _ := f.Node("cp-3")
@@ -167,6 +167,13 @@ func TestBlockers(t *testing.T) {
 				t.Fatalf("blockers = %v, want one", fl.Blockers)
 			}
 			b := fl.Blockers[0]
+			wantCheck := CheckInspect
+			if strings.Contains(tc.name, "removal") || strings.Contains(tc.name, "unheld") {
+				wantCheck = CheckSimulate
+			}
+			if b.Check != wantCheck {
+				t.Errorf("check = %q, want %q", b.Check, wantCheck)
+			}
 			if b.Node != tc.node || !strings.Contains(b.Cause, tc.cause) || !strings.Contains(b.Fix, tc.fix) {
 				t.Errorf("blocker = %+v, want node %s, cause ~%q, fix ~%q", b, tc.node, tc.cause, tc.fix)
 			}

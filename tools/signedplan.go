@@ -1,0 +1,332 @@
+package tools
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/mcp-patch/mcp-patch/round/plan"
+	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+// planSignature is a person's signature of one revision of the plan.
+type planSignature struct {
+	Digest     string    `json:"digest"`
+	Revision   int       `json:"revision"`
+	Principal  string    `json:"principal"`
+	ApprovalID string    `json:"approval_id"`
+	Time       time.Time `json:"time"`
+	// Nodes are the step digests of every node as signed: the next
+	// signature after a re-plan covers only what differs from them.
+	Nodes map[string]map[plan.Step]string `json:"nodes"`
+	// Changed says what this signature covered beyond the previous one
+	// ("node: step, step"); empty for the first.
+	Changed []string `json:"changed,omitempty"`
+}
+
+// windowSignature is a per-window approval: one signature binding every
+// step of one node's window to the digests it lists.
+type windowSignature struct {
+	Node       string `json:"node"`
+	Window     string `json:"window_digest"`
+	Principal  string `json:"principal"`
+	ApprovalID string `json:"approval_id"`
+	// Tools maps each covered tool to the plan digest it must show live.
+	Tools map[string]string `json:"tools"`
+	Time  time.Time         `json:"time"`
+}
+
+// planSignatures is rounds/<id>/plan-signatures.json.
+type planSignatures struct {
+	Plan    []planSignature            `json:"plan"`
+	Windows map[string]windowSignature `json:"windows"`
+}
+
+// signedFor returns the signature of the plan with this digest, if any.
+func (ps planSignatures) signedFor(digest string) (planSignature, bool) {
+	for i := len(ps.Plan) - 1; i >= 0; i-- {
+		if ps.Plan[i].Digest == digest {
+			return ps.Plan[i], true
+		}
+	}
+	return planSignature{}, false
+}
+
+// fleetPlan reads the reviewed plan of a round; ok is false when plan_round
+// has not written one (a round planned before plans were documents).
+func (d *Deps) fleetPlan(id string) (plan.Fleet, bool, error) {
+	b, err := d.Book.ReadFile(id, fleetPlanFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return plan.Fleet{}, false, nil
+	}
+	if err != nil {
+		return plan.Fleet{}, false, fmt.Errorf("read the plan of round %s: %w", id, err)
+	}
+	f, err := plan.Decode(b)
+	if err != nil {
+		return plan.Fleet{}, false, err
+	}
+	return f, true, nil
+}
+
+// writeFleetPlan writes plan.json and plan.md of the round.
+func (d *Deps) writeFleetPlan(id string, f plan.Fleet) error {
+	b, err := f.Encode()
+	if err != nil {
+		return err
+	}
+	var md bytes.Buffer
+	if err := plan.Markdown(&md, f); err != nil {
+		return fmt.Errorf("render plan.md: %w", err)
+	}
+	if err := d.Book.WriteFile(id, fleetPlanFile, b); err != nil {
+		return fmt.Errorf("write plan.json: %w", err)
+	}
+	if err := d.Book.WriteFile(id, fleetPlanMD, md.Bytes()); err != nil {
+		return fmt.Errorf("write plan.md: %w", err)
+	}
+	return nil
+}
+
+func (d *Deps) planSignatures(id string) (planSignatures, error) {
+	ps := planSignatures{Windows: map[string]windowSignature{}}
+	b, err := d.Book.ReadFile(id, planSignedFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return ps, nil
+	}
+	if err != nil {
+		return ps, fmt.Errorf("read %s: %w", planSignedFile, err)
+	}
+	if err := json.Unmarshal(b, &ps); err != nil {
+		return ps, fmt.Errorf("read %s: %w", planSignedFile, err)
+	}
+	if ps.Windows == nil {
+		ps.Windows = map[string]windowSignature{}
+	}
+	return ps, nil
+}
+
+func (d *Deps) savePlanSignatures(id string, ps planSignatures) error {
+	b, err := json.MarshalIndent(ps, "", "  ")
+	if err != nil {
+		return err
+	}
+	return d.Book.WriteFile(id, planSignedFile, append(b, '\n'))
+}
+
+func stepDigests(f plan.Fleet) map[string]map[plan.Step]string {
+	out := map[string]map[plan.Step]string{}
+	for _, n := range f.Nodes {
+		out[n.Node] = n.Steps
+	}
+	return out
+}
+
+// planChanges lists, per node, the steps whose digest differs between the
+// signed digests and the plan now (nodes new to the plan count whole).
+func planChanges(signed map[string]map[plan.Step]string, f plan.Fleet) []string {
+	var out []string
+	for _, n := range f.Nodes {
+		was, ok := signed[n.Node]
+		if !ok {
+			out = append(out, n.Node+": whole window (new in the plan)")
+			continue
+		}
+		var steps []string
+		for _, s := range plan.WindowSteps {
+			if was[s] != n.Steps[s] {
+				steps = append(steps, string(s))
+			}
+		}
+		if len(steps) > 0 {
+			out = append(out, n.Node+": "+strings.Join(steps, ", "))
+		}
+	}
+	return out
+}
+
+// toolStep maps a destructive tool to the plan step it runs.
+var toolStep = map[string]plan.Step{
+	"drain_node": plan.StepDrain, "install_updates": plan.StepInstall, "trial_boot": plan.StepTrialBoot,
+	"promote_kernel": plan.StepPromote, "fallback_drill": plan.StepDrill,
+}
+
+// liveNode turns the plan a window step decided now into the parts of a
+// node plan that step binds, for Drift.
+func liveNode(reviewed plan.Node, p window.Plan) (plan.Node, plan.Step, bool) {
+	live := plan.Node{Node: reviewed.Node, Grub: reviewed.Grub, Target: reviewed.Target, Running: reviewed.Running,
+		PackageDigest: reviewed.PackageDigest, Drain: reviewed.Drain}
+	switch v := p.(type) {
+	case window.DrainPlan:
+		live.Drain = plan.Drain{Workloads: workloadsOf(v.Evict)}
+		return live, plan.StepDrain, true
+	case window.PackagePlan:
+		live.PackageDigest, live.PackageLines, live.Target = v.PackageDigest, v.Lines, v.TargetKernel
+		return live, plan.StepInstall, true
+	case window.TrialBootPlan:
+		live.Running, live.Target = v.RunningKernel, v.TargetKernel
+		live.Grub.Old, live.Grub.New = v.OldEntry, v.NewEntry
+		return live, plan.StepTrialBoot, true
+	case window.FallbackDrillPlan:
+		live.Running, live.Target = v.RunningKernel, v.TargetKernel
+		live.Grub.Old, live.Grub.New = v.OldEntry, v.NewEntry
+		return live, plan.StepTrialBoot, true
+	case window.PromotePlan:
+		live.Target = v.Kernel
+		if v.NewEntry != "" {
+			live.Grub.New = v.NewEntry
+		}
+		return live, plan.StepPromote, true
+	}
+	return plan.Node{}, "", false
+}
+
+// workloadsOf reads the owners back from a drain plan's "evict ns/pod
+// (kind owner)" lines.
+func workloadsOf(evict []string) []plan.Workload {
+	var out []plan.Workload
+	for _, e := range evict {
+		rest, ok := strings.CutPrefix(e, "evict ")
+		if !ok {
+			continue
+		}
+		ref, owner, _ := strings.Cut(rest, " (")
+		ns, _, _ := strings.Cut(ref, "/")
+		kind, name, _ := strings.Cut(strings.TrimSuffix(owner, ")"), " ")
+		out = append(out, plan.Workload{Namespace: ns, Kind: kind, Name: name, Pods: 1})
+	}
+	return out
+}
+
+// checkReviewed is the plan's rule before every destructive window step:
+// the round's plan must be signed before the first cordon, and the live
+// plan of the step must not differ from the reviewed plan of its node; a
+// drift refuses with the diff and asks for a re-plan of that node. A
+// round without a plan document (planned before plans were documents) is
+// not held to it.
+func (d *Deps) checkReviewed(roundID, tool string, p window.Plan) error {
+	if d.Book == nil {
+		return nil
+	}
+	if _, ok := toolStep[tool]; !ok {
+		return nil
+	}
+	f, ok, err := d.signedPlan(roundID)
+	if err != nil || !ok {
+		return err
+	}
+	reviewed, ok := f.Node(p.Target())
+	if !ok {
+		return Refuse("Plan the round again: this node is not in its plan.", p.Target()+" is not in the reviewed plan of round "+roundID, "nothing was executed")
+	}
+	live, step, ok := liveNode(reviewed, p)
+	if !ok {
+		return nil
+	}
+	if cs := plan.Drift(reviewed, live, step); len(cs) > 0 {
+		return Refuse("Call replan_node for "+p.Target()+": it reads the node again and writes the new plan; a person signs only what changed (sign_plan).",
+			append(plan.FormatDrift(p.Target(), cs), "nothing was executed")...)
+	}
+	return nil
+}
+
+// signedPlan returns the round's reviewed plan once it has no blockers and
+// a person signed its digest; ok is false for a round without a plan
+// document (planned before plans were documents).
+func (d *Deps) signedPlan(roundID string) (plan.Fleet, bool, error) {
+	f, ok, err := d.fleetPlan(roundID)
+	if err != nil {
+		return plan.Fleet{}, false, Refuse("Plan the round again (plan_round): the plan file cannot be trusted.", err.Error(), "nothing was executed")
+	}
+	if !ok {
+		return plan.Fleet{}, false, nil
+	}
+	if !f.Ready() {
+		reasons := []string{"the round's plan has blockers: nothing may be cordoned"}
+		for _, b := range f.Blockers {
+			reasons = append(reasons, b.String())
+		}
+		return plan.Fleet{}, false, Refuse("Fix the blockers and call plan_round again.", append(reasons, "nothing was executed")...)
+	}
+	ps, err := d.planSignatures(roundID)
+	if err != nil {
+		return plan.Fleet{}, false, err
+	}
+	if _, ok := ps.signedFor(f.Digest); !ok {
+		return plan.Fleet{}, false, Refuse("Call sign_plan: a person signs the plan digest (mcp-patch approve shows its summary) before the first cordon.",
+			fmt.Sprintf("the plan of round %s (digest %s, revision %d) is not signed", roundID, f.Digest, f.Revision), "nothing was executed")
+	}
+	return f, true, nil
+}
+
+// windowApproval returns the per-window approval that covers this tool's
+// live plan, if the node has one. A node with a window approval whose
+// digest for this step differs is refused: the approval binds exactly the
+// reviewed window.
+func (d *Deps) windowApproval(roundID, tool string, p window.Plan) (Approved, bool, error) {
+	if d.Book == nil {
+		return Approved{}, false, nil
+	}
+	ps, err := d.planSignatures(roundID)
+	if err != nil {
+		return Approved{}, false, err
+	}
+	ws, ok := ps.Windows[p.Target()]
+	if !ok {
+		return Approved{}, false, nil
+	}
+	want, ok := ws.Tools[tool]
+	if !ok {
+		return Approved{}, false, nil
+	}
+	f, okPlan, err := d.fleetPlan(roundID)
+	if err != nil || !okPlan {
+		return Approved{}, false, err
+	}
+	if n, ok := f.Node(p.Target()); !ok || n.Window != ws.Window {
+		return Approved{}, false, Refuse("Call approve_window again: the node was re-planned after its window was approved.",
+			"the window approval of "+p.Target()+" binds window digest "+ws.Window+", the plan now has another", "nothing was executed")
+	}
+	if got := p.Digest(); got != want {
+		return Approved{}, false, Refuse("Call replan_node for "+p.Target()+", then approve its window again.",
+			fmt.Sprintf("%s on %s: the live plan digest %s differs from %s, which the window approval binds", tool, p.Target(), got, want), "nothing was executed")
+	}
+	return Approved{ID: ws.ApprovalID, Principal: ws.Principal}, true, nil
+}
+
+// windowTools computes, from the reviewed node plan, the digest each tool
+// of the window must show live: the same digests the window package's
+// typed plans bind.
+func windowTools(n plan.Node, livePreviewDigest string) map[string]string {
+	out := map[string]string{
+		"drain_node":      livePreviewDigest,
+		"install_updates": n.PackageDigest,
+		"trial_boot": window.TrialBootPlan{Node: n.Node, RunningKernel: n.Running, TargetKernel: n.Target,
+			OldEntry: n.Grub.Old, NewEntry: n.Grub.New, PanicSeconds: n.Grub.PanicSeconds}.Digest(),
+		"promote_kernel": window.PromotePlan{Node: n.Node, Kernel: n.Target, NewEntry: n.Grub.New}.Digest(),
+	}
+	if n.Canary {
+		out["fallback_drill"] = window.FallbackDrillPlan{Node: n.Node, RunningKernel: n.Running, TargetKernel: n.Target,
+			OldEntry: n.Grub.Old, NewEntry: n.Grub.New, PanicSeconds: n.Grub.PanicSeconds}.Digest()
+	}
+	return out
+}
+
+// planSummary is the plan in plain words for the request a person signs.
+func planSummary(f plan.Fleet, changed []string) []string {
+	out := append([]string{}, f.Summary...)
+	if len(changed) > 0 {
+		out = append([]string{fmt.Sprintf("re-plan (revision %d): only these changed since the last signature:", f.Revision)}, changed...)
+		return append(out, "plan digest "+f.Digest)
+	}
+	for _, n := range f.Nodes {
+		out = append(out, oneLine(fmt.Sprintf("%d. %s (%s): %s -> %s, %d packages, evicts %d pods, new GRUB entry %s, %s (%d signature(s))",
+			n.Position, n.Node, n.Role, orDash(n.Running), orDash(n.Target), n.Packages.Count(), n.Drain.Pods, orDash(n.Grub.New),
+			strings.ReplaceAll(n.Approval, "_", " "), n.Signatures())))
+	}
+	return append(out, "read rounds/"+f.Round+"/plan.md for every package, GRUB id and pod", "plan digest "+f.Digest)
+}
