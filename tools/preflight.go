@@ -55,7 +55,7 @@ func factsOf(sim steps.Simulation, insp steps.Inspection) plan.Facts {
 		Removals: sim.Plan.Removals, AptBlockers: sim.Plan.Blockers, Unheld: sim.Unheld,
 		GrubenvWritable: insp.Grub.EnvWritableAtBoot, GrubReasons: insp.Grub.Reasons, KernelPanic: insp.KernelPanic,
 		NvidiaInstalled: len(insp.NvidiaPackages) > 0, TargetModules: insp.TargetModules.Present,
-		BootFreeBytes: -1,
+		BootFreeBytes:    -1,
 		LivepatchEnabled: insp.Livepatch.Present && insp.Livepatch.Status.PatchState != "",
 		LivepatchState:   insp.Livepatch.Status.PatchState,
 		UnattendedKernel: len(insp.UnattendedBlacklist) > 0 && !insp.BlacklistKernel,
