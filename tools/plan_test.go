@@ -1,0 +1,218 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/plan"
+	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+const planRound = "2026-11"
+
+func planFacts(target string) plan.Facts {
+	running := "6.8.0-48-generic"
+	return plan.Facts{Running: running, Target: target, PackageDigest: "sha256:pkgs-" + target,
+		PackageLines: []string{"Inst linux-image-" + target},
+		Packages: []plan.Package{{Name: "linux-image-" + target, Action: "install", NewVersion: "1", Class: "kernel"},
+			{Name: "linux-modules-nvidia-550-server-" + target, Action: "install", NewVersion: "1", Class: "nvidia"}},
+		Entries:         []plan.Entry{{ID: "gnulinux-advanced-u>gnulinux-" + running + "-advanced-u", Kernel: running}},
+		GrubenvWritable: true, KernelPanic: 10, BootFreeBytes: -1, NvidiaInstalled: true,
+		Drain: plan.DrainFacts{Pods: []plan.Pod{{Namespace: "inference", Name: "model-1", OwnerKind: "ReplicaSet", OwnerName: "model-5c"}}},
+	}
+}
+
+// planDeps is a round with an order, a journal and a plan document in a
+// temporary intent working copy, approvals faked.
+func planDeps(t *testing.T, approval string) (*Deps, plan.Fleet) {
+	t.Helper()
+	d := testDeps(config.ModeNormal)
+	d.Book = NewRoundBook(t.TempDir(), func() time.Time { return time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC) })
+	t.Cleanup(func() { d.Book.Close() })
+	j, err := d.Book.Journal(planRound, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := round.Order{Positions: []round.Position{
+		{Node: "cp-1", Role: round.RoleControlPlane, Reason: "control plane"},
+		{Node: "gpu-1", Role: round.RoleGPU, GPU: true, Canary: true, Reason: "canary"},
+		{Node: "gpu-2", Role: round.RoleGPU, GPU: true, Reason: "GPU server"},
+	}}
+	if _, err := j.Plan(order, 48*time.Hour, round.Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	facts := map[string]plan.Facts{}
+	for _, p := range order.Positions {
+		facts[p.Node] = planFacts("6.8.0-51-generic")
+	}
+	f := plan.Build(plan.Input{Round: planRound, Order: positionsOf(order), Facts: facts,
+		Intent: plan.Intent{GPUApproval: approval, PanicSeconds: 10}})
+	if err := d.writeFleetPlan(planRound, f); err != nil {
+		t.Fatal(err)
+	}
+	return d, f
+}
+
+func callSign(t *testing.T, d *Deps, approval string) (*SignPlanOut, *Result) {
+	t.Helper()
+	args, _ := json.Marshal(map[string]string{"approval": approval})
+	out, res := SignPlan().CallJSON(context.Background(), d, args, func(float64, float64, string) {})
+	return out.(*SignPlanOut), res
+}
+
+func TestTheFirstDrainWaitsForTheSignedPlan(t *testing.T) {
+	d, f := planDeps(t, plan.PerStep)
+	gpu, _ := f.Node("gpu-2")
+	drainPlan := window.DrainPlan{Node: "gpu-2", PreviewDigest: "sha256:pods", Evict: []string{"evict inference/model-1 (replicaset model-5c)"}}
+	err := d.checkReviewed(planRound, "drain_node", drainPlan)
+	if err == nil || !strings.Contains(err.Error(), "is not signed") {
+		t.Fatalf("drain before the plan is signed: %v", err)
+	}
+	_, res := callSign(t, d, "")
+	if res.Status != StatusApprovalRequired || !strings.Contains(strings.Join(res.Approval.Summary, "\n"), "this round needs 15 signatures") {
+		t.Fatalf("sign_plan without approval: %s %v", res.Status, res.Approval)
+	}
+	if _, res := callSign(t, d, "signed:sha256:another"); res.Status != StatusRefused {
+		t.Fatalf("a signature of another digest: %s", res.Status)
+	}
+	out, res := callSign(t, d, "signed:"+f.Digest)
+	if res.Status != StatusOK || !out.Plan.Signed || out.Plan.Signatures != 15 {
+		t.Fatalf("sign_plan: %s %v %+v", res.Status, res.Reasons, out.Plan)
+	}
+	if err := d.checkReviewed(planRound, "drain_node", drainPlan); err != nil {
+		t.Fatalf("drain after signing: %v", err)
+	}
+	// A drain that now evicts a workload the plan did not list is drift.
+	more := drainPlan
+	more.Evict = append(more.Evict, "evict batch/train-7 (job train)")
+	err = d.checkReviewed(planRound, "drain_node", more)
+	if err == nil || !strings.Contains(err.Error(), "+ evict batch/job/train") || !strings.Contains(err.Error(), "nothing was executed") {
+		t.Fatalf("drifted drain: %v", err)
+	}
+	// Another package set is drift, with a diff against the reviewed lines.
+	err = d.checkReviewed(planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:other",
+		Lines: append([]string{"Inst curl [1] (2)"}, gpu.PackageLines...), TargetKernel: gpu.Target})
+	var ref *Refusal
+	if err == nil || !strings.Contains(err.Error(), "+ Inst curl [1] (2)") || !asRefusal(err, &ref) || !strings.Contains(ref.NextAction, "replan_node") {
+		t.Fatalf("drifted install: %v", err)
+	}
+	if err := d.checkReviewed(planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: gpu.PackageDigest, Lines: gpu.PackageLines, TargetKernel: gpu.Target}); err != nil {
+		t.Fatalf("install as reviewed: %v", err)
+	}
+	tb := window.TrialBootPlan{Node: "gpu-2", RunningKernel: gpu.Running, TargetKernel: gpu.Target, OldEntry: gpu.Grub.Old, NewEntry: "gnulinux-advanced-u>gnulinux-6.8.0-51-generic-advanced-OTHER"}
+	if err := d.checkReviewed(planRound, "trial_boot", tb); err == nil || !strings.Contains(err.Error(), "GRUB entry of the target kernel differs") {
+		t.Fatalf("another GRUB entry: %v", err)
+	}
+	// What the plan does not bind is not held to it.
+	if err := d.checkReviewed(planRound, "autoremove", window.AutoremovePlan{}); err != nil {
+		t.Fatalf("autoremove: %v", err)
+	}
+}
+
+func asRefusal(err error, ref **Refusal) bool {
+	r, ok := err.(*Refusal)
+	*ref = r
+	return ok
+}
+
+func TestReplanSignsOnlyTheChange(t *testing.T) {
+	d, f := planDeps(t, plan.PerStep)
+	if _, res := callSign(t, d, "signed:"+f.Digest); res.Status != StatusOK {
+		t.Fatalf("sign: %v", res.Reasons)
+	}
+	facts := planFacts("6.8.0-51-generic")
+	facts.PackageDigest, facts.PackageLines = "sha256:more", append(facts.PackageLines, "Inst curl [1] (2)")
+	live := plan.BuildNode(0, plan.Position{Node: "gpu-2", GPU: true}, facts, plan.Placement{}, plan.Intent{GPUApproval: plan.PerStep, PanicSeconds: 10})
+	g, changed, err := plan.Replan(f, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]plan.Step{plan.StepInstall}, changed); diff != "" {
+		t.Fatalf("changed (-want +got):\n%s", diff)
+	}
+	if err := d.writeFleetPlan(planRound, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.checkReviewed(planRound, "drain_node", window.DrainPlan{Node: "cp-1"}); err == nil || !strings.Contains(err.Error(), "revision 1) is not signed") {
+		t.Fatalf("the re-planned plan is not signed yet: %v", err)
+	}
+	_, res := callSign(t, d, "")
+	if res.Status != StatusApprovalRequired {
+		t.Fatalf("sign_plan: %s", res.Status)
+	}
+	want := []string{"re-plan (revision 1): only these changed since the last signature:", "gpu-2: install", "plan digest " + g.Digest}
+	if diff := cmp.Diff(want, res.Approval.Summary); diff != "" {
+		t.Errorf("re-sign summary (-want +got):\n%s", diff)
+	}
+	if _, res := callSign(t, d, "signed:"+g.Digest); res.Status != StatusOK {
+		t.Fatalf("sign the re-plan: %v", res.Reasons)
+	}
+	if err := d.checkReviewed(planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:more", TargetKernel: "6.8.0-51-generic"}); err != nil {
+		t.Fatalf("install of the re-planned set: %v", err)
+	}
+}
+
+func TestWindowApprovalCoversTheReviewedDigestsOnly(t *testing.T) {
+	d, f := planDeps(t, plan.PerWindow)
+	if f.Signatures != 8 || f.PerStepSignatures != 15 {
+		t.Errorf("signatures %d (per step %d), want 8 (15)", f.Signatures, f.PerStepSignatures)
+	}
+	n, _ := f.Node("gpu-2")
+	ps, err := d.planSignatures(planRound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps.Windows["gpu-2"] = windowSignature{Node: "gpu-2", Window: n.Window, Principal: "alice", ApprovalID: "w1", Tools: windowTools(n, "sha256:pods")}
+	if err := d.savePlanSignatures(planRound, ps); err != nil {
+		t.Fatal(err)
+	}
+	tb := window.TrialBootPlan{Node: "gpu-2", RunningKernel: n.Running, TargetKernel: n.Target, OldEntry: n.Grub.Old, NewEntry: n.Grub.New, PanicSeconds: 10, BootID: "b1"}
+	for name, p := range map[string]window.Plan{
+		"drain_node":      window.DrainPlan{Node: "gpu-2", PreviewDigest: "sha256:pods"},
+		"install_updates": window.PackagePlan{Node: "gpu-2", PackageDigest: n.PackageDigest},
+		"trial_boot":      tb,
+		"promote_kernel":  window.PromotePlan{Node: "gpu-2", Kernel: n.Target, NewEntry: n.Grub.New},
+	} {
+		a, ok, err := d.windowApproval(planRound, name, p)
+		if err != nil || !ok || a.ID != "w1" {
+			t.Errorf("%s as reviewed: covered=%v id=%q err=%v", name, ok, a.ID, err)
+		}
+	}
+	_, ok, err := d.windowApproval(planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:drifted"})
+	if ok || err == nil || !strings.Contains(err.Error(), "differs from") {
+		t.Errorf("drifted install: covered=%v err=%v", ok, err)
+	}
+	if _, ok, err := d.windowApproval(planRound, "install_updates", window.PackagePlan{Node: "cp-1", PackageDigest: n.PackageDigest}); ok || err != nil {
+		t.Errorf("a node without a window approval: covered=%v err=%v", ok, err)
+	}
+}
+
+func TestWorkloadsOf(t *testing.T) {
+	got := workloadsOf([]string{"evict inference/model-5c-x (replicaset model-5c)", "evict databases/pg-2 (cluster pg)", "junk"})
+	want := []plan.Workload{{Namespace: "inference", Kind: "replicaset", Name: "model-5c", Pods: 1}, {Namespace: "databases", Kind: "cluster", Name: "pg", Pods: 1}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestPlanChanges(t *testing.T) {
+	_, f := planDeps(t, plan.PerStep)
+	signed := stepDigests(f)
+	if got := planChanges(signed, f); len(got) != 0 {
+		t.Errorf("no change: %v", got)
+	}
+	delete(signed, "cp-1")
+	signed["gpu-1"] = map[plan.Step]string{plan.StepDrain: "x"}
+	got := planChanges(signed, f)
+	want := []string{"cp-1: whole window (new in the plan)", "gpu-1: drain, install, trial_boot, promote"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
