@@ -102,17 +102,22 @@ type Serve struct {
 // SSH configures how hosts are reached.
 type SSH struct {
 	// User is the login user; non-root users run steps through sudo -n. Default root.
-	User string `json:"user,omitempty"`
+	User string `json:"user,omitempty" jsonschema:"description=Login user for every node (default root; anyone else runs the steps through sudo -n); the inventory file's defaults and nodes override it"`
 	// Port is the default SSH port. Default 22.
-	Port int `json:"port,omitempty" jsonschema:"minimum=1,maximum=65535"`
+	Port int `json:"port,omitempty" jsonschema:"minimum=1,maximum=65535,description=SSH port for every node (default 22); the inventory file's defaults and nodes override it"`
 	// KnownHosts are OpenSSH known_hosts files; unknown or changed keys are refused. Default ~/.ssh/known_hosts.
 	KnownHosts []string `json:"known_hosts,omitempty"`
 	// KeyFiles are private keys to offer; the agent (SSH_AUTH_SOCK) is used as well when set.
 	KeyFiles []string `json:"key_files,omitempty"`
-	// Jump is an optional bastion, host[:port] or an inventory node name.
-	Jump string `json:"jump,omitempty"`
-	// Inventory is a YAML file mapping node names to addresses, ports and users; it overrides the cluster's InternalIP.
-	Inventory string `json:"inventory,omitempty"`
+	// Jump is an optional bastion: the name of a node in the inventory file
+	// (ssh.inventory) through whose SSH connection the nodes are reached.
+	Jump string `json:"jump,omitempty" jsonschema:"description=Bastion for every node: the name of a node in the inventory file (ssh.inventory); an inventory entry's jump field overrides it and jump: - there connects directly"`
+	// Inventory is a YAML file mapping node names to addresses, ports,
+	// users, jump hosts, key files and host key aliases (examples/inventory.yaml,
+	// the README's "SSH inventory"). Each field: the node's own, else the
+	// file's defaults, else this section's user, port and jump. Nodes it
+	// does not name are reached at their InternalIP.
+	Inventory string `json:"inventory,omitempty" jsonschema:"description=YAML file mapping node names to SSH targets: 'defaults' (user; port; jump; identity_files) and 'nodes' (NAME: address; port; user; jump; identity_files; host_key_alias). A node's own field wins; then the file's defaults; then ssh.user / ssh.port / ssh.jump. Cluster nodes it does not name are reached at their InternalIP. See examples/inventory.yaml and the README's SSH inventory section"`
 	// Concurrency bounds fan-out across hosts. Default 50.
 	Concurrency int `json:"concurrency,omitempty" jsonschema:"minimum=1,maximum=1000"`
 	// DialTimeout bounds a connection attempt. Default 10s.

@@ -218,14 +218,15 @@ func (m *MapInventory) Nodes() []string {
 	return names
 }
 
-// inventoryFile is the on-disk shape of an inventory:
+// inventoryFile is the on-disk shape of an inventory (examples/inventory.yaml
+// and the README's "SSH inventory" section describe it for people):
 //
 //	defaults:
 //	  user: ubuntu
 //	  port: 22
 //	  identity_files: [/etc/mcp-patch/id_ed25519]
 //	nodes:
-//	  bastion-1: {address: 203.0.113.10, jump: ""}
+//	  bastion-1: {address: 203.0.113.10, jump: "-"}
 //	  gpu-01:    {address: 10.0.0.11, jump: bastion-1}
 type inventoryFile struct {
 	Defaults Target            `json:"defaults"`
@@ -236,24 +237,32 @@ type inventoryFile struct {
 // dialled directly.
 const noJump = "-"
 
-// LoadInventory reads an inventory file (YAML). Fields a node leaves empty
-// are taken from `defaults` (`jump: "-"` means no jump host even when the
-// defaults name one); a jump that names no entry in the file, unknown
-// fields and invalid values are errors naming the node.
-func LoadInventory(path string) (*MapInventory, error) {
+// LoadInventoryOver reads an inventory file (YAML). Fields a node leaves
+// empty are taken from `defaults`, and fields `defaults` leaves empty from base
+// (the config's ssh.user, ssh.port, ssh.jump and ssh.key_files); `jump: "-"`
+// means no jump host even when a default names one. A jump that names no
+// entry in the file, unknown fields and invalid values are errors naming
+// the node.
+func LoadInventoryOver(path string, base Target) (*MapInventory, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load inventory: %w", err)
 	}
-	inv, err := ParseInventory(data)
+	inv, err := ParseInventoryOver(data, base)
 	if err != nil {
 		return nil, fmt.Errorf("load inventory %s: %w", path, err)
 	}
 	return inv, nil
 }
 
-// ParseInventory parses the YAML form described at LoadInventory.
-func ParseInventory(data []byte) (*MapInventory, error) {
+// LoadInventory is LoadInventoryOver with nothing beneath the file's defaults.
+func LoadInventory(path string) (*MapInventory, error) { return LoadInventoryOver(path, Target{}) }
+
+// ParseInventory is ParseInventoryOver with nothing beneath the file's defaults.
+func ParseInventory(data []byte) (*MapInventory, error) { return ParseInventoryOver(data, Target{}) }
+
+// ParseInventoryOver parses the YAML form described at LoadInventoryOver.
+func ParseInventoryOver(data []byte, base Target) (*MapInventory, error) {
 	var f inventoryFile
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		return nil, fmt.Errorf("parse inventory: %w", err)
@@ -261,6 +270,7 @@ func ParseInventory(data []byte) (*MapInventory, error) {
 	if f.Defaults.Address != "" || f.Defaults.HostKeyAlias != "" {
 		return nil, errors.New("parse inventory: defaults may not set address or host_key_alias")
 	}
+	f.Defaults = layerDefaults(f.Defaults, base)
 	names := make([]string, 0, len(f.Nodes))
 	for n := range f.Nodes {
 		names = append(names, n)
@@ -287,6 +297,9 @@ func ParseInventory(data []byte) (*MapInventory, error) {
 		}
 		if t.Jump != "" {
 			if _, ok := f.Nodes[t.Jump]; !ok {
+				if t.Jump == base.Jump && f.Defaults.Jump == base.Jump {
+					return nil, fmt.Errorf("parse inventory: node %s: the config's ssh.jump %q is not a node in the inventory (add it, or set jump: \"-\" for nodes reached directly)", name, t.Jump)
+				}
 				return nil, fmt.Errorf("parse inventory: node %s: jump %q is not a node in the inventory", name, t.Jump)
 			}
 		}
@@ -295,4 +308,25 @@ func ParseInventory(data []byte) (*MapInventory, error) {
 		}
 	}
 	return inv, nil
+}
+
+// layerDefaults fills what the file's defaults leave empty from base (the
+// config's ssh section); a "-" jump in the file's defaults cancels base's.
+func layerDefaults(file, base Target) Target {
+	if file.Port == 0 {
+		file.Port = base.Port
+	}
+	if file.User == "" {
+		file.User = base.User
+	}
+	switch file.Jump {
+	case noJump:
+		file.Jump = ""
+	case "":
+		file.Jump = base.Jump
+	}
+	if len(file.IdentityFiles) == 0 {
+		file.IdentityFiles = base.IdentityFiles
+	}
+	return file
 }

@@ -189,7 +189,9 @@ func hostInventory(ctx context.Context, d *Deps) (*host.MapInventory, error) {
 	var inv *host.MapInventory
 	if c.SSH.Inventory != "" {
 		var err error
-		if inv, err = host.LoadInventory(c.SSH.Inventory); err != nil {
+		// The config's ssh user, port and jump lie beneath the file's
+		// defaults; a node's own fields win over both.
+		if inv, err = host.LoadInventoryOver(c.SSH.Inventory, defaults); err != nil {
 			return nil, err
 		}
 	} else {
