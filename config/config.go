@@ -199,6 +199,13 @@ type Kube struct {
 	// OIDCCAFile is a PEM bundle trusted when fetching the OIDC issuer's
 	// discovery document (besides the system roots).
 	OIDCCAFile string `json:"oidc_ca_file,omitempty"`
+	// PrometheusURL or AlertmanagerURL (one, or neither) adds the alert
+	// check to the gate: red while alerts the intent's alerts section
+	// counts fire. Base URL, without /api.
+	PrometheusURL   string `json:"prometheus_url,omitempty"`
+	AlertmanagerURL string `json:"alertmanager_url,omitempty"`
+	// AlertsTokenFile holds a bearer token sent to Prometheus/Alertmanager.
+	AlertsTokenFile string `json:"alerts_token_file,omitempty"`
 	// EtcdTunnel reaches each control-plane node's etcd (127.0.0.1:2379)
 	// through SSH instead of dialling etcd_endpoints directly.
 	EtcdTunnel bool `json:"etcd_tunnel,omitempty"`
@@ -421,6 +428,17 @@ func (c *Config) Validate() error {
 		bad("identity", "must not be empty")
 	}
 	c.Notify.validate(bad)
+	if c.Kube.PrometheusURL != "" && c.Kube.AlertmanagerURL != "" {
+		bad("kube.prometheus_url/alertmanager_url", "set one or neither: the gate reads alerts from one place")
+	}
+	for f, v := range map[string]string{"kube.prometheus_url": c.Kube.PrometheusURL, "kube.alertmanager_url": c.Kube.AlertmanagerURL} {
+		if v == "" {
+			continue
+		}
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad(f, "%q is not an http or https URL", v)
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -184,6 +184,9 @@ func TestParseSettingsRefusals(t *testing.T) {
 			"maintenance.windows[0] and windows[1] overlap"},
 		{"empty window", "maintenance:\n  estimated_window_minutes: 60\n  windows:\n  - {days: [sat], start: '22:00', end: '22:00', time_zone: UTC}\n",
 			"the window is empty"},
+		{"alert selector", "alerts:\n  selector: 'severity in (critical'\n", "alerts.selector"},
+		{"alert regexp", "alerts:\n  allow: ['Watchdog(']\n", `alerts.allow: "Watchdog(" is not a regular expression`},
+		{"expected alert without name", "alerts:\n  expected:\n  - {any_node: true}\n", "alerts.expected[0].alertname"},
 		{"no windows", "maintenance:\n  estimated_window_minutes: 60\n  windows: []\n", "maintenance.windows: is empty"},
 		{"estimate longer than any window", "maintenance:\n  estimated_window_minutes: 300\n  windows:\n  - {days: [sat], start: '22:00', end: '02:00', time_zone: UTC}\n",
 			"longer than the longest window (4h0m0s)"},
@@ -195,6 +198,26 @@ func TestParseSettingsRefusals(t *testing.T) {
 				t.Errorf("err = %v, want ErrMalformed containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestParseAlertSettings(t *testing.T) {
+	s, err := ParseSettings([]byte("alerts:\n  selector: 'severity in (critical,warning)'\n  allow: [Watchdog, 'Info.*']\n" +
+		"  expected:\n  - {alertname: 'KubeNodeNotReady'}\n  - {alertname: etcdMembersDown, any_node: true, control_plane_only: true}\n" +
+		"  node_labels: [kubernetes_node]\n  silence_node: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Alerts.Rules()
+	if err != nil || len(r.Allow) != 2 || len(r.Expected) != 2 || !r.Expected[1].ControlPlaneOnly || s.Alerts.SilenceLabel() != "kubernetes_node" {
+		t.Fatalf("rules %+v %v", r, err)
+	}
+	if !r.Allow[1].MatchString("InfoInhibitor") || r.Allow[0].MatchString("WatchdogX") {
+		t.Error("alertname patterns must match whole names")
+	}
+	var none *AlertSettings
+	if r, err := none.Rules(); err != nil || len(r.Expected) == 0 || none.SilenceLabel() != "node" {
+		t.Fatalf("defaults %+v %v", r, err)
 	}
 }
 

@@ -26,6 +26,7 @@ type Settings struct {
 	Webhook      *WebhookSettings      `json:"webhook,omitempty"`
 	GPU          *GPUSettings          `json:"gpu,omitempty"`
 	Maintenance  *MaintenanceSettings  `json:"maintenance,omitempty"`
+	Alerts       *AlertSettings        `json:"alerts,omitempty"`
 	Approvals    *ApprovalSettings     `json:"approvals,omitempty"`
 }
 
@@ -223,7 +224,7 @@ func (s Settings) fields() []settingsField {
 		{"kernel", s.Kernel != nil}, {"node", s.Node != nil}, {"drain", s.Drain != nil},
 		{"stack_health", s.StackHealth != nil}, {"control_plane", s.ControlPlane != nil},
 		{"postgres", s.Postgres != nil}, {"webhook", s.Webhook != nil}, {"gpu", s.GPU != nil},
-		{"maintenance", s.Maintenance != nil},
+		{"maintenance", s.Maintenance != nil}, {"alerts", s.Alerts != nil},
 		{"approvals", s.Approvals != nil},
 	}
 }
@@ -333,6 +334,9 @@ func (s Settings) Validate() error {
 	if m := s.Maintenance; m != nil {
 		errs = append(errs, m.validate()...)
 	}
+	if a := s.Alerts; a != nil {
+		errs = append(errs, a.validate()...)
+	}
 	if a := s.Approvals; a != nil {
 		switch a.GPUServers {
 		case "", ApprovalPerStep, ApprovalPerWindow:
@@ -370,6 +374,7 @@ func (s *Settings) merge(from Settings, component string, owners map[string]stri
 	take("webhook", from.Webhook != nil, func() { s.Webhook = from.Webhook })
 	take("gpu", from.GPU != nil, func() { s.GPU = from.GPU })
 	take("maintenance", from.Maintenance != nil, func() { s.Maintenance = from.Maintenance })
+	take("alerts", from.Alerts != nil, func() { s.Alerts = from.Alerts })
 	take("approvals", from.Approvals != nil, func() { s.Approvals = from.Approvals })
 	return errors.Join(errs...)
 }

@@ -71,6 +71,11 @@ func (d *Deps) gateConfig(ctx context.Context, s *session) (gate.Config, error) 
 		cfg.OIDC.CAPEM = pem
 	}
 	cfg.FailingVerify = d.failingVerify(ctx)
+	alerts, err := d.alertsConfig(s)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Alerts = alerts
 	return cfg, nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/kube/alerts"
 	"github.com/mcp-patch/mcp-patch/kube/nodeevents"
 	"github.com/mcp-patch/mcp-patch/metrics"
 	"github.com/mcp-patch/mcp-patch/notify"
@@ -28,9 +30,17 @@ type Ops struct {
 	// use); nil writes no Events.
 	Nodes func(ctx context.Context) (*nodeevents.Recorder, error)
 
+	// alerts and settings, when set, let the worker silence a window's
+	// node in Alertmanager (the intent's alerts.silence_node).
+	alerts   func() (alerts.Source, bool, error)
+	settings func(round string) *intent.AlertSettings
+
 	log   *slog.Logger
 	queue chan observed
 	wg    sync.WaitGroup
+
+	mu       sync.Mutex
+	silenced map[string]string // node → Alertmanager silence id
 }
 
 type observed struct {
@@ -44,7 +54,7 @@ const opsQueue = 1024
 
 // newOps returns an Ops; Start runs its worker.
 func newOps(n *notify.Notifier, m *metrics.Metrics, nodes func(context.Context) (*nodeevents.Recorder, error), log *slog.Logger) *Ops {
-	return &Ops{Notifier: n, Metrics: m, Nodes: nodes, log: log, queue: make(chan observed, opsQueue)}
+	return &Ops{Notifier: n, Metrics: m, Nodes: nodes, log: log, queue: make(chan observed, opsQueue), silenced: map[string]string{}}
 }
 
 // Observe is the journal observer: it queues the record and returns.
@@ -82,6 +92,12 @@ func (o *Ops) handle(ctx context.Context, ob observed) {
 	step, notes := opsActions(ob.rec, ob.st)
 	for _, n := range notes {
 		o.Notifier.Notify(n)
+		if n.Kind == notify.WindowClosed {
+			o.unsilenceWindow(ctx, n.Node)
+		}
+	}
+	if ob.rec.Kind == round.KindStepStarted && ob.rec.Step == round.StepDrain {
+		o.silenceWindow(ctx, ob.st, ob.rec.Node)
 	}
 	if step == nil || o.Nodes == nil {
 		return
@@ -266,6 +282,23 @@ func wireOps(ctx context.Context, d *Deps) (func(), error) {
 		nodes = nil
 	}
 	d.Ops = newOps(n, m, nodes, d.Log)
+	d.Ops.alerts = d.alertSource
+	d.Ops.settings = func(id string) *intent.AlertSettings {
+		if d.Intent == nil {
+			return nil
+		}
+		r, err := d.Intent(id)
+		if err != nil {
+			d.Log.Warn("intent unreadable: no window silence", "round", id, "err", err)
+			return nil
+		}
+		st, err := r.RoundSettings()
+		if err != nil {
+			d.Log.Warn("intent settings unreadable: no window silence", "round", id, "err", err)
+			return nil
+		}
+		return st.Alerts
+	}
 	if d.Book != nil {
 		d.Book.Observe = d.Ops.Observe
 	}

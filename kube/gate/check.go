@@ -27,6 +27,7 @@ const (
 	NameWebhooks = "webhooks"
 	NameBaseline = "stack-health"
 	NameOIDC     = "oidc"
+	NameAlerts   = "alerts"
 )
 
 // Check is one gate check's verdict. OK with Warnings means it passes but
@@ -56,6 +57,9 @@ type Config struct {
 	// runs them); compared against Baseline.FailingVerify.
 	FailingVerify []string
 	OIDC          OIDCConfig
+	// Alerts, when set, adds the alert check (Prometheus or Alertmanager);
+	// nil leaves it out: it is optional.
+	Alerts *AlertsConfig
 }
 
 // Report is the whole gate: green only when every check is OK.
@@ -88,6 +92,10 @@ func Evaluate(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface
 		return CompareBaseline(ctx, kc, *cfg.Baseline, cfg.Health, cfg.FailingVerify)
 	})
 	run(4, func() Check { return CheckOIDC(ctx, kc, cfg.OIDC) })
+	if cfg.Alerts != nil {
+		checks = append(checks, Check{})
+		run(5, func() Check { return CheckAlerts(ctx, *cfg.Alerts) })
+	}
 	wg.Wait()
 	r := Report{OK: true, Checks: checks}
 	for _, c := range checks {
