@@ -264,7 +264,7 @@ type Lease struct {
 	mu sync.Mutex
 	// Identity is who this server is; Holder who holds the Lease now.
 	Identity, Holder, Round, Node string
-	Holds, Releases              int
+	Holds, Releases               int
 }
 
 var _ window.Lease = (*Lease)(nil)
