@@ -61,8 +61,10 @@ func DrainNode() Tool {
 			if err != nil {
 				return "", window.DrainPlan{}, err
 			}
-			if err := s.admit(d, round.StepDrain, in.Node); err != nil {
-				return "", window.DrainPlan{}, err
+			if s.inFlightRun(round.StepDrain, in.Node) == nil {
+				if err := s.admit(d, round.StepDrain, in.Node); err != nil {
+					return "", window.DrainPlan{}, err
+				}
 			}
 			if err := d.admitMaintenance(s, in.Node); err != nil {
 				return "", window.DrainPlan{}, err
