@@ -97,7 +97,9 @@ func newWRig(t *testing.T) *wrig {
 	r.d = &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Now: clock,
 		Approvals: &syncApprovals{used: map[string]bool{}}, Identity: "server-a",
 		Book: NewRoundBook(r.root, clock), Lease: r.lease, Drainer: r.kube,
-		Hosts: func(ctx context.Context) (*HostAccess, error) { return &HostAccess{Steps: r.host, Pool: nopPool{}}, nil }}
+		Hosts: func(ctx context.Context) (*HostAccess, error) {
+			return &HostAccess{Steps: r.host, Pool: nopPool{}}, nil
+		}}
 	t.Cleanup(func() { r.d.Book.Close() })
 	j, err := r.d.Book.Journal(wRound, true)
 	if err != nil {
