@@ -55,6 +55,16 @@ if [ -f test/interop/package.json ] && [ ! -d test/interop/node_modules/@modelco
 	phase "npm client" "$t"
 fi
 
+# A real Alertmanager for the alert gate's contract test (kube/alerts),
+# built once from the module proxy into the cache.
+am_dir="${XDG_CACHE_HOME:-$HOME/.cache}/mcp-patch/alertmanager-v0.28.1"
+if [ ! -x "$am_dir/alertmanager" ]; then
+	echo "setup: Alertmanager v0.28.1 for the alert gate's contract test"
+	t=$(date +%s)
+	GOBIN="$am_dir" go install github.com/prometheus/alertmanager/cmd/alertmanager@v0.28.1
+	phase "Alertmanager" "$t"
+fi
+
 if [ -n "$cp_pid" ]; then
 	wait "$cp_pid"
 	phase "control plane (beside the rest)" "$t_setup"
