@@ -144,7 +144,7 @@ running for Claude Code; "lab fault" injects a fault into a running lab.`,
 
 func labDemo(ctx context.Context, opts lab.Options, roundID string, stdio IO, log *slog.Logger) int {
 	start := time.Now()
-	if err := os.RemoveAll(opts.Dir); err != nil {
+	if err := lab.Fresh(opts.Dir); err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
 		return ExitNotOK
 	}
@@ -189,7 +189,7 @@ func labUp(ctx context.Context, opts lab.Options, httpAddr string, stdio IO, log
 			return ExitNotOK
 		}
 	}
-	if err := os.RemoveAll(opts.Dir); err != nil {
+	if err := lab.Fresh(opts.Dir); err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
 		return ExitNotOK
 	}

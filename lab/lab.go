@@ -145,6 +145,9 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, err
 	}
+	if err := os.WriteFile(filepath.Join(opts.Dir, MarkerFile), []byte(markerText), 0o644); err != nil {
+		return nil, fmt.Errorf("lab: mark %s as a lab directory: %w", opts.Dir, err)
+	}
 	l = &Lab{Dir: opts.Dir, Clock: &Clock{}}
 	defer func() {
 		if err != nil {
