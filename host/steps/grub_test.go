@@ -360,3 +360,87 @@ func TestGrubRebootTakesParsedIDs(t *testing.T) {
 	}
 	t.Logf("%d entry ids through grub-reboot", n)
 }
+
+// TestRollbackCycle: a trial kernel that booted but is red goes back to the
+// old kernel (drop-in kept, no one-shot entry, a new boot id and the old
+// uname); a promoted node gets its default set back to the old entry first.
+// Real grub-editenv and a real Ubuntu grub.cfg; update-grub and reboot are
+// stand-ins.
+func TestRollbackCycle(t *testing.T) {
+	r := newGrubRoot(t, "grub/grub.cfg_ubuntu2204-aws-2kernels-partuuid-initrdless.cfg")
+	rebootLog := filepath.Join(t.TempDir(), "reboot.log")
+	stubs := stubDir(t, map[string]string{
+		"update-grub": updateGrubStub,
+		"reboot":      "echo reboot >>" + rebootLog + "\n",
+	})
+	paths := merge(r.paths(), Paths{SystemdDir: filepath.Join(r.dir, "no-systemd")})
+	s := newSteps(t, paths, stubs)
+	unameNew := stubDir(t, map[string]string{"uname": `if [ "${1:-}" = -r ]; then echo ` + r.newKernel + `; else exec /usr/bin/uname "$@"; fi` + "\n"})
+	onNew := newSteps(t, paths, unameNew+":"+stubs)
+	ctx := ctxT(t)
+	in := RollbackInput{Round: "r1", OldEntry: r.oldEntry, OldKernel: r.oldKernel}
+
+	// The trial boot of the new kernel worked (it runs), then verify was red.
+	if _, err := s.TrialBootPrepare(ctx, testNode, TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: r.newEntry}); err != nil {
+		t.Fatal(err)
+	}
+	// Still on the old kernel: nothing to roll back.
+	if _, err := s.RollbackPrepare(ctx, testNode, in); !errors.Is(err, ErrRefused) {
+		t.Fatalf("rollback on the old kernel: %v", err)
+	}
+	// GRUB took the one-shot entry; suppose it was still set (a second
+	// grub-reboot): prepare clears it so the default (old) boots.
+	rb, err := onNew.RollbackPrepare(ctx, testNode, in)
+	if err != nil || rb.From != "trial" || rb.DropinWritten || rb.NextEntry != "" {
+		t.Fatalf("prepare on the trial kernel: %v %+v", err, rb)
+	}
+	if got := r.grubenvList(t)["next_entry"]; got != "" {
+		t.Errorf("next_entry %q left in grubenv", got)
+	}
+	if !strings.Contains(mustRead(t, r.dropin), `GRUB_DEFAULT="`+r.oldEntry+`"`) {
+		t.Error("the trial-boot drop-in must stay")
+	}
+	if !strings.Contains(mustRead(t, r.cfg), `set default="`+r.oldEntry+`"`) {
+		t.Error("grub.cfg does not default to the old entry")
+	}
+	st, err := onNew.RollbackStatus(ctx, testNode, "r1")
+	if err != nil || st.Outcome != OutcomeNotRebooted {
+		t.Fatalf("status before reboot: %v %+v", err, st)
+	}
+	if rb, err = onNew.RollbackReboot(ctx, testNode, "r1"); err != nil || rb.AlreadyRequested {
+		t.Fatalf("reboot: %v %+v", err, rb)
+	}
+	waitFor(t, func() bool { b, _ := os.ReadFile(rebootLog); return string(b) == "reboot\n" })
+	// Booted the default: the old kernel (the real uname here), a new boot id.
+	r.bootAs(t, "33333333-3333-3333-3333-333333333333")
+	st, err = s.RollbackStatus(ctx, testNode, "r1")
+	if err != nil || st.Outcome != OutcomeRolledBack || !st.Rebooted || !st.DropinPresent || st.FromKernel != r.newKernel {
+		t.Fatalf("status after the rollback: %v %+v", err, st)
+	}
+
+	// A promoted node whose gate turned red: the drop-in is gone and GRUB
+	// defaults to the new kernel; rollback sets the default back first.
+	if _, err := onNew.Promote(ctx, testNode, "r2", ""); err != nil {
+		t.Fatal(err)
+	}
+	rb, err = onNew.RollbackPrepare(ctx, testNode, RollbackInput{Round: "r2", OldEntry: r.oldEntry, OldKernel: r.oldKernel})
+	if err != nil || rb.From != "promoted" || !rb.DropinWritten {
+		t.Fatalf("prepare on a promoted node: %v %+v", err, rb)
+	}
+	if !strings.Contains(mustRead(t, r.cfg), `set default="`+r.oldEntry+`"`) {
+		t.Error("grub.cfg does not default to the old entry after the rollback of a promoted node")
+	}
+	menu := parse.ParseGrubCfg(mustRead(t, r.cfg))
+	raw, _ := os.ReadFile(filepath.Join(r.grubDir, "grubenv"))
+	env, err := parse.ParseGrubEnv(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nb, err := parse.NextBoot(menu, env); err != nil || nb.Entry.Kernel != r.oldKernel {
+		t.Fatalf("next boot after rollback prepare: %+v %v", nb, err)
+	}
+	// Bad input changes nothing.
+	if _, err := s.RollbackPrepare(ctx, testNode, RollbackInput{Round: "r3", OldEntry: "a'b", OldKernel: r.oldKernel}); !errors.Is(err, ErrBadInput) {
+		t.Fatalf("bad entry: %v", err)
+	}
+}

@@ -110,6 +110,7 @@ func TestScriptsRefuseBadInputWithOneJSON(t *testing.T) {
 		"autoremove":     {"ACTION": "purge-everything"},
 		"snapshot":       {"ROUND": "r1", "ROLE": "master"},
 		"fallback_drill": {"ACTION": "arm", "ROUND": "r1", "DRILL_KERNEL": "6.8; reboot"},
+		"rollback":       {"ACTION": "prepare", "ROUND": "r1", "OLD_ENTRY": "x", "OLD_KERNEL": "6.8; reboot"},
 		"simulate":       nil,
 		"download":       nil,
 	}
