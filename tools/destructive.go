@@ -127,12 +127,31 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 		if err != nil {
 			return zero, d.recordStop(err)
 		}
+		// The round's reviewed plan: signed before the first cordon, and
+		// this step's live plan equal to its node's reviewed plan.
+		if err := d.checkReviewed(roundID, spec.Name, plan); err != nil {
+			return zero, err
+		}
 		bind := Plan{Node: plan.Target(), Round: roundID, Digest: plan.Digest(), Summary: plan.Summary()}
 		if d.Approvals == nil {
 			return zero, Refuse("Ask the operator to configure approvals.allowed_signers and restart the server.",
 				"no allowed_signers file is configured, so no approval can be verified and no destructive step can run")
 		}
 		if in.approval() == "" {
+			// A per-window approval covers the step when its live digest is
+			// the one that approval bound.
+			if a, ok, err := d.windowApproval(roundID, spec.Name, plan); err != nil {
+				return zero, err
+			} else if ok {
+				a.Digest = bind.Digest
+				d.Log.Info("step covered by its window approval", "tool", spec.Name, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
+				out, err := t.Do(ctx, d, in, plan, a, p)
+				PO(&out).result().approvalID = a.ID
+				if err != nil {
+					err = &approvedErr{err: err, id: a.ID}
+				}
+				return out, err
+			}
 			text, exp, err := d.Approvals.Request(spec.Name, bind)
 			if err != nil {
 				return zero, fmt.Errorf("build approval request: %w", err)

@@ -216,3 +216,97 @@ func TestPlanChanges(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+func TestResignedReplanCarriesTheWindowApproval(t *testing.T) {
+	d, f := planDeps(t, plan.PerWindow)
+	if _, res := callSign(t, d, "signed:"+f.Digest); res.Status != StatusOK {
+		t.Fatalf("sign: %v", res.Reasons)
+	}
+	n, _ := f.Node("gpu-2")
+	ps, err := d.planSignatures(planRound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps.Windows["gpu-2"] = windowSignature{Node: "gpu-2", Window: n.Window, Principal: "alice", ApprovalID: "w1", Tools: windowTools(n, "sha256:pods")}
+	if err := d.savePlanSignatures(planRound, ps); err != nil {
+		t.Fatal(err)
+	}
+	facts := planFacts("6.8.0-51-generic")
+	facts.PackageDigest = "sha256:more"
+	live := plan.BuildNode(0, plan.Position{Node: "gpu-2", GPU: true}, facts, plan.Placement{}, plan.Intent{GPUApproval: plan.PerWindow, PanicSeconds: 10})
+	g, _, err := plan.Replan(f, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.writeFleetPlan(planRound, g); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.windowApproval(planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:more"}); err == nil {
+		t.Fatal("a window approval of the old revision covers the re-planned install")
+	}
+	if _, res := callSign(t, d, "signed:"+g.Digest); res.Status != StatusOK {
+		t.Fatalf("sign the re-plan: %v", res.Reasons)
+	}
+	for tool, p := range map[string]window.Plan{
+		"install_updates": window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:more"},
+		"drain_node":      window.DrainPlan{Node: "gpu-2", PreviewDigest: "sha256:pods"},
+	} {
+		if _, ok, err := d.windowApproval(planRound, tool, p); !ok || err != nil {
+			t.Errorf("%s after the re-plan was signed: covered=%v err=%v", tool, ok, err)
+		}
+	}
+	if _, ok, err := d.windowApproval(planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: n.PackageDigest}); ok || err == nil {
+		t.Errorf("the old package set is still covered: %v %v", ok, err)
+	}
+}
+
+// installLike is a destructive tool named like install_updates whose live
+// plan is what the test says: the chokepoint holds it to the signed plan.
+func installLike(executed *int, live *window.PackagePlan) Tool {
+	return NewDestructive[stepIn, stepOut, window.PackagePlan](Spec{Name: "install_updates", Title: "Install", Description: "install"},
+		Steps[stepIn, stepOut, window.PackagePlan]{
+			Target: func(in stepIn) string { return in.Node },
+			Plan: func(ctx context.Context, d *Deps, in stepIn) (string, window.PackagePlan, error) {
+				return planRound, *live, nil
+			},
+			Do: func(ctx context.Context, d *Deps, in stepIn, plan window.PackagePlan, a Approved, p Progress) (stepOut, error) {
+				*executed++
+				return stepOut{Did: a.ID}, nil
+			},
+		})
+}
+
+func TestChokepointHoldsStepsToTheSignedPlan(t *testing.T) {
+	d, f := planDeps(t, plan.PerWindow)
+	n, _ := f.Node("gpu-2")
+	executed := 0
+	live := window.PackagePlan{Node: "gpu-2", PackageDigest: n.PackageDigest, Lines: n.PackageLines, TargetKernel: n.Target}
+	tool := installLike(&executed, &live)
+	run := func(approval string) *Result {
+		args, _ := json.Marshal(map[string]string{"node": "gpu-2", "approval": approval})
+		_, res := tool.CallJSON(context.Background(), d, args, func(float64, float64, string) {})
+		return res
+	}
+	if res := run("signed:" + n.PackageDigest); res.Status != StatusRefused || executed != 0 || !strings.Contains(strings.Join(res.Reasons, " "), "is not signed") {
+		t.Fatalf("before the plan is signed: %s %v executed=%d", res.Status, res.Reasons, executed)
+	}
+	if _, res := callSign(t, d, "signed:"+f.Digest); res.Status != StatusOK {
+		t.Fatalf("sign: %v", res.Reasons)
+	}
+	if res := run(""); res.Status != StatusApprovalRequired || executed != 0 {
+		t.Fatalf("signed plan, no window approval: %s executed=%d", res.Status, executed)
+	}
+	ps, _ := d.planSignatures(planRound)
+	ps.Windows["gpu-2"] = windowSignature{Node: "gpu-2", Window: n.Window, Principal: "alice", ApprovalID: "w1", Tools: windowTools(n, "sha256:pods")}
+	if err := d.savePlanSignatures(planRound, ps); err != nil {
+		t.Fatal(err)
+	}
+	live.PackageDigest, live.Lines = "sha256:drifted", append(live.Lines, "Inst curl [1] (2)")
+	if res := run(""); res.Status != StatusRefused || executed != 0 || !strings.Contains(strings.Join(res.Reasons, "\n"), "+ Inst curl [1] (2)") {
+		t.Fatalf("drifted under a window approval: %s %v executed=%d", res.Status, res.Reasons, executed)
+	}
+	live.PackageDigest, live.Lines = n.PackageDigest, n.PackageLines
+	if res := run(""); res.Status != StatusOK || executed != 1 {
+		t.Fatalf("covered by the window approval: %s %v executed=%d", res.Status, res.Reasons, executed)
+	}
+}

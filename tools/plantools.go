@@ -196,8 +196,10 @@ func SignPlan() Tool {
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return SignPlanOut{}, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")
 		}
-		ps.Plan = append(ps.Plan, planSignature{Digest: f.Digest, Revision: f.Revision, Principal: a.Principal, ApprovalID: a.ID,
-			Time: d.now().UTC(), Nodes: stepDigests(f), Changed: changed})
+		sig := planSignature{Digest: f.Digest, Revision: f.Revision, Principal: a.Principal, ApprovalID: a.ID,
+			Time: d.now().UTC(), Nodes: stepDigests(f), Changed: changed}
+		ps.Plan = append(ps.Plan, sig)
+		carryWindows(&ps, f, sig)
 		if err := d.savePlanSignatures(s.id, ps); err != nil {
 			return SignPlanOut{}, fmt.Errorf("record the plan signature: %w", err)
 		}

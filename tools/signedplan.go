@@ -291,11 +291,12 @@ func (d *Deps) windowApproval(roundID, tool string, p window.Plan) (Approved, bo
 		return Approved{}, false, Refuse("Call approve_window again: the node was re-planned after its window was approved.",
 			"the window approval of "+p.Target()+" binds window digest "+ws.Window+", the plan now has another", "nothing was executed")
 	}
-	if got := p.Digest(); got != want {
+	got := p.Digest()
+	if got != want {
 		return Approved{}, false, Refuse("Call replan_node for "+p.Target()+", then approve its window again.",
 			fmt.Sprintf("%s on %s: the live plan digest %s differs from %s, which the window approval binds", tool, p.Target(), got, want), "nothing was executed")
 	}
-	return Approved{ID: ws.ApprovalID, Principal: ws.Principal}, true, nil
+	return Approved{ID: ws.ApprovalID, Principal: ws.Principal, Digest: got}, true, nil
 }
 
 // windowTools computes, from the reviewed node plan, the digest each tool
@@ -314,6 +315,36 @@ func windowTools(n plan.Node, livePreviewDigest string) map[string]string {
 			OldEntry: n.Grub.Old, NewEntry: n.Grub.New, PanicSeconds: n.Grub.PanicSeconds}.Digest()
 	}
 	return out
+}
+
+// carryWindows moves the per-window approvals onto a re-planned plan that
+// a person signed: the steps that changed are covered by that signature,
+// the others by the window approval as before. A changed drain is left
+// out (its preview digest is only known at the drain): it asks for its
+// own signature.
+func carryWindows(ps *planSignatures, f plan.Fleet, sig planSignature) {
+	for node, ws := range ps.Windows {
+		n, ok := f.Node(node)
+		if !ok || n.Window == ws.Window {
+			continue
+		}
+		tools := windowTools(n, ws.Tools["drain_node"])
+		if previousSteps(ps, node)[plan.StepDrain] != n.Steps[plan.StepDrain] {
+			delete(tools, "drain_node")
+		}
+		ws.Window, ws.Tools = n.Window, tools
+		ws.ApprovalID, ws.Principal = ws.ApprovalID+"+"+sig.ApprovalID, ws.Principal+", re-plan signed by "+sig.Principal
+		ps.Windows[node] = ws
+	}
+}
+
+// previousSteps are a node's step digests as the signature before the
+// last one signed them.
+func previousSteps(ps *planSignatures, node string) map[plan.Step]string {
+	if n := len(ps.Plan); n >= 2 {
+		return ps.Plan[n-2].Nodes[node]
+	}
+	return nil
 }
 
 // planSummary is the plan in plain words for the request a person signs.
