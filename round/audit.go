@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -23,7 +24,8 @@ const (
 )
 
 // AuditEntry is what the caller reports about one tool call. Args are
-// digested and never stored.
+// digested and never stored; Reason and Detail are kept through AuditText
+// (no argument text beyond a short prefix, escaped, bounded).
 type AuditEntry struct {
 	Tool string
 	Node string
@@ -92,6 +94,130 @@ func CanonicalJSON(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
+// Bounds of the words an audit record keeps.
+const (
+	// MaxAuditText is the most bytes of a reason or detail, escaped.
+	MaxAuditText = 600
+	// ArgPrefix is the most bytes of an argument's text an audit record
+	// quotes; the rest is replaced by its length.
+	ArgPrefix = 16
+	// maxScan bounds the text searched for argument text.
+	maxScan = 4 << 10
+)
+
+// AuditText makes text fit for an audit record: any run of more than
+// ArgPrefix bytes that also occurs in a string of args (a signed approval,
+// a reason, a lesson the caller passed) keeps its first ArgPrefix bytes;
+// the rest becomes "...[N bytes of the arguments]"; control characters,
+// backslashes and non-ASCII are escaped (\n, \x1b, \u202e), so a record
+// is one line a person reads as it is stored; the result is at most max
+// bytes, cut with "...".
+func AuditText(text string, args any, max int) string {
+	if len(text) > maxScan {
+		text = text[:maxScan]
+	}
+	text = redactArgs(text, argStrings(args))
+	var b strings.Builder
+	var ends []int // where each escaped character ends in b
+	for _, r := range text {
+		switch {
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r > 0x7e && r <= 0xffff:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		case r > 0xffff:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		default:
+			b.WriteRune(r)
+		}
+		ends = append(ends, b.Len())
+	}
+	out := b.String()
+	if len(out) <= max {
+		return out
+	}
+	cut := 0
+	for _, e := range ends {
+		if e > max-3 {
+			break
+		}
+		cut = e
+	}
+	return out[:cut] + "..."
+}
+
+// argStrings are the string values in args longer than ArgPrefix.
+func argStrings(args any) []string {
+	if args == nil {
+		return nil
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil
+	}
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return nil
+	}
+	var out []string
+	var walk func(any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case string:
+			if len(x) > ArgPrefix {
+				out = append(out, x)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		case map[string]any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return out
+}
+
+// redactArgs replaces every run of more than ArgPrefix bytes of text that
+// occurs in one of args by its first ArgPrefix bytes and its length.
+func redactArgs(text string, args []string) string {
+	if len(args) == 0 || len(text) <= ArgPrefix {
+		return text
+	}
+	in := func(s string) bool {
+		for _, a := range args {
+			if strings.Contains(a, s) {
+				return true
+			}
+		}
+		return false
+	}
+	var b strings.Builder
+	for i := 0; i < len(text); {
+		end := i + ArgPrefix + 1
+		if end > len(text) || !in(text[i:end]) {
+			b.WriteByte(text[i])
+			i++
+			continue
+		}
+		for end < len(text) && in(text[i:end+1]) {
+			end++
+		}
+		fmt.Fprintf(&b, "%s...[%d bytes of the arguments]", text[i:i+ArgPrefix], end-i-ArgPrefix)
+		i = end
+	}
+	return b.String()
+}
+
 // Audit appends one tool call to audit.jsonl and fsyncs it before
 // returning.
 func (j *Journal) Audit(e AuditEntry) (AuditRecord, error) {
@@ -114,9 +240,9 @@ func (j *Journal) Audit(e AuditEntry) (AuditRecord, error) {
 	if j.audit == nil {
 		return AuditRecord{}, fmt.Errorf("audit %s: journal closed", e.Tool)
 	}
-	rec := AuditRecord{Seq: j.auditSeq + 1, Time: j.now(), Round: j.roundID, Tool: e.Tool, Node: e.Node,
-		ArgsDigest: digest, ApprovalID: e.ApprovalID, Decision: e.Decision, Rule: e.Rule,
-		Reason: e.Reason, Outcome: e.Outcome, Detail: e.Detail}
+	rec := AuditRecord{Seq: j.auditSeq + 1, Time: j.now(), Round: j.roundID, Tool: e.Tool, Node: AuditText(e.Node, nil, 253),
+		ArgsDigest: digest, ApprovalID: AuditText(e.ApprovalID, nil, 64), Decision: e.Decision, Rule: e.Rule,
+		Reason: AuditText(e.Reason, e.Args, MaxAuditText), Outcome: AuditText(e.Outcome, nil, 64), Detail: AuditText(e.Detail, e.Args, MaxAuditText)}
 	line, err := json.Marshal(rec)
 	if err != nil {
 		return AuditRecord{}, fmt.Errorf("audit %s: %w", e.Tool, err)
@@ -141,9 +267,9 @@ func (j *Journal) Audit(e AuditEntry) (AuditRecord, error) {
 // last line as the journal does.
 func (j *Journal) openAudit() error {
 	path := filepath.Join(j.dir, AuditFile)
-	_, statErr := os.Stat(path)
+	_, statErr := os.Lstat(path)
 	created := errors.Is(statErr, os.ErrNotExist)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o640)
+	f, err := openFile(j.dir, AuditFile, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
 		return err
 	}

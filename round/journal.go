@@ -35,6 +35,7 @@ var ErrLocked = errors.New("round journal is open for writing by another process
 // is on disk (fsync'd) before it returns.
 type Journal struct {
 	dir     string
+	root    string // the repository the round directory must be inside; "" unchecked
 	roundID string
 	log     *slog.Logger
 	clock   func() time.Time
@@ -96,6 +97,11 @@ func WithClock(now func() time.Time) Option { return func(j *Journal) { j.clock 
 // whichever tool recorded the step.
 func WithObserver(f func(Record, *State)) Option { return func(j *Journal) { j.observe = f } }
 
+// WithRepoRoot makes Open refuse a round directory that is not inside the
+// repository at root or is reached through a symbolic link (CheckDir).
+// Round files are always opened without following symbolic links.
+func WithRepoRoot(root string) Option { return func(j *Journal) { j.root = root } }
+
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(j *Journal) { j.log = l } }
 
@@ -123,13 +129,26 @@ func Open(dir string, opts ...Option) (*Journal, error) {
 }
 
 func (j *Journal) open() error {
+	if j.root != "" {
+		if err := CheckDir(j.root, j.dir); err != nil {
+			return err
+		}
+	}
 	if err := mkdirSynced(j.dir); err != nil {
 		return err
 	}
+	if j.root != "" {
+		if err := CheckDir(j.root, j.dir); err != nil {
+			return err
+		}
+	}
+	if err := checkRecordFiles(j.dir); err != nil {
+		return err
+	}
 	path := filepath.Join(j.dir, JournalFile)
-	_, statErr := os.Stat(path)
+	_, statErr := os.Lstat(path)
 	created := errors.Is(statErr, os.ErrNotExist)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o640)
+	f, err := openFile(j.dir, JournalFile, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
 		return err
 	}
@@ -451,7 +470,7 @@ func (j *Journal) writeStateFile() error {
 // stateFileDiffers reports whether state.json is missing or says something
 // other than st.
 func (j *Journal) stateFileDiffers(st *State) bool {
-	b, err := os.ReadFile(filepath.Join(j.dir, StateFile))
+	b, err := readFile(j.dir, StateFile)
 	if err != nil {
 		return st.LastSeq > 0
 	}
@@ -606,7 +625,7 @@ func Replay(data []byte) (*State, ReplayInfo, error) {
 // ReadState replays the journal in dir without locking or changing
 // anything, for status views while another process holds the journal.
 func ReadState(dir string) (*State, ReplayInfo, error) {
-	data, err := os.ReadFile(filepath.Join(dir, JournalFile))
+	data, err := readFile(dir, JournalFile)
 	if err != nil {
 		return nil, ReplayInfo{}, fmt.Errorf("read round journal %s: %w", dir, err)
 	}

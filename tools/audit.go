@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/mcp-patch/mcp-patch/round"
 )
@@ -24,9 +25,9 @@ func (d *Deps) RecordAudit(ctx context.Context, rec AuditRecord) {
 	if d.Book != nil {
 		if id := d.Book.CurrentID(); id != "" {
 			if j, err := d.Book.Journal(id, false); err == nil {
-				if _, err := j.Audit(round.AuditEntry{Tool: rec.Tool, Node: rec.Node, Digest: rec.ArgsDigest,
+				if _, err := j.Audit(round.AuditEntry{Tool: rec.Tool, Node: rec.Node, Digest: rec.ArgsDigest, Args: rec.Args,
 					ApprovalID: rec.ApprovalID, Decision: decision, Outcome: string(rec.Status),
-					Reason: clipText(strings.Join(rec.Reasons, "; "), 2000)}); err == nil {
+					Reason: strings.Join(rec.Reasons, "; ")}); err == nil {
 					return
 				} else {
 					d.Log.Warn("audit record not written to the round", "err", err)
@@ -43,14 +44,28 @@ func (d *Deps) RecordAudit(ctx context.Context, rec AuditRecord) {
 		d.Log.Warn("audit record lost", "err", err)
 		return
 	}
-	f, err := os.OpenFile(filepath.Join(d.Config.StateDir, "audit.jsonl"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	// The spill keeps what the round's log keeps: no argument text beyond a
+	// prefix, escaped, bounded; never written through a symbolic link.
+	reasons := make([]string, len(rec.Reasons))
+	for i, r := range rec.Reasons {
+		reasons[i] = round.AuditText(r, rec.Args, round.MaxAuditText)
+	}
+	rec.Reasons = reasons
+	rec.Node = round.AuditText(rec.Node, nil, 253)
+	f, err := os.OpenFile(filepath.Join(d.Config.StateDir, "audit.jsonl"), os.O_APPEND|os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		d.Log.Warn("audit record lost", "err", err)
 		return
 	}
 	defer f.Close()
-	b, _ := json.Marshal(rec)
-	if _, err := f.Write(append(b, '\n')); err == nil {
-		_ = f.Sync()
+	b, err := json.Marshal(rec)
+	if err == nil {
+		_, err = f.Write(append(b, '\n'))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		d.Log.Warn("audit record lost", "err", err)
 	}
 }

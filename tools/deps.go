@@ -103,6 +103,9 @@ type AuditRecord struct {
 	ApprovalID string    `json:"approval_id,omitempty"`
 	Status     Status    `json:"status"`
 	Reasons    []string  `json:"reasons,omitempty"`
+	// Args are the call's arguments, never written: the audit log uses them
+	// to keep argument text out of the reasons (round.AuditText).
+	Args any `json:"-"`
 }
 
 func (d *Deps) audit(ctx context.Context, spec Spec, in any, res *Result) {
@@ -116,7 +119,7 @@ func (d *Deps) audit(ctx context.Context, spec Spec, in any, res *Result) {
 		digest = "sha256:" + hex.EncodeToString(sum[:])
 	}
 	rec := AuditRecord{Time: d.now(), Tool: spec.Name, Kind: spec.Kind.String(),
-		ArgsDigest: digest, Status: res.Status, Reasons: res.Reasons, ApprovalID: res.approvalID}
+		ArgsDigest: digest, Status: res.Status, Reasons: res.Reasons, ApprovalID: res.approvalID, Args: in}
 	var n struct {
 		Node string `json:"node"`
 	}

@@ -44,13 +44,10 @@ func (b *RoundBook) Journal(id string, create bool) (*round.Journal, error) {
 		return j, nil
 	}
 	dir := b.dir(id)
-	if _, err := os.Stat(filepath.Join(dir, round.JournalFile)); err != nil && !create {
+	if _, err := os.Lstat(filepath.Join(dir, round.JournalFile)); err != nil && !create {
 		return nil, Refuse("Plan the round first (plan_round).", fmt.Sprintf("round %s has no journal in the intent repository", id))
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w", dir, err)
-	}
-	opts := []round.Option{}
+	opts := []round.Option{round.WithRepoRoot(b.Root)}
 	if b.Clock != nil {
 		opts = append(opts, round.WithClock(b.Clock))
 	}
@@ -61,6 +58,10 @@ func (b *RoundBook) Journal(id string, create bool) (*round.Journal, error) {
 	if errors.Is(err, round.ErrLocked) {
 		return nil, Refuse("Another mcp-patch process holds this round's journal (a running server?). Use that one, or stop it.",
 			fmt.Sprintf("round %s: %v", id, err))
+	}
+	if errors.Is(err, round.ErrUnsafePath) {
+		return nil, Refuse("Ask a person to replace the link with the file itself (or remove it), then call again.",
+			fmt.Sprintf("round %s: %v", id, err), "nothing was read or written")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open journal of round %s: %w", id, err)
@@ -140,33 +141,16 @@ func (b *RoundBook) Files(id string) []string {
 	return out
 }
 
-// WriteFile writes a file of the round's record atomically.
+// WriteFile writes a file of the round's record atomically, never through
+// a symbolic link (round.ErrUnsafePath).
 func (b *RoundBook) WriteFile(id, name string, data []byte) error {
-	dir := b.dir(id)
-	tmp, err := os.CreateTemp(dir, "."+name+".tmp*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, name))
+	return round.WriteFile(b.Root, b.dir(id), name, data)
 }
 
-// ReadFile reads a file of the round's record.
+// ReadFile reads a file of the round's record; a symbolic link or a file
+// outside the repository is refused (round.ErrUnsafePath).
 func (b *RoundBook) ReadFile(id, name string) ([]byte, error) {
-	return os.ReadFile(filepath.Join(b.dir(id), name))
+	return round.ReadFile(b.Root, b.dir(id), name)
 }
 
 // Close closes every open journal.
