@@ -131,10 +131,21 @@ check_kernel() {
 # before anything else runs. Both are read the way apt reads them: apt's own
 # words, and dpkg's journal ($DPKG_ADMINDIR/updates, files named by digits).
 FIX_DPKG='dpkg --configure -a'
-# dpkg_interrupted [APT-STDERR-FILE]: did dpkg stop half-way?
+# dpkg_busy: does a process hold dpkg's lock now (a lock on its lock or
+# lock-frontend file in /proc/locks)? A running dpkg keeps a journal too.
+dpkg_busy() {
+	admin=${DPKG_ADMINDIR:-/var/lib/dpkg}
+	inodes=$(stat -c %i "$admin/lock" "$admin/lock-frontend" 2>/dev/null) || true
+	[ -n "$inodes" ] && [ -r /proc/locks ] || return 1
+	awk -v inodes="$inodes" 'BEGIN { n = split(inodes, l, "\n"); for (i = 1; i <= n; i++) want[l[i]] = 1 }
+		{ f = ($2 == "->") ? $7 : $6; k = split(f, p, ":"); if (p[k] in want) found = 1 }
+		END { exit !found }' /proc/locks
+}
+# dpkg_interrupted [APT-OUTPUT-FILE]: did dpkg stop half-way? apt says so,
+# or dpkg's journal holds entries while no dpkg runs.
 dpkg_interrupted() {
 	if [ -n "${1:-}" ] && grep -q 'dpkg was interrupted' "$1" 2>/dev/null; then return 0; fi
-	[ -n "$(find "${DPKG_ADMINDIR:-/var/lib/dpkg}/updates" -maxdepth 1 -type f -name '[0-9]*' 2>/dev/null | head -n 1)" ]
+	[ -n "$(find "${DPKG_ADMINDIR:-/var/lib/dpkg}/updates" -maxdepth 1 -type f -name '[0-9]*' 2>/dev/null | head -n 1)" ] && ! dpkg_busy
 }
 # refuse_interrupted: stop before anything, naming what a person runs.
 refuse_interrupted() {
@@ -166,9 +177,9 @@ dpkg_ready() {
 	rc=0
 	# apt prints its "Waiting for cache lock" lines on stdout, errors on stderr.
 	LC_ALL=C apt-get -o DPkg::Lock::Timeout="$1" check >"$TMPD/check.out" 2>&1 || rc=$?
+	if [ "$rc" != 0 ] && apt_locked "$TMPD/check.out"; then refuse_locked "$TMPD/check.out" "$1"; fi
 	if dpkg_interrupted "$TMPD/check.out"; then refuse_interrupted; fi
 	[ "$rc" = 0 ] && return 0
-	if apt_locked "$TMPD/check.out"; then refuse_locked "$TMPD/check.out" "$1"; fi
 	fail "apt-get check exited $rc: $(tail -n 3 "$TMPD/check.out")"
 }
 # ---- apt-guard: end ----
