@@ -5,11 +5,13 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	mrand "math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/round"
 )
 
 type propIn struct {
@@ -187,4 +190,112 @@ func sumCounts(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// TestRandomReentryCrashConcurrency drives install_updates through the
+// real chokepoint, journal and window package on a fake host with random
+// interleavings of fresh calls, re-entries, crashes (the journal reopened
+// by a new process), lost answers and N concurrent calls sharing one
+// approval, while the live package plan drifts. It checks: no action
+// without a valid approval, at most one action per approval, and every
+// action carries exactly the digest its approval signed.
+func TestRandomReentryCrashConcurrency(t *testing.T) {
+	// Each window here is a real journal fsync'd on every record: 1,500
+	// calls keep it within a minute on a loaded machine.
+	const calls = 1500
+	r := mrand.New(mrand.NewPCG(20261201, 9))
+	var rg *wrig
+	gen := 0
+	fresh := func() {
+		gen++
+		rg = newWRig(t)
+		rg.host.AnyDigest = true
+		rg.drained(t)
+	}
+	fresh()
+	live := wDigest
+	setLive := func(d string) {
+		live = d
+		rg.host.Digest = d
+		rg.writePlan(t, d)
+	}
+	actionsByApproval := map[string]int{}
+	signedDigest := map[string]string{}
+	total, withApproval, without, concurrent, crashes := 0, 0, 0, 0, 0
+	for total < calls {
+		before := len(rg.host.Actions)
+		var approval string
+		kind := r.IntN(10)
+		switch kind {
+		case 0: // the plan drifts under the approvals
+			setLive(fmt.Sprintf("sha256:%064x", r.IntN(1<<30)))
+			continue
+		case 1: // the process dies and a new one opens the journal
+			crashes++
+			if err := rg.d.Book.Close(); err != nil {
+				t.Fatal(err)
+			}
+			rg.d.Book = NewRoundBook(rg.root, rg.d.Now)
+			continue
+		case 2: // the next start loses its answer
+			rg.host.FailStart = errors.New("ssh: connection reset")
+		case 3: // the install ends on the host
+			if rg.host.InstallState == "running" {
+				rg.host.InstallState = "finished"
+			}
+		case 4, 5:
+			approval = "signed:" + live
+		case 6:
+			approval = fmt.Sprintf("signed:sha256:%064x", r.IntN(1<<30)) // another digest
+		}
+		n := 1
+		if r.IntN(8) == 0 {
+			n = 2 + r.IntN(8)
+			concurrent++
+		}
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				args := map[string]any{"node": wNode}
+				if approval != "" {
+					args["approval"] = approval
+				}
+				rg.call(t, "install_updates", args)
+			}()
+		}
+		wg.Wait()
+		total += n
+		rg.host.FailStart = nil
+		acted := rg.host.Actions[before:]
+		for _, a := range acted {
+			if a.What != "install" {
+				continue
+			}
+			if approval == "" {
+				t.Fatalf("call %d: install ran without an approval", total)
+			}
+			key := fmt.Sprint(gen, " ", approval) // each window has its own nonce store
+			actionsByApproval[key]++
+			signedDigest[key] = strings.TrimPrefix(approval, "signed:")
+			if a.Digest != signedDigest[key] {
+				t.Fatalf("call %d: install of digest %s under an approval of %s", total, a.Digest, signedDigest[key])
+			}
+			if actionsByApproval[key] > 1 {
+				t.Fatalf("call %d: approval %s acted %d times", total, approval, actionsByApproval[approval])
+			}
+		}
+		if approval != "" {
+			withApproval += n
+		} else {
+			without += n
+		}
+		if st := rg.journal(t).State(); st.Stop != nil || st.Node(wNode).Steps[round.StepInstall].Green() {
+			fresh() // the window ended (done or stopped): a new one
+			setLive(wDigest)
+		}
+	}
+	fmt.Printf("re-entry property: %d calls (%d with an approval, %d without, %d concurrent batches, %d crashes), %d installs, each under its own approval with its digest\n",
+		total, withApproval, without, concurrent, crashes, len(actionsByApproval))
 }
