@@ -14,7 +14,11 @@ import (
 // (2 control-plane nodes, 1 canary) and lets the agent client run the
 // round: the round must stop at the right step, on the right node, with
 // the right words, and nothing destructive may run after the stop. The
-// faults that are not regressions (an SSH drop mid-install, every GPU
+// faults the fleet-wide preflight sees (a removal, /boot, grubenv on
+// mdraid, a PDB that never allows an eviction, NVIDIA modules missing for
+// the target kernel, a changed host key) stop the round at plan time, as
+// that node's failed inspect or simulate check, before anything is
+// cordoned. The faults that are not regressions (an SSH drop mid-install, every GPU
 // allocated) must let the round close.
 func TestFaultCatalogue(t *testing.T) {
 	cases := []struct {
@@ -29,13 +33,13 @@ func TestFaultCatalogue(t *testing.T) {
 		{fault: "host-key-changed", node: "cp-1", stopStep: "inspect", stopNode: "cp-1", reason: "host key"},
 		{fault: "kernel-panic", node: "cp-1", stopStep: "trial_boot", stopNode: "cp-1", reason: "OLD kernel"},
 		{fault: "hang-on-boot", node: "cp-1", stopStep: "trial_boot", stopNode: "cp-1", reason: "hang"},
-		{fault: "boot-on-mdraid", node: "cp-1", stopStep: "trial_boot", stopNode: "cp-1", reason: "grubenv"},
-		{fault: "pdb-blocks-drain", arg: "cp-1", stopStep: "drain", stopNode: "cp-1", reason: "disruption budget"},
+		{fault: "boot-on-mdraid", node: "cp-1", stopStep: "inspect", stopNode: "cp-1", reason: "grubenv"},
+		{fault: "pdb-blocks-drain", arg: "cp-1", stopStep: "inspect", stopNode: "cp-1", reason: "disruption budget"},
 		{fault: "etcd-member-lost", arg: "cp-2", stopStep: "drain", stopNode: "cp-1", reason: "etcd"},
 		{fault: "postgres-not-ready", stopStep: "gate", stopNode: "cp-1", reason: "postgres"},
 		{fault: "webhook-short", after: "promote_kernel", stopStep: "gate", stopNode: "cp-1", reason: "webhook"},
 		{fault: "new-failing-pod", after: "promote_kernel", stopStep: "gate", stopNode: "cp-1", reason: "stack-health"},
-		{fault: "nvidia-modules-missing", node: "gpu-canary-1", stopStep: "trial_boot", stopNode: "gpu-canary-1", reason: "NVIDIA"},
+		{fault: "nvidia-modules-missing", node: "gpu-canary-1", stopStep: "inspect", stopNode: "gpu-canary-1", reason: "NVIDIA"},
 		{fault: "gpu-missing", node: "gpu-canary-1", stopStep: "gpu_acceptance", stopNode: "gpu-canary-1", reason: "GPU"},
 		{fault: "fabric-manager-down", node: "gpu-canary-1", stopStep: "gpu_acceptance", stopNode: "gpu-canary-1", reason: "abric"},
 		{fault: "model-errors", stopStep: "gpu_acceptance", stopNode: "gpu-canary-1", reason: "completion"},

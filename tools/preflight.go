@@ -31,6 +31,9 @@ const (
 // /boot, Livepatch, unattended-upgrades). It changes nothing.
 func preflightFacts(ctx context.Context, h *HostAccess, node string) plan.Facts {
 	sim, err := h.Steps.Simulate(ctx, node)
+	if errors.Is(err, steps.ErrRefused) {
+		return plan.Facts{SimulateRefused: oneLine(err.Error())}
+	}
 	if err != nil {
 		return unreadFacts(err)
 	}
@@ -52,7 +55,7 @@ var nvidiaBranchRE = regexp.MustCompile(`^(?:linux-modules-nvidia-|nvidia-driver
 func factsOf(sim steps.Simulation, insp steps.Inspection) plan.Facts {
 	f := plan.Facts{
 		Running: insp.Kernel, PackageDigest: sim.Plan.Digest, PackageLines: sim.Plan.Lines, Target: sim.Plan.TargetKernel,
-		Removals: sim.Plan.Removals, AptBlockers: sim.Plan.Blockers, Unheld: sim.Unheld,
+		Removals: sim.Plan.Removals, Unheld: sim.Unheld,
 		GrubenvWritable: insp.Grub.EnvWritableAtBoot, GrubReasons: insp.Grub.Reasons, KernelPanic: insp.KernelPanic,
 		NvidiaInstalled: len(insp.NvidiaPackages) > 0, TargetModules: insp.TargetModules.Present,
 		BootFreeBytes:    -1,
@@ -60,6 +63,14 @@ func factsOf(sim steps.Simulation, insp steps.Inspection) plan.Facts {
 		LivepatchState:   insp.Livepatch.Status.PatchState,
 		UnattendedKernel: len(insp.UnattendedBlacklist) > 0 && !insp.BlacklistKernel,
 		UnattendedNvidia: len(insp.UnattendedBlacklist) > 0 && len(insp.NvidiaPackages) > 0 && !insp.BlacklistNvidia,
+	}
+	if sim.Boot.FreeKB != nil {
+		f.BootFreeBytes = *sim.Boot.FreeKB << 10
+	}
+	for _, b := range sim.Plan.Blockers {
+		if !sim.Boot.Short || b != sim.Boot.ShortReason() {
+			f.AptBlockers = append(f.AptBlockers, b)
+		}
 	}
 	for _, p := range sim.Plan.Packages {
 		f.Packages = append(f.Packages, plan.Package{Name: p.Name, Action: p.Action, OldVersion: p.OldVersion, NewVersion: p.NewVersion, Class: p.Class})

@@ -39,6 +39,9 @@ type Entry struct {
 type Facts struct {
 	Err            string
 	HostKeyChanged bool
+	// SimulateRefused is the node's refusal to simulate (dpkg interrupted,
+	// …): reachable, but its package plan cannot be known.
+	SimulateRefused string
 
 	Running string
 	// Packages, PackageDigest, PackageLines, Target and Removals come from
@@ -218,6 +221,10 @@ func BuildNode(position int, pos Position, facts Facts, pl Placement, it Intent)
 		}
 		return n
 	}
+	if facts.SimulateRefused != "" {
+		apt("the upgrade cannot be simulated: "+facts.SimulateRefused, "repair the node's package state as the reason says, then plan this node again")
+		return n
+	}
 	n.Running, n.Target = facts.Running, facts.Target
 	n.PackageDigest, n.PackageLines = facts.PackageDigest, slices.Clone(facts.PackageLines)
 	for _, p := range facts.Packages {
@@ -267,7 +274,7 @@ func BuildNode(position int, pos Position, facts Facts, pl Placement, it Intent)
 			block("kernel.panic is 0: a panicking trial kernel would hang instead of falling back", fmt.Sprintf("sysctl -w kernel.panic=%d and persist it in /etc/sysctl.d", it.PanicSeconds))
 		}
 		if facts.BootNeedBytes > 0 && facts.BootFreeBytes >= 0 && facts.BootFreeBytes < facts.BootNeedBytes {
-			block(fmt.Sprintf("/boot has %s free, the new kernel and its initrd need %s", mib(facts.BootFreeBytes), mib(facts.BootNeedBytes)),
+			apt(fmt.Sprintf("/boot has %s free, the new kernel and its initrd need %s", mib(facts.BootFreeBytes), mib(facts.BootNeedBytes)),
 				"remove old kernels (apt autoremove --purge on the node, never the running one) or grow /boot, then plan this node again")
 		}
 		dkms := facts.NvidiaDKMS && slices.ContainsFunc(facts.Packages, func(p Package) bool { return p.Name == "linux-headers-"+n.Target })
