@@ -1,0 +1,7 @@
+#!/bin/sh
+# replan_node: Plan one node again.
+# The CLI twin of the MCP tool of the same name: same input, same output.
+#   scripts/replan_node.sh --json '<input>'   or per-field flags (see --help)
+# Exit: 0 ok, 1 refused/failed/approval_required, 2 usage, 3 in progress.
+set -eu
+exec "${MCP_PATCH:-mcp-patch}" tool replan_node "$@"
