@@ -63,7 +63,7 @@ func main() {
 
 // runKubectl is the upstream kubectl main.
 func runKubectl() int {
-	if err := logs.GlogSetter(kubectl.GetLogVerbosity(os.Args)); err != nil {
+	if _, err := logs.GlogSetter(kubectl.GetLogVerbosity(os.Args)); err != nil {
 		fmt.Fprintln(os.Stderr, "kubectl:", err)
 	}
 	if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {
