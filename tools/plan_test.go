@@ -3,6 +3,9 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/round/window"
@@ -308,5 +312,60 @@ func TestChokepointHoldsStepsToTheSignedPlan(t *testing.T) {
 	live.PackageDigest, live.Lines = n.PackageDigest, n.PackageLines
 	if res := run(""); res.Status != StatusOK || executed != 1 {
 		t.Fatalf("covered by the window approval: %s %v executed=%d", res.Status, res.Reasons, executed)
+	}
+}
+
+func gitRun(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@x", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@x")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+func TestCloseWritesAndCommitsTheComponentDocs(t *testing.T) {
+	d, _ := planDeps(t, plan.PerWindow)
+	dir := d.Book.Root
+	if err := os.MkdirAll(filepath.Join(dir, "os-layer"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "os-layer", "changelog.md"), []byte("# os-layer changelog\n\nNewest first.\n\n## 2025-11-14\n\n- older\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "os-layer", "runbook.md"), []byte("# runbook\n"), 0o644)
+	gitRun(t, dir, "init", "-q", "-b", "main")
+	gitRun(t, dir, "add", "os-layer")
+	gitRun(t, dir, "commit", "-qm", "intent")
+	d.Intent = func(id string) (*intent.Repo, error) { return intent.Open(dir, intent.Options{RoundID: id}) }
+	s, err := d.openSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.j.Lesson("next time check the NVIDIA modules before the window"); err != nil {
+		t.Fatal(err)
+	}
+	notes, err := d.closeDocs(context.Background(), s)
+	if err != nil {
+		t.Fatalf("closeDocs: %v", err)
+	}
+	if len(notes) != 3 {
+		t.Errorf("notes = %v", notes)
+	}
+	branch := "mcp-patch/round-" + planRound
+	log := gitRun(t, dir, "show", "--stat", "--format=%s", branch)
+	if !strings.Contains(log, "os-layer changelog and runbook") || !strings.Contains(log, "os-layer/changelog.md") || !strings.Contains(log, "os-layer/runbook.md") {
+		t.Errorf("commit on %s:\n%s", branch, log)
+	}
+	cl := gitRun(t, dir, "show", branch+":os-layer/changelog.md")
+	if !strings.Contains(cl, "· round "+planRound) || !strings.Contains(cl, "6.8.0-48-generic → 6.8.0-51-generic") {
+		t.Errorf("changelog:\n%s", cl)
+	}
+	if rb := gitRun(t, dir, "show", branch+":os-layer/runbook.md"); !strings.Contains(rb, "- next time check the NVIDIA modules before the window") {
+		t.Errorf("runbook:\n%s", rb)
+	}
+	// Again: nothing new, nothing to commit, no refusal.
+	if _, err := d.closeDocs(context.Background(), s); err != nil {
+		t.Fatalf("second closeDocs: %v", err)
 	}
 }

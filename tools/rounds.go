@@ -459,7 +459,10 @@ func CloseRound() Tool {
 		Title: "Close the round",
 		Description: "Write the round report (Markdown, with each window's steps and durations, failures, decisions and kernels " +
 			"before and after) and its timeline picture (SVG), commit them with the journal and audit log to the intent " +
-			"repository's working branch, and close the round. Only after autoremove (or an abort).",
+			"repository's working branch, and close the round. It also writes the components' docs: the round's entry in " +
+			"os-layer/changelog.md (date, kernel before and after per role, packages of note, deviations, link to the report) and " +
+			"runbook.md edits proposed for the lessons that change a step, committed on the same branch; it refuses while they " +
+			"are missing or uncommitted. Only after autoremove (or an abort).",
 		Kind: Write, Idempotent: false, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (CloseRoundOut, error) {
 		s, err := d.openSession()
@@ -481,6 +484,10 @@ func CloseRound() Tool {
 		}
 		if !st.Aborted && !st.RoundSteps[round.StepAutoremove].Green() {
 			return CloseRoundOut{}, ruleRefusal(st.Admit(round.StepClose, "", d.now()))
+		}
+		docs, err := d.closeDocs(ctx, s)
+		if err != nil {
+			return CloseRoundOut{}, err
 		}
 		if _, _, err := s.j.WriteReport(); err != nil {
 			return CloseRoundOut{}, err
@@ -506,7 +513,7 @@ func CloseRound() Tool {
 			return CloseRoundOut{}, Fail("Call close_round's commit again by hand: git add rounds/ and commit.", "commit the closed round: "+err.Error())
 		}
 		return CloseRoundOut{Report: "rounds/" + s.id + "/" + round.ReportFile, Timeline: "rounds/" + s.id + "/" + round.TimelineFile, Commit: c2,
-			Result: Result{Reasons: []string{"round " + s.id + " closed; report and timeline committed (" + short(c2) + ")"},
+			Result: Result{Reasons: append([]string{"round " + s.id + " closed; report and timeline committed (" + short(c2) + ")"}, docs...),
 				NextAction: "Ask people to review and merge the round's working branch of the intent repository."}}, nil
 	})
 }

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
@@ -360,4 +363,99 @@ func planSummary(f plan.Fleet, changed []string) []string {
 			strings.ReplaceAll(n.Approval, "_", " "), n.Signatures())))
 	}
 	return append(out, "read rounds/"+f.Round+"/plan.md for every package, GRUB id and pod", "plan digest "+f.Digest)
+}
+
+// osLayer is the component whose changelog and runbook a kernel round
+// updates.
+const osLayer = "os-layer"
+
+// closeDocs writes the round's entry into os-layer/changelog.md and
+// proposes runbook.md edits for the lessons that change a step, and
+// commits both on the round's working branch. close_round refuses while
+// they are missing or uncommitted. A round without a plan document has
+// no kernels to report and is not held to it.
+func (d *Deps) closeDocs(ctx context.Context, s *session) ([]string, error) {
+	f, ok, err := d.fleetPlan(s.id)
+	if err != nil || !ok {
+		return nil, err
+	}
+	r, err := d.intentRepo(s.id)
+	if err != nil {
+		return nil, err
+	}
+	st := s.j.State()
+	c := plan.Closing{Round: s.id, Date: d.now().UTC().Format("2006-01-02"), Report: "rounds/" + s.id + "/" + round.ReportFile}
+	for _, dc := range st.Decisions {
+		line := string(dc.Name)
+		if dc.Step != "" {
+			line += " at " + string(dc.Step)
+		}
+		if dc.Node != "" {
+			line += " on " + dc.Node
+		}
+		if dc.Detail != "" {
+			line += ": " + dc.Detail
+		}
+		c.Deviations = append(c.Deviations, line)
+	}
+	if st.Aborted {
+		c.Deviations = append(c.Deviations, "the round was aborted")
+	}
+	for _, l := range st.Lessons {
+		c.Lessons = append(c.Lessons, l.Text)
+	}
+	if comp, err := r.Component(osLayer); err == nil {
+		for _, l := range comp.Lessons {
+			if l.Round == s.id {
+				c.Lessons = append(c.Lessons, l.Text)
+			}
+		}
+	}
+	root, err := os.OpenRoot(r.Root())
+	if err != nil {
+		return nil, fmt.Errorf("open the intent repository: %w", err)
+	}
+	defer root.Close()
+	read := func(name string) (string, error) {
+		b, err := root.ReadFile(osLayer + "/" + name)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", err
+		}
+		return string(b), nil
+	}
+	changelog, err := read("changelog.md")
+	if err != nil {
+		return nil, fmt.Errorf("read %s/changelog.md: %w", osLayer, err)
+	}
+	paths := []string{osLayer + "/changelog.md"}
+	var notes []string
+	if !plan.HasEntry(changelog, s.id) {
+		if err := root.WriteFile(osLayer+"/changelog.md", []byte(plan.InsertChangelog(changelog, s.id, plan.ChangelogEntry(f, c))), 0o644); err != nil {
+			return nil, fmt.Errorf("write %s/changelog.md: %w", osLayer, err)
+		}
+		notes = append(notes, osLayer+"/changelog.md: entry for round "+s.id)
+	}
+	runbook, err := read("runbook.md")
+	if err != nil {
+		return nil, fmt.Errorf("read %s/runbook.md: %w", osLayer, err)
+	}
+	if doc, changed := plan.RunbookProposal(runbook, c); changed {
+		if err := root.WriteFile(osLayer+"/runbook.md", []byte(doc), 0o644); err != nil {
+			return nil, fmt.Errorf("write %s/runbook.md: %w", osLayer, err)
+		}
+		notes = append(notes, osLayer+"/runbook.md: proposed edits for the lessons that change a step")
+	}
+	if _, err := os.Stat(r.Root() + "/" + osLayer + "/runbook.md"); err == nil {
+		paths = append(paths, osLayer+"/runbook.md")
+	}
+	cm, err := r.CommitFiles(ctx, "round "+s.id+": os-layer changelog and runbook", paths)
+	switch {
+	case errors.Is(err, intent.ErrNoChange):
+	case err != nil:
+		return nil, Fail("Commit or undo the edits to os-layer's changelog.md and runbook.md on the working branch, then call close_round again.",
+			"close_round refuses while the component docs are missing or uncommitted: "+err.Error())
+	default:
+		notes = append(notes, "component docs committed ("+short(cm.Hash)+")")
+	}
+	return notes, nil
 }
