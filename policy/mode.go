@@ -56,6 +56,7 @@ var toolClasses = map[string]ToolClass{
 
 	"drain_node": ClassDestructive, "install_updates": ClassDestructive, "trial_boot": ClassDestructive,
 	"promote_kernel": ClassDestructive, "autoremove": ClassDestructive, "fallback_drill": ClassDestructive,
+	"rollback_node": ClassDestructive,
 }
 
 // ClassOf returns the class of a known tool. Unknown tools are reported as

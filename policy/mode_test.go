@@ -57,6 +57,7 @@ func TestToolClasses(t *testing.T) {
 		{"promote_kernel", ClassDestructive, true, true},
 		{"autoremove", ClassDestructive, true, true},
 		{"fallback_drill", ClassDestructive, true, true},
+		{"rollback_node", ClassDestructive, true, true},
 		{"uncordon_node", ClassWrite, true, false},
 		{"record_lesson", ClassWrite, true, false},
 		{"plan_round", ClassReadOnly, true, false},

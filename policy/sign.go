@@ -195,6 +195,7 @@ var toolWords = map[string]string{
 	"promote_kernel":  "make the new kernel the default on node %s",
 	"autoremove":      "remove packages no longer needed on node %s (apt autoremove; never the running kernel)",
 	"fallback_drill":  "run the fallback drill on node %s (reboot to prove the old kernel still boots)",
+	"rollback_node":   "reboot node %s back into its old kernel (GRUB's default set back to the old entry where the new one was promoted)",
 }
 
 func stopWords(req Request) string {

@@ -35,6 +35,7 @@ func (s *State) Clone() *State {
 	c.Lessons = slices.Clone(s.Lessons)
 	c.Recoveries = slices.Clone(s.Recoveries)
 	c.Notifications = slices.Clone(s.Notifications)
+	c.Rollbacks = slices.Clone(s.Rollbacks)
 	return &c
 }
 

@@ -386,6 +386,20 @@ func (j *Journal) Notification(node, detail string) (Record, error) {
 	return j.appendLocked(Record{Kind: KindNotification, Node: node, Detail: detail})
 }
 
+// StartRollback records that rollback_node begins on node (before it acts).
+func (j *Journal) StartRollback(node string, m Meta) (Record, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appendLocked(withMeta(Record{Kind: KindRollback, Node: node}, m))
+}
+
+// EndRollback records how the node's rollback ended (done or failed).
+func (j *Journal) EndRollback(node string, outcome Outcome, m Meta) (Record, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appendLocked(withMeta(Record{Kind: KindRollback, Node: node, Outcome: outcome}, m))
+}
+
 // FindingsCommitted records that the lessons and the report were committed
 // (commit names the Git commit). Close requires it after the last record.
 func (j *Journal) FindingsCommitted(commit string) (Record, error) {

@@ -541,3 +541,38 @@ func TestJournalObserverSeesEveryRecordOnDisk(t *testing.T) {
 		t.Errorf("observed (-want +got):\n%s (last seq %d); a refused record must not be observed", diff, lastSeq)
 	}
 }
+
+func TestJournalRollbackWhileStopped(t *testing.T) {
+	dir := roundDir(t)
+	j := openJournal(t, dir, newClock())
+	noErr(t)(j.Plan(fleetOrder(t), soak48, Meta{}))
+	noErr(t)(j.StartStep(StepBaseline, "", Meta{}))
+	noErr(t)(j.FailStep(StepBaseline, "", Meta{Detail: "stop the round"}))
+	if j.State().Stop == nil {
+		t.Fatal("not stopped")
+	}
+	if _, err := j.EndRollback("cp-1", OutcomeDone, Meta{}); err == nil {
+		t.Fatal("ended a rollback that never started")
+	}
+	noErr(t)(j.StartRollback("cp-1", Meta{ApprovalID: "ap-1", Detail: "from 6.8.0-45-generic"}))
+	if _, err := j.StartRollback("cp-1", Meta{}); err == nil {
+		t.Fatal("two rollbacks of one node in flight")
+	}
+	if _, err := j.StartRollback("nope", Meta{}); err == nil {
+		t.Fatal("rollback of a node outside the order")
+	}
+	noErr(t)(j.EndRollback("cp-1", OutcomeDone, Meta{Kernel: "6.8.0-40-generic", Detail: "boot id changed, verify green"}))
+	st := j.State()
+	r := st.Rollback("cp-1")
+	if r == nil || r.State != Done || r.Kernel != "6.8.0-40-generic" || r.ApprovalID != "ap-1" || st.Stop == nil {
+		t.Fatalf("rollback %+v, stop %+v: the round must stay stopped", r, st.Stop)
+	}
+	j.Close()
+	if after := openJournal(t, dir, newClock()).State(); !cmp.Equal(after.Rollbacks, st.Rollbacks) {
+		t.Errorf("replayed rollbacks %+v", after.Rollbacks)
+	}
+	var b strings.Builder
+	if err := RenderReport(&b, st); err != nil || !strings.Contains(b.String(), "rollback of cp-1 to its old kernel: done") {
+		t.Errorf("report lacks the rollback:\n%s", b.String())
+	}
+}

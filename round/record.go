@@ -26,6 +26,10 @@ const (
 	// KindNotification records one notification's delivery outcome (sent
 	// or failed, to which hook). It changes nothing else in the state.
 	KindNotification Kind = "notification"
+	// KindRollback records a rollback_node of a node to its old kernel:
+	// Outcome "" starts it, done or failed ends it. It is allowed while the
+	// round is stopped and leaves the stop in place for a person.
+	KindRollback Kind = "rollback"
 )
 
 // Record is one line of the journal.

@@ -151,6 +151,16 @@ func RenderReport(w io.Writer, s *State) error {
 	for _, r := range s.Recoveries {
 		events = append(events, event{r.Seq, fmt.Sprintf("%s — journal recovery: %s", stamp(r.Time), mdLine(r.Detail))})
 	}
+	for _, r := range s.Rollbacks {
+		text := fmt.Sprintf("%s — rollback of %s to its old kernel: %s", stamp(r.Started), r.Node, r.State)
+		if r.Kernel != "" {
+			text += " (runs " + mdLine(r.Kernel) + ")"
+		}
+		if r.Detail != "" {
+			text += ": " + mdLine(r.Detail)
+		}
+		events = append(events, event{r.StartSeq, text})
+	}
 	for _, n := range s.Notifications {
 		events = append(events, event{n.Seq, fmt.Sprintf("%s — %s", stamp(n.Time), mdLine(n.Detail))})
 	}

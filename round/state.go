@@ -48,6 +48,30 @@ type State struct {
 	Recoveries []Recovery `json:"recoveries,omitempty"`
 	// Notifications are the delivery outcomes of notifications sent.
 	Notifications []Notification `json:"notifications,omitempty"`
+	// Rollbacks are the nodes brought back to their old kernel.
+	Rollbacks []RollbackRun `json:"rollbacks,omitempty"`
+}
+
+// RollbackRun is one rollback_node of a node.
+type RollbackRun struct {
+	Node       string    `json:"node"`
+	StartSeq   uint64    `json:"start_seq"`
+	Started    time.Time `json:"started"`
+	Ended      time.Time `json:"ended,omitzero"`
+	State      StepState `json:"state"`
+	Detail     string    `json:"detail,omitempty"`
+	Kernel     string    `json:"kernel,omitempty"`
+	ApprovalID string    `json:"approval_id,omitempty"`
+}
+
+// Rollback returns the node's latest rollback, or nil.
+func (s *State) Rollback(node string) *RollbackRun {
+	for i := len(s.Rollbacks) - 1; i >= 0; i-- {
+		if s.Rollbacks[i].Node == node {
+			return &s.Rollbacks[i]
+		}
+	}
+	return nil
 }
 
 // Notification is one delivery outcome as the journal keeps it.
@@ -296,6 +320,32 @@ func (s *State) apply(rec Record) error {
 		return nil
 	case KindTornTail:
 		s.Recoveries = append(s.Recoveries, Recovery{Seq: rec.Seq, Time: rec.Time, Detail: rec.Detail})
+		return nil
+	case KindRollback:
+		if s.Node(rec.Node) == nil {
+			return fmt.Errorf("rollback of %q, which is not in the round's order", rec.Node)
+		}
+		last := s.Rollback(rec.Node)
+		switch rec.Outcome {
+		case "":
+			if last != nil && last.State == InFlight {
+				return fmt.Errorf("a rollback of %s is already in flight", rec.Node)
+			}
+			s.Rollbacks = append(s.Rollbacks, RollbackRun{Node: rec.Node, StartSeq: rec.Seq, Started: rec.Time, State: InFlight,
+				Detail: rec.Detail, ApprovalID: rec.ApprovalID})
+		case OutcomeDone, OutcomeFailed:
+			if last == nil || last.State != InFlight {
+				return fmt.Errorf("no rollback of %s in flight to end", rec.Node)
+			}
+			last.Ended, last.Detail, last.Kernel = rec.Time, rec.Detail, rec.Kernel
+			last.State = Done
+			if rec.Outcome == OutcomeFailed {
+				last.State = Failed
+			}
+		default:
+			return fmt.Errorf("rollback outcome %q", rec.Outcome)
+		}
+		s.FindingsCommitted = false
 		return nil
 	case KindNotification:
 		if strings.TrimSpace(rec.Detail) == "" {
