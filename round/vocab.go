@@ -59,14 +59,14 @@ var stepInfo = map[Step]struct {
 	check    bool   // a check whose failure a person may accept as residual risk
 	tool     string // the MCP tool that runs it (DESIGN §4), "" where none is fixed
 }{
-	StepInspect:       {node: true, readOnly: true, tool: "inspect_node"},
-	StepSimulate:      {node: true, readOnly: true, tool: "simulate_upgrade"},
+	StepInspect:       {node: true, readOnly: true, tool: "record_inspection"},
+	StepSimulate:      {node: true, readOnly: true, tool: "record_simulation"},
 	StepDownload:      {node: true, tool: "download_updates"},
 	StepSnapshot:      {node: true, tool: "snapshot_node"},
 	StepDrain:         {node: true, window: true, tool: "drain_node"},
 	StepInstall:       {node: true, window: true, tool: "install_updates"},
 	StepTrialBoot:     {node: true, window: true, tool: "trial_boot"},
-	StepVerify:        {node: true, readOnly: true, check: true, tool: "verify_node"},
+	StepVerify:        {node: true, readOnly: true, check: true, tool: "record_verification"},
 	StepUncordon:      {node: true, window: true, tool: "uncordon_node"},
 	StepGPUAcceptance: {node: true, window: true, check: true, tool: "gpu_acceptance"},
 	StepPromote:       {node: true, window: true, tool: "promote_kernel"},

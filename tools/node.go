@@ -23,21 +23,27 @@ type InspectOut struct {
 }
 
 // InspectNode is the inspect_node tool.
-func InspectNode() Tool {
-	return New[NodeIn, InspectOut](Spec{
+func InspectNode() Tool { return inspectNode(false) }
+
+// RecordInspection is the record_inspection tool: inspect_node, recorded in the round.
+func RecordInspection() Tool { return inspectNode(true) }
+
+func inspectNode(record bool) Tool {
+	return New[NodeIn, InspectOut](checkSpec(record, "record_inspection", Spec{
 		Name:  "inspect_node",
 		Title: "Inspect a node",
 		Description: "Read a node over SSH (inspect.sh): running and installed kernels, boot_id, uptime, apt holds, pending upgrades, " +
 			"GRUB entries (full ids with submenu path) and grubenv, kernel.panic, what /boot/grub sits on (mdraid/LVM/btrfs/zfs make " +
 			"one-shot boot unreliable), Livepatch, unattended-upgrades exclusions, reboot-required, NVIDIA driver and whether NVIDIA " +
-			"modules exist for the target kernel. Changes nothing.",
+			"modules exist for the target kernel. Changes nothing on the node.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
-	}, func(ctx context.Context, d *Deps, in NodeIn, p Progress) (InspectOut, error) {
+	}), func(ctx context.Context, d *Deps, in NodeIn, p Progress) (InspectOut, error) {
 		if err := ValidNode(in.Node); err != nil {
 			return InspectOut{}, err
 		}
 		s := d.maybeSession()
-		if err := s.admit(d, round.StepInspect, in.Node); err != nil {
+		rec := recording(s, record)
+		if err := rec.admit(d, round.StepInspect, in.Node); err != nil {
 			return InspectOut{}, err
 		}
 		h, err := d.hosts(ctx)
@@ -50,7 +56,7 @@ func InspectNode() Tool {
 		}
 		insp, err := h.Steps.Inspect(ctx, in.Node, steps.InspectInput{TargetKernel: target})
 		if err != nil {
-			return InspectOut{}, s.hostFailure(round.StepInspect, in.Node, hostError(in.Node, "inspect", err))
+			return InspectOut{}, rec.hostFailure(round.StepInspect, in.Node, hostError(in.Node, "inspect", err))
 		}
 		var reasons []string
 		if !insp.Grub.EnvWritableAtBoot {
@@ -62,7 +68,7 @@ func InspectNode() Tool {
 		if target != "" && !insp.TargetModules.Present && len(insp.NvidiaPackages) > 0 {
 			reasons = append(reasons, "no NVIDIA kernel modules for the target kernel "+target)
 		}
-		if err := s.check(round.StepInspect, in.Node, true, insp.Kernel, strings.Join(reasons, "; ")); err != nil {
+		if err := rec.check(round.StepInspect, in.Node, true, insp.Kernel, strings.Join(reasons, "; ")); err != nil {
 			return InspectOut{}, err
 		}
 		next := "simulate_upgrade on this node next."
@@ -82,8 +88,13 @@ type SimulateOut struct {
 }
 
 // SimulateUpgrade is the simulate_upgrade tool.
-func SimulateUpgrade() Tool {
-	return New[NodeIn, SimulateOut](Spec{
+func SimulateUpgrade() Tool { return simulateUpgrade(false) }
+
+// RecordSimulation is the record_simulation tool: simulate_upgrade, recorded in the round (the package plan install_updates binds).
+func RecordSimulation() Tool { return simulateUpgrade(true) }
+
+func simulateUpgrade(record bool) Tool {
+	return New[NodeIn, SimulateOut](checkSpec(record, "record_simulation", Spec{
 		Name:  "simulate_upgrade",
 		Title: "Simulate the upgrade",
 		Description: "Check the holds on containerd, kubelet, kubeadm, kubectl and cri-tools and run `apt-get -s full-upgrade` on the node. " +
@@ -91,12 +102,13 @@ func SimulateUpgrade() Tool {
 			"NVIDIA and Kubernetes packages that move. Any removal, a missing hold or a held package that would move fails the check " +
 			"and stops the round. Changes nothing on the node.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
-	}, func(ctx context.Context, d *Deps, in NodeIn, p Progress) (SimulateOut, error) {
+	}), func(ctx context.Context, d *Deps, in NodeIn, p Progress) (SimulateOut, error) {
 		if err := ValidNode(in.Node); err != nil {
 			return SimulateOut{}, err
 		}
 		s := d.maybeSession()
-		if err := s.admit(d, round.StepSimulate, in.Node); err != nil {
+		rec := recording(s, record)
+		if err := rec.admit(d, round.StepSimulate, in.Node); err != nil {
 			return SimulateOut{}, err
 		}
 		h, err := d.hosts(ctx)
@@ -105,7 +117,7 @@ func SimulateUpgrade() Tool {
 		}
 		sim, err := h.Steps.Simulate(ctx, in.Node)
 		if err != nil {
-			return SimulateOut{}, s.hostFailure(round.StepSimulate, in.Node, hostError(in.Node, "simulate upgrade", err))
+			return SimulateOut{}, rec.hostFailure(round.StepSimulate, in.Node, hostError(in.Node, "simulate upgrade", err))
 		}
 		kern, _ := h.Steps.Kernel(ctx, in.Node)
 		var problems []string
@@ -119,22 +131,22 @@ func SimulateUpgrade() Tool {
 			detail += "; kept back by phasing (not a removal, a later round gets them): " + strings.Join(sim.Plan.Phased, ", ")
 		}
 		if len(problems) > 0 {
-			if err := s.check(round.StepSimulate, in.Node, false, kern.Kernel, strings.Join(problems, "; ")); err != nil {
+			if err := rec.check(round.StepSimulate, in.Node, false, kern.Kernel, strings.Join(problems, "; ")); err != nil {
 				return out, err
 			}
 			out.Result = Result{Status: StatusFailed, Reasons: problems,
 				NextAction: "Stop: the round cannot go on with this plan. Tell a person; they fix the host (holds, conflicting packages) and sign a resume or abort."}
 			return out, nil
 		}
-		if s != nil {
+		if rec != nil {
 			np, _ := s.nodePlan(d, in.Node)
 			np.Node, np.TargetKernel, np.RunningKernel = in.Node, sim.Plan.TargetKernel, kern.Kernel
 			np.PackageDigest, np.PackageLines, np.Kernel, np.Nvidia = sim.Plan.Digest, sim.Plan.Lines, sim.Plan.Kernel, sim.Plan.Nvidia
-			if err := s.saveNodePlan(d, np); err != nil {
+			if err := rec.saveNodePlan(d, np); err != nil {
 				return out, fmt.Errorf("record the node plan: %w", err)
 			}
 		}
-		if err := s.check(round.StepSimulate, in.Node, true, kern.Kernel, detail); err != nil {
+		if err := rec.check(round.StepSimulate, in.Node, true, kern.Kernel, detail); err != nil {
 			return out, err
 		}
 		out.Reasons = []string{detail}
@@ -250,15 +262,20 @@ type VerifyOut struct {
 }
 
 // VerifyNode is the verify_node tool.
-func VerifyNode() Tool {
-	return New[NodeIn, VerifyOut](Spec{
+func VerifyNode() Tool { return verifyNode(false) }
+
+// RecordVerification is the record_verification tool: verify_node, recorded in the round.
+func RecordVerification() Tool { return verifyNode(true) }
+
+func verifyNode(record bool) Tool {
+	return New[NodeIn, VerifyOut](checkSpec(record, "record_verification", Spec{
 		Name:  "verify_node",
 		Title: "Verify a node",
 		Description: "Check a node after its trial boot: the kernel is the target, every bond is up with all its slaves, the RDMA " +
 			"ports are ACTIVE/LinkUp and as many as the intent says, the sysctls equal the intent's values; identity lookups " +
-			"(getent) are reported separately. A failure stops the round. Changes nothing.",
+			"(getent) are reported separately. Changes nothing on the node.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
-	}, func(ctx context.Context, d *Deps, in NodeIn, p Progress) (VerifyOut, error) {
+	}), func(ctx context.Context, d *Deps, in NodeIn, p Progress) (VerifyOut, error) {
 		if err := ValidNode(in.Node); err != nil {
 			return VerifyOut{}, err
 		}
@@ -266,7 +283,8 @@ func VerifyNode() Tool {
 		if err != nil {
 			return VerifyOut{}, err
 		}
-		if err := s.admit(d, round.StepVerify, in.Node); err != nil {
+		rec := recording(s, record)
+		if err := rec.admit(d, round.StepVerify, in.Node); err != nil {
 			return VerifyOut{}, err
 		}
 		np, ok := s.nodePlan(d, in.Node)
@@ -291,18 +309,18 @@ func VerifyNode() Tool {
 		}
 		v, err := h.Steps.Verify(ctx, in.Node, vin)
 		if err != nil {
-			return VerifyOut{Verification: &v}, s.hostFailure(round.StepVerify, in.Node, hostError(in.Node, "verify", err))
+			return VerifyOut{Verification: &v}, rec.hostFailure(round.StepVerify, in.Node, hostError(in.Node, "verify", err))
 		}
 		out := VerifyOut{Verification: &v}
 		if !v.Passed {
-			if err := s.check(round.StepVerify, in.Node, false, v.Kernel, strings.Join(v.Problems, "; ")); err != nil {
+			if err := rec.check(round.StepVerify, in.Node, false, v.Kernel, strings.Join(v.Problems, "; ")); err != nil {
 				return out, err
 			}
 			out.Result = Result{Status: StatusFailed, Reasons: v.Problems,
 				NextAction: "Stop: the node is not healthy on the new kernel. Tell a person; the old kernel is still the default, so a reboot returns to it. They sign resume or abort."}
 			return out, nil
 		}
-		if err := s.check(round.StepVerify, in.Node, true, v.Kernel, "verify green on "+v.Kernel); err != nil {
+		if err := rec.check(round.StepVerify, in.Node, true, v.Kernel, "verify green on "+v.Kernel); err != nil {
 			return out, err
 		}
 		out.Reasons = append([]string{"kernel " + v.Kernel + ", bonds, RDMA and sysctls as the intent says"}, v.IdentityProblems...)
@@ -456,4 +474,28 @@ func RecordFleetCheck() Tool {
 		}
 		return out, nil
 	})
+}
+
+// recording is the round a check records into: the open round for the
+// recording twin, none for the read-only tool (which writes nothing).
+func recording(s *session, record bool) *session {
+	if !record {
+		return nil
+	}
+	return s
+}
+
+// checkSpec is a check's spec as the read-only tool or as its recording
+// twin, which is a write and says so.
+func checkSpec(record bool, recordName string, spec Spec) Spec {
+	if !record {
+		spec.Kind = ReadOnly
+		spec.Description += " Writes nothing anywhere and stops nothing; " + recordName + " records it in the round."
+		return spec
+	}
+	readName := spec.Name
+	spec.Name, spec.Kind = recordName, Write
+	spec.Title = "Record: " + strings.ToLower(spec.Title[:1]) + spec.Title[1:]
+	spec.Description = "As " + readName + ", and recorded in the open round's journal (a write): green counts for the round's standing rules, red fails the step and stops the round. " + spec.Description
+	return spec
 }

@@ -11,7 +11,7 @@ func builtin() []Tool {
 	return []Tool{
 		ReadIntent(), RecordLesson(), RunVerify(),
 		PlanRound(), RoundStatus(), RecordDecision(), CloseRound(), ShowPlan(), SignPlan(), ApproveWindow(), ReplanNode(),
-		InspectNode(), SimulateUpgrade(), DownloadUpdates(), SnapshotNode(), VerifyNode(), FleetCheck(),
+		InspectNode(), SimulateUpgrade(), DownloadUpdates(), SnapshotNode(), VerifyNode(), FleetCheck(), RecordInspection(), RecordSimulation(), RecordVerification(),
 		DrainNode(), InstallUpdates(), TrialBoot(), UncordonNode(), GPUAcceptance(), PromoteKernel(), CheckGate(), CloseWindow(), RecordFleetCheck(),
 		Autoremove(), FallbackDrill(), RollbackNode(),
 	}

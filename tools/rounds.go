@@ -62,8 +62,8 @@ func PlanRound() Tool {
 			"control-plane nodes first, the one holding the primary and VIP last among them, the canary GPU server, then the " +
 			"other GPU servers. Takes the stack-health baseline the gates compare against, records the plan in the round's " +
 			"journal in the intent repository, and estimates when the round ends against the intent's compliance deadline. " +
-			"Changes nothing on hosts or cluster.",
-		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
+			"Changes nothing on hosts or cluster; it writes the round's record in the intent repository (a write).",
+		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in PlanRoundIn, p Progress) (PlanRoundOut, error) {
 		if d.Book == nil {
 			return PlanRoundOut{}, Refuse("Start the server with --intent-repo.", "no intent repository is configured")
