@@ -297,7 +297,7 @@ func ApproveWindow() Tool {
 			dp.Evict = append(dp.Evict, "evict "+e.String()+" ("+strings.ToLower(e.OwnerKind)+" "+e.OwnerName+")")
 		}
 		live, _, _ := liveNode(n, dp)
-		if cs := plan.Drift(n, live, plan.StepDrain); len(cs) > 0 {
+		if cs := f.DriftInFleet(live, plan.StepDrain); len(cs) > 0 {
 			return ApproveWindowOut{}, Refuse("Call replan_node for "+in.Node+" first.", plan.FormatDrift(in.Node, cs)...)
 		}
 		tools := windowTools(n, pv.Digest)

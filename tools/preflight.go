@@ -214,12 +214,15 @@ func placementOf(pl kube.Placement, inv kube.Inventory, evicted map[string][]dra
 // sizing, the panic timeout, the driver branch, the test environment and
 // the lessons and open questions that bear on this round.
 func (d *Deps) planIntent(roundID string, st intent.Settings, facts map[string]plan.Facts) plan.Intent {
-	it := plan.Intent{GPUApproval: plan.PerStep}
+	it := plan.Intent{GPUApproval: plan.PerStep, PanicSeconds: 10} // trial_boot's default too
 	if a := st.Approvals; a != nil && a.GPUServers == intent.ApprovalPerWindow {
 		it.GPUApproval = plan.PerWindow
 	}
 	if k := st.Kernel; k != nil {
-		it.PanicSeconds, it.TestEnvironment, it.TestedKernels = k.PanicRebootSeconds, k.TestEnvironment, k.TestedKernels
+		it.TestEnvironment, it.TestedKernels = k.TestEnvironment, k.TestedKernels
+		if k.PanicRebootSeconds > 0 {
+			it.PanicSeconds = k.PanicRebootSeconds
+		}
 	}
 	if g := st.GPU; g != nil {
 		it.DriverBranch = g.DriverBranch

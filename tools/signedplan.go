@@ -230,7 +230,7 @@ func (d *Deps) checkReviewed(roundID, tool string, p window.Plan) error {
 	if !ok {
 		return nil
 	}
-	if cs := plan.Drift(reviewed, live, step); len(cs) > 0 {
+	if cs := f.DriftInFleet(live, step); len(cs) > 0 {
 		return Refuse("Call replan_node for "+p.Target()+": it reads the node again and writes the new plan; a person signs only what changed (sign_plan).",
 			append(plan.FormatDrift(p.Target(), cs), "nothing was executed")...)
 	}

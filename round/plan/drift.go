@@ -82,6 +82,31 @@ func Drift(reviewed, live Node, steps ...Step) []Change {
 	return out
 }
 
+// DriftInFleet is Drift against the node's reviewed plan, where a drain
+// may also evict a workload the plan lists on another node: the round's
+// own drains move replicas between nodes (a Deployment's pod evicted from
+// one node lands on the next), and people reviewed those workloads. A
+// workload the plan lists nowhere is drift.
+func (f Fleet) DriftInFleet(live Node, steps ...Step) []Change {
+	reviewed, ok := f.Node(live.Node)
+	if !ok {
+		return []Change{{Step: "plan", What: "the node is not in the reviewed plan", Lines: []string{"+ " + live.Node}}}
+	}
+	known := map[string]bool{}
+	for _, w := range reviewed.Drain.Workloads {
+		known[strings.ToLower(w.Key())] = true
+	}
+	for _, n := range f.Nodes {
+		for _, w := range n.Drain.Workloads {
+			if !known[strings.ToLower(w.Key())] {
+				known[strings.ToLower(w.Key())] = true
+				reviewed.Drain.Workloads = append(reviewed.Drain.Workloads, w)
+			}
+		}
+	}
+	return Drift(reviewed, live, steps...)
+}
+
 // FormatDrift is the diff in words, for a refusal.
 func FormatDrift(node string, cs []Change) []string {
 	out := []string{fmt.Sprintf("%s differs from its reviewed plan in %d way(s):", node, len(cs))}

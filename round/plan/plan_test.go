@@ -276,6 +276,30 @@ func TestDrift(t *testing.T) {
 	}
 }
 
+func TestDriftInFleetKnowsWorkloadsThatMove(t *testing.T) {
+	in := input(PerStep)
+	f := Build(in)
+	facts := in.Facts["cp-1"]
+	// cp-1 has no model pod in the plan; gpu-2's model ReplicaSet moved there.
+	facts.Drain.Pods = append(facts.Drain.Pods, Pod{Namespace: "inference", Name: "model-5c-new", OwnerKind: "ReplicaSet", OwnerName: "model-5c"})
+	live := BuildNode(1, in.Order[0], facts, in.Placement, in.Intent)
+	if cs := f.DriftInFleet(live, StepDrain); len(cs) != 0 {
+		t.Errorf("a workload the plan lists on another node: %v", cs)
+	}
+	reviewed, _ := f.Node("cp-1")
+	if cs := Drift(reviewed, live, StepDrain); len(cs) != 1 {
+		t.Errorf("node-level drift: %v", cs)
+	}
+	facts.Drain.Pods = append(facts.Drain.Pods, Pod{Namespace: "batch", Name: "x", OwnerKind: "Job", OwnerName: "x"})
+	live = BuildNode(1, in.Order[0], facts, in.Placement, in.Intent)
+	if cs := f.DriftInFleet(live, StepDrain); len(cs) != 1 || !strings.Contains(cs[0].String(), "+ evict batch/Job/x") {
+		t.Errorf("a workload the plan lists nowhere: %v", cs)
+	}
+	if cs := f.DriftInFleet(Node{Node: "nope"}); len(cs) != 1 {
+		t.Errorf("unknown node: %v", cs)
+	}
+}
+
 func TestReplanResignsOnlyTheChange(t *testing.T) {
 	in := input(PerStep)
 	f := Build(in)
