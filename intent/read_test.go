@@ -184,6 +184,8 @@ func TestParseSettingsRefusals(t *testing.T) {
 			"maintenance.windows[0] and windows[1] overlap"},
 		{"empty window", "maintenance:\n  estimated_window_minutes: 60\n  windows:\n  - {days: [sat], start: '22:00', end: '22:00', time_zone: UTC}\n",
 			"the window is empty"},
+		{"jobs selector", "drain:\n  emptydir_policy: delete\n  timeout_minutes: 5\n  wait_for_jobs: {selector: 'a b', max_wait_minutes: 60}\n", "drain.wait_for_jobs.selector"},
+		{"jobs wait", "drain:\n  emptydir_policy: delete\n  timeout_minutes: 5\n  wait_for_jobs: {selector: 'workload-class=training', max_wait_minutes: 0}\n", "drain.wait_for_jobs.max_wait_minutes: is 0"},
 		{"alert selector", "alerts:\n  selector: 'severity in (critical'\n", "alerts.selector"},
 		{"alert regexp", "alerts:\n  allow: ['Watchdog(']\n", `alerts.allow: "Watchdog(" is not a regular expression`},
 		{"expected alert without name", "alerts:\n  expected:\n  - {any_node: true}\n", "alerts.expected[0].alertname"},

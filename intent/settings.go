@@ -102,6 +102,19 @@ type DrainSettings struct {
 	EmptyDirPolicy string `json:"emptydir_policy"`
 	// TimeoutMinutes bounds one node's drain. At least 1.
 	TimeoutMinutes int `json:"timeout_minutes"`
+	// WaitForJobs, when set, holds a node's drain while pods matching its
+	// selector (batch training jobs) run there, for a bounded wait.
+	WaitForJobs *WaitForJobs `json:"wait_for_jobs,omitempty"`
+}
+
+// WaitForJobs: pods whose work a drain must not cut short.
+type WaitForJobs struct {
+	// Selector picks the pods ("workload-class=training"); notebooks and
+	// serving pods should not match: they are evicted as usual.
+	Selector string `json:"selector"`
+	// MaxWaitMinutes bounds the wait; then the round stops and a person
+	// decides. At least 1.
+	MaxWaitMinutes int `json:"max_wait_minutes"`
 }
 
 // StackHealthSettings: what the gate compares with the baseline (os-layer).
@@ -275,6 +288,10 @@ func (s Settings) Validate() error {
 			bad("drain.emptydir_policy", "is %q, want %q or %q", d.EmptyDirPolicy, EmptyDirDelete, EmptyDirRefuse)
 		}
 		atLeast("drain.timeout_minutes", d.TimeoutMinutes, 1)
+		if w := d.WaitForJobs; w != nil {
+			checkSelector(bad, "drain.wait_for_jobs.selector", w.Selector)
+			atLeast("drain.wait_for_jobs.max_wait_minutes", w.MaxWaitMinutes, 1)
+		}
 	}
 	if h := s.StackHealth; h != nil {
 		for _, ns := range h.CriticalNamespaces {

@@ -76,6 +76,11 @@ func DrainNode() Tool {
 			if err := d.etcdBeforeControlPlane(ctx, s, in.Node); err != nil {
 				return "", window.DrainPlan{}, err
 			}
+			if s.inFlightRun(round.StepDrain, in.Node) == nil {
+				if err := d.holdForJobs(ctx, s, in.Node); err != nil {
+					return "", window.DrainPlan{}, err
+				}
+			}
 			w, err := d.window(ctx, s, needCluster)
 			if err != nil {
 				return "", window.DrainPlan{}, err
