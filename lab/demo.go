@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/tools"
 )
 
@@ -89,6 +92,12 @@ func (l *Lab) RunRound(ctx context.Context, roundID string, w io.Writer, log *sl
 		return nil
 	}
 	out, err := agent.Run(ctx, roundID)
+	if b, perr := os.ReadFile(filepath.Join(l.IntentRepo, "rounds", roundID, "plan.json")); perr == nil {
+		if f, perr := plan.Decode(b); perr == nil {
+			fmt.Fprintf(w, "  signatures: the plan needs %d as the intent sizes approvals (GPU servers per window), %d with one per destructive step; the agent asked a person for %d\n",
+				f.Signatures, f.PerStepSignatures, out.Approvals)
+		}
+	}
 	res := DemoResult{Outcome: out, Duration: time.Since(start), Branch: "mcp-patch/round-" + roundID}
 	if b, gerr := exec.Command("git", "-C", l.IntentRepo, "log", "--oneline", res.Branch).Output(); gerr == nil {
 		res.Log = strings.TrimSpace(string(b))

@@ -2,11 +2,15 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-patch/mcp-patch/round/plan"
 )
 
 func testLog(t *testing.T) *slog.Logger {
@@ -65,4 +69,34 @@ func TestDemoRound(t *testing.T) {
 	if !strings.Contains(res.Log, "report") {
 		t.Errorf("no report commit on %s:\n%s", res.Branch, res.Log)
 	}
+	// The reviewed plan is committed on the working branch: every node with
+	// its packages, kernel, GRUB ids and drain preview, and the signatures
+	// sized per window for the GPU servers.
+	js, err := exec.Command("git", "-C", l.IntentRepo, "show", res.Branch+":rounds/2026-11/plan.json").Output()
+	if err != nil {
+		t.Fatalf("plan.json not committed on %s: %v", res.Branch, err)
+	}
+	md, err := exec.Command("git", "-C", l.IntentRepo, "show", res.Branch+":rounds/2026-11/plan.md").Output()
+	if err != nil {
+		t.Fatalf("plan.md not committed on %s: %v", res.Branch, err)
+	}
+	f, err := plan.Decode(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Nodes) != 6 {
+		t.Errorf("plan lists %d nodes, want 6", len(f.Nodes))
+	}
+	for _, n := range f.Nodes {
+		if n.Target == "" || n.Packages.Count() == 0 || n.Grub.Old == "" || n.Grub.New == "" || n.Steps[plan.StepDrain] == "" {
+			t.Errorf("%s: incomplete plan: target %q, %d packages, GRUB %q -> %q", n.Node, n.Target, n.Packages.Count(), n.Grub.Old, n.Grub.New)
+		}
+		if !strings.Contains(string(md), "## "+fmt.Sprint(n.Position)+". "+n.Node+"\n") || !strings.Contains(string(md), n.Grub.New) {
+			t.Errorf("plan.md lacks %s or its GRUB entry", n.Node)
+		}
+	}
+	if f.Signatures >= f.PerStepSignatures || res.Outcome.Approvals > f.PerStepSignatures {
+		t.Errorf("signatures: plan %d, per step %d, asked %d", f.Signatures, f.PerStepSignatures, res.Outcome.Approvals)
+	}
+	t.Logf("signatures: %d per window for GPU servers, %d per step, %d asked", f.Signatures, f.PerStepSignatures, res.Outcome.Approvals)
 }
