@@ -596,3 +596,48 @@ func BenchmarkDrain100Pods(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// TestCheckEvictions asks the real API server, with dry-run evictions, about
+// each pod a drain would evict: a PDB that keeps every pod it selects is a
+// blocker for ever, one that allows a disruption is not, and nothing is
+// evicted.
+func TestCheckEvictions(t *testing.T) {
+	c := labkube.Cluster(t)
+	kc := c.Client()
+	ns := labkube.Namespace(t, c)
+	name := "evictcheck-1"
+	node(t, c, name)
+	deploy(t, kc, ns, "pinned", name, 2, false)
+	deploy(t, kc, ns, "spare", name, 2, false)
+	pdb(t, kc, ns, "pinned-all", "pinned", 2)
+	pdb(t, kc, ns, "spare-one", "spare", 1)
+	p, err := drain.Preview(t.Context(), kc, name, drain.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks, err := drain.CheckEvictions(t.Context(), kc, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(checks) != 4 {
+		t.Fatalf("checks = %+v, want 4", checks)
+	}
+	for _, ch := range checks {
+		pinned := strings.HasPrefix(ch.Name, "pinned-")
+		if pinned && (ch.Never == "" || !strings.Contains(ch.Never, "minAvailable 2 for 2 pod(s)") || ch.Refused == "") {
+			t.Errorf("%s: never %q refused %q, want a blocker refused now", ch.Name, ch.Never, ch.Refused)
+		}
+		if !pinned && (ch.Never != "" || ch.Refused != "") {
+			t.Errorf("%s: never %q refused %q, want admitted", ch.Name, ch.Never, ch.Refused)
+		}
+	}
+	pods, err := kc.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range pods.Items {
+		if pod.DeletionTimestamp != nil {
+			t.Errorf("%s is being deleted: a dry run evicted it", pod.Name)
+		}
+	}
+}
