@@ -247,7 +247,7 @@ func (a *app) rootCommand() *cobra.Command {
 		c.GroupID = "run"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{a.configCommand(), a.versionCommand()} {
+	for _, c := range []*cobra.Command{a.initCommand(), a.configCommand(), a.versionCommand()} {
 		c.GroupID = "setup"
 		root.AddCommand(c)
 	}

@@ -8,3 +8,10 @@ import "embed"
 //
 //go:embed intent
 var Intent embed.FS
+
+//go:embed inventory.yaml
+var inventory []byte
+
+// Inventory is examples/inventory.yaml, the SSH inventory format with an
+// example of every field.
+func Inventory() []byte { return append([]byte(nil), inventory...) }

@@ -75,6 +75,16 @@ func runKubectl() int {
 
 // runKwok is the upstream kwok main.
 func runKwok() int {
+	// component-base's --version (linked in for the Kubernetes programs)
+	// sits in pflag's global set, where kwok's cobra command, which has a
+	// version of its own, would find it and refuse to run.
+	global := pflag.NewFlagSet(os.Args[0], pflag.ExitOnError)
+	pflag.CommandLine.VisitAll(func(f *pflag.Flag) {
+		if f.Name != "version" {
+			global.AddFlag(f)
+		}
+	})
+	pflag.CommandLine = global
 	flagset := pflag.NewFlagSet("global", pflag.ContinueOnError)
 	flagset.ParseErrorsAllowlist.UnknownFlags = true
 	flagset.Usage = func() {}
