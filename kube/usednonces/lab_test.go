@@ -95,6 +95,7 @@ func TestReplayOnSecondServerRefused(t *testing.T) {
 		won, lost int
 		other     []error
 	)
+	start := make(chan struct{})
 	for i := range callers {
 		srv := a
 		if i%2 == 1 {
@@ -107,6 +108,7 @@ func TestReplayOnSecondServerRefused(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			err := srv.v.Consume(context.Background(), got)
 			mu.Lock()
 			defer mu.Unlock()
@@ -120,6 +122,7 @@ func TestReplayOnSecondServerRefused(t *testing.T) {
 			}
 		}()
 	}
+	close(start)
 	wg.Wait()
 	if won != 1 || lost != callers-1 || len(other) > 0 {
 		t.Fatalf("%d consumed, %d refused as replayed, other errors %v; want exactly one consumed", won, lost, other)
