@@ -210,9 +210,8 @@ const rootLong = `mcp-patch runs the OS and kernel patch round of a Kubernetes G
 node at a time, as an MCP server and as a CLI with the same tools. Destructive
 steps run only behind a person's SSH signature bound to the exact plan.
 
-Start with "mcp-patch init" (a starter configuration), then "mcp-patch doctor"
-(checks it against the cluster, the nodes and the intent repository), or try
-everything on the embedded lab with "mcp-patch lab demo".
+Start with "mcp-patch init" (a starter configuration with every field
+explained), or try everything on the embedded lab with "mcp-patch lab demo".
 
 Exit codes: 0 ok, 1 refused / failed / approval_required, 2 usage error,
 3 in progress (call again).`

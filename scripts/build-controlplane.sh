@@ -171,17 +171,17 @@ main() {
 		printf 'kubernetes %s\netcd %s\nkwok %s\n' "$kube_version" "$etcd_version" "$kwok_version"
 		printf 'seconds %s\n' "$(($(date +%s) - start))"
 		for name in etcd kube-controlplane; do
-			printf 'binary %s seconds %s cpu %s packages %s\n' "$name" "$(cat "$work/$name.seconds")" "$(cat "$work/$name.cpu")" "$(cat "$work/$name.count")"
+			printf 'binary %s seconds %s packages %s\n' "$name" "$(cat "$work/$name.seconds")" "$(cat "$work/$name.count")"
 		done
 	} >"$work/BUILD-INFO"
-	rm -f "$work"/*.seconds "$work"/*.cpu "$work"/*.count "$work"/*.total "$work"/*.log
+	rm -f "$work"/*.seconds "$work"/*.count "$work"/*.total "$work"/*.log
 	touch "$work/COMPLETE"
 
 	rm -rf "$dest"
 	mv "$work" "$dest"
 	trap - EXIT INT TERM
 	for name in etcd kube-controlplane; do
-		say "$(grep "^binary $name " "$dest/BUILD-INFO" | awk '{printf "%s: %ss wall, %ss CPU, %s packages compiled", $2, $4, $6, $8}')"
+		say "$(grep "^binary $name " "$dest/BUILD-INFO" | awk '{printf "%s: %ss, %s packages compiled", $2, $4, $6}')"
 	done
 	say "built in $(($(date +%s) - start))s: $(du -shL "$dest/bin" | cut -f1) in $dest/bin"
 	printf '%s\n' "$dest/bin"
@@ -189,7 +189,7 @@ main() {
 
 # build_one NAME MODULE_DIR LDFLAGS builds the module's main package into
 # $work/bin/NAME, logging to $work/NAME.log (go build -v names each package
-# as it compiles it), and leaves its wall seconds, CPU seconds and package
+# as it compiles it), and leaves its wall seconds and package
 # counts beside the log for watch_builds and the summary.
 build_one() {
 	name=$1 dir=$2 ldflags=$3
@@ -200,8 +200,6 @@ build_one() {
 	(cd "$dir" && go build -v -ldflags="$ldflags" -o "$work/bin/$name" .) >>"$work/$name.log" 2>&1 || rc=$?
 	printf '%s\n' "$(($(date +%s) - t0))" >"$work/$name.seconds"
 	compiled "$name" >"$work/$name.count"
-	# times: this subshell's own line, then its children's (the go commands).
-	times | awk 'NR == 2 { u = $1; s = $2; sub(/m/, " ", u); sub(/m/, " ", s); split(u, a, " "); split(s, b, " "); printf "%d\n", a[1] * 60 + a[2] + b[1] * 60 + b[2] }' >"$work/$name.cpu"
 	return "$rc"
 }
 
