@@ -5,6 +5,8 @@ import (
 	"io"
 	"path/filepath"
 	"sort"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +14,8 @@ import (
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/lab/fleet"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/plan"
+	"github.com/mcp-patch/mcp-patch/tools"
 )
 
 // BenchmarkLabRound runs the whole round on a 3+1+2 lab with the lab's own
@@ -117,5 +121,62 @@ func BenchmarkFleetCheck200(b *testing.B) {
 		b.ReportMetric(cold.Seconds(), "s/cold-200")
 		b.ReportMetric(warm.Seconds(), "s/pooled-200")
 		pool.Close()
+	}
+}
+
+// BenchmarkPreflight200 is plan_round's fleet-wide preflight on 200 lab
+// hosts: simulate and inspect every node over the production SSH pool at
+// concurrency 50, then build, encode and render the plan. It reports the
+// wall time, the client's CPU time (this process, lab hosts' sshd and
+// shells included) and its peak RSS.
+func BenchmarkPreflight200(b *testing.B) {
+	ctx := context.Background()
+	f, err := fleet.New(ctx, fleet.Options{Dir: b.TempDir(), ControlPlanes: 3, Canary: 1, GPUServers: 196, Parallelism: 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	inv, err := host.LoadInventory(f.InventoryFile())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var order []plan.Position
+	var nodes []string
+	for i, h := range f.Hosts() {
+		nodes = append(nodes, h.Name)
+		order = append(order, plan.Position{Node: h.Name, ControlPlane: i < 3, GPU: i >= 3, Canary: i == 3})
+	}
+	for i := 0; i < b.N; i++ {
+		pool, err := host.NewPool(inv, host.Config{KnownHostsFiles: []string{f.KnownHostsFile()}, IdentityFiles: []string{f.OperatorKeyFile()}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var ru0, ru1 syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+		start := time.Now()
+		facts := tools.PreflightHosts(ctx, steps.New(pool, nil), nodes, 50, func(string, plan.Facts) {})
+		fl := plan.Build(plan.Input{Round: "bench", Order: order, Facts: facts, Intent: plan.Intent{GPUApproval: plan.PerWindow, PanicSeconds: 10}})
+		if _, err := fl.Encode(); err != nil {
+			b.Fatal(err)
+		}
+		if err := plan.Markdown(io.Discard, fl); err != nil {
+			b.Fatal(err)
+		}
+		wall := time.Since(start)
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+		pool.Close()
+		for _, n := range fl.Nodes {
+			for _, bl := range n.Blockers {
+				if strings.Contains(bl.Cause, "not reachable") {
+					b.Fatalf("%s", bl)
+				}
+			}
+		}
+		cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
+		b.ReportMetric(wall.Seconds(), "s/wall-200")
+		b.ReportMetric(cpu.Seconds(), "s/cpu-200")
+		b.ReportMetric(float64(ru1.Maxrss)/1024, "MiB/maxrss")
+		b.ReportMetric(float64(fl.Signatures), "signatures")
+		b.ReportMetric(float64(fl.PerStepSignatures), "signatures-per-step")
 	}
 }

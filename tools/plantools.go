@@ -388,7 +388,7 @@ func ReplanNode() Tool {
 			return ReplanOut{}, err
 		}
 		p(0, 2, "preflight "+in.Node)
-		facts := preflightFacts(ctx, h, in.Node)
+		facts := preflightFacts(ctx, h.Steps, in.Node)
 		p(1, 2, "drain preview "+in.Node)
 		df, evicted := drainFacts(ctx, kc, in.Node, drainPolicyOf(s.settings))
 		facts.Drain = df

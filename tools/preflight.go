@@ -26,18 +26,45 @@ const (
 	kubeConcurrency = 8
 )
 
+// PreflightSteps are the host steps the preflight reads a node with.
+type PreflightSteps interface {
+	Simulate(ctx context.Context, node string) (steps.Simulation, error)
+	Inspect(ctx context.Context, node string, in steps.InspectInput) (steps.Inspection, error)
+}
+
+var _ PreflightSteps = (*steps.Steps)(nil)
+
+// PreflightHosts reads every node for the plan with bounded concurrency
+// over the SSH pool; done is told after each node. A node that cannot be
+// read has its reason in Facts.Err (a blocker, not a skip).
+func PreflightHosts(ctx context.Context, st PreflightSteps, nodes []string, concurrency int, done func(node string, f plan.Facts)) map[string]plan.Facts {
+	res := host.FanOut(ctx, nodes, concurrency, func(ctx context.Context, node string) (plan.Facts, error) {
+		f := preflightFacts(ctx, st, node)
+		done(node, f)
+		return f, nil
+	})
+	out := make(map[string]plan.Facts, len(res))
+	for _, r := range res {
+		out[r.Node] = r.Value
+		if r.Err != nil {
+			out[r.Node] = unreadFacts(r.Err)
+		}
+	}
+	return out
+}
+
 // preflightFacts reads one node for the plan: the simulated upgrade, then
 // the inspection for its target kernel (NVIDIA modules, GRUB entries,
 // /boot, Livepatch, unattended-upgrades). It changes nothing.
-func preflightFacts(ctx context.Context, h *HostAccess, node string) plan.Facts {
-	sim, err := h.Steps.Simulate(ctx, node)
+func preflightFacts(ctx context.Context, st PreflightSteps, node string) plan.Facts {
+	sim, err := st.Simulate(ctx, node)
 	if errors.Is(err, steps.ErrRefused) {
 		return plan.Facts{SimulateRefused: oneLine(err.Error())}
 	}
 	if err != nil {
 		return unreadFacts(err)
 	}
-	insp, err := h.Steps.Inspect(ctx, node, steps.InspectInput{TargetKernel: sim.Plan.TargetKernel})
+	insp, err := st.Inspect(ctx, node, steps.InspectInput{TargetKernel: sim.Plan.TargetKernel})
 	if err != nil {
 		return unreadFacts(err)
 	}
@@ -141,10 +168,8 @@ func (d *Deps) preflight(ctx context.Context, kc *kube.Clients, in preflightInpu
 	}
 	total := float64(2 * len(nodes))
 	var done atomic.Int64
-	hostRes := host.FanOut(ctx, nodes, d.Config.SSH.Concurrency, func(ctx context.Context, node string) (plan.Facts, error) {
-		f := preflightFacts(ctx, h, node)
+	hostFacts := PreflightHosts(ctx, h.Steps, nodes, d.Config.SSH.Concurrency, func(node string, f plan.Facts) {
 		p(float64(done.Add(1)), total, "preflight "+node+": "+orDash(f.Err))
-		return f, nil
 	})
 	pol := drainPolicyOf(in.settings)
 	type drained struct {
@@ -161,11 +186,11 @@ func (d *Deps) preflight(ctx context.Context, kc *kube.Clients, in preflightInpu
 	}
 	facts := map[string]plan.Facts{}
 	evicted := map[string][]drain.PodRef{}
-	for i, r := range hostRes {
-		f := r.Value
-		f.Drain = kubeRes[i].Value.facts
+	for _, r := range kubeRes {
+		f := hostFacts[r.Node]
+		f.Drain = r.Value.facts
 		facts[r.Node] = f
-		evicted[r.Node] = kubeRes[i].Value.pods
+		evicted[r.Node] = r.Value.pods
 	}
 	return plan.Build(plan.Input{Round: in.round, Order: positionsOf(in.order), Facts: facts, Revision: in.revision,
 		Placement: placementOf(in.placement, in.inv, evicted, in.settings), Intent: d.planIntent(in.round, in.settings, facts)}), nil
