@@ -54,7 +54,7 @@ func (w *Window) StartInstall(ctx context.Context, p PackagePlan, a Approval) (I
 	out := InstallOutcome{Install: &st}
 	if err != nil {
 		if errors.Is(err, steps.ErrRefused) {
-			return out, w.Rec.FailWith(round.StepInstall, p.Node, "Stop and tell a person: the node's package set drifted or an install was already started.",
+			return out, w.Rec.FailWith(round.StepInstall, p.Node, "Stop and tell a person: the node refused to start the install and nothing was started (the reason says why: a drifted plan, an install already started, dpkg locked by another process or interrupted, /boot too small).",
 				"the node refused to start the install: "+err.Error())
 		}
 		return out, &Uncertain{Reasons: []string{"starting the install on " + p.Node + ": " + err.Error(), "not sure whether it started; nothing else was done"},
