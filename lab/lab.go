@@ -148,10 +148,11 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err := os.WriteFile(filepath.Join(opts.Dir, MarkerFile), []byte(markerText), 0o644); err != nil {
 		return nil, fmt.Errorf("lab: mark %s as a lab directory: %w", opts.Dir, err)
 	}
-	l = &Lab{Dir: opts.Dir, Clock: &Clock{}}
+	started := &Lab{Dir: opts.Dir, Clock: &Clock{}}
+	l = started
 	defer func() {
 		if err != nil {
-			l.Close()
+			started.Close() // l is nil by now: a failed Up returns no lab
 		}
 	}()
 	say := opts.Progress
