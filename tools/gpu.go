@@ -56,6 +56,13 @@ func GPUAcceptance() Tool {
 		if err != nil {
 			return GPUAcceptanceOut{}, err
 		}
+		w, err := d.window(ctx, s, 0)
+		if err != nil {
+			return GPUAcceptanceOut{}, err
+		}
+		if err := w.HoldLease(ctx, round.StepGPUAcceptance, in.Node); err != nil {
+			return GPUAcceptanceOut{}, err
+		}
 		if err := s.begin(round.StepGPUAcceptance, in.Node, ""); err != nil {
 			return GPUAcceptanceOut{}, err
 		}

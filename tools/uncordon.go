@@ -58,6 +58,13 @@ func UncordonNode() Tool {
 			return UncordonOut{}, Refuse("Leave it: only the person or tool that cordoned the node may uncordon it.",
 				fmt.Sprintf("%s was not cordoned by this server (%s)", in.Node, st.Describe()), "nothing was changed")
 		}
+		w, err := d.window(ctx, s, 0)
+		if err != nil {
+			return UncordonOut{}, err
+		}
+		if err := w.HoldLease(ctx, round.StepUncordon, in.Node); err != nil {
+			return UncordonOut{}, err
+		}
 		if err := s.begin(round.StepUncordon, in.Node, ""); err != nil {
 			return UncordonOut{}, err
 		}

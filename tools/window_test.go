@@ -373,3 +373,36 @@ func TestDrainReentryAfterCrash(t *testing.T) {
 		t.Fatalf("re-entry of a cordoned drain: %s %v", res.Status, res.Reasons)
 	}
 }
+
+// Read-only tools write nothing anywhere, also with a round open and a
+// window in flight; their recording twins do record.
+func TestReadOnlyToolsWriteNothing(t *testing.T) {
+	r := newWRig(t)
+	r.drained(t)
+	planFile := func() []byte {
+		b, _ := r.d.Book.ReadFile(wRound, nodePlansFile)
+		return b
+	}
+	journal, plan := r.journalBytes(t), planFile()
+	holds := r.lease.Holds
+	for _, tl := range Builtin().All() {
+		if tl.Spec().Kind != ReadOnly {
+			continue
+		}
+		args := map[string]any{}
+		if _, ok := tl.InputSchema().Properties["node"]; ok {
+			args["node"] = wNode
+		}
+		r.call(t, tl.Spec().Name, args)
+	}
+	if !bytes.Equal(journal, r.journalBytes(t)) || !bytes.Equal(plan, planFile()) || r.lease.Holds != holds {
+		t.Fatal("a read-only tool wrote the journal, the node plan or the Lease")
+	}
+	r.host.Digest = "sha256:" + strings.Repeat("b", 64)
+	if _, res := r.call(t, "record_simulation", map[string]any{"node": wNode}); res.Status != StatusOK {
+		t.Fatalf("record_simulation: %s %v", res.Status, res.Reasons)
+	}
+	if bytes.Equal(plan, planFile()) || bytes.Equal(journal, r.journalBytes(t)) {
+		t.Fatal("record_simulation recorded nothing")
+	}
+}
