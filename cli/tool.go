@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -129,7 +130,7 @@ func (a *app) callTool(ctx context.Context, t tools.Tool, raw json.RawMessage, f
 	if format == "table" {
 		err = writeTable(stdio.Stdout, out)
 	} else {
-		err = writeJSON(stdio.Stdout, out)
+		err = writeResult(stdio.Stdout, out)
 	}
 	if err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch:", err)
@@ -299,6 +300,22 @@ func wrap(text string, width int) string {
 		}
 	}
 	return b.String()
+}
+
+// writeResult prints a tool's output as indented JSON, the contract first
+// (as the MCP result has it).
+func writeResult(w io.Writer, out any) error {
+	b, err := tools.EncodeResult(out)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, "", "  "); err != nil {
+		return err
+	}
+	buf.WriteByte('\n')
+	_, err = w.Write(buf.Bytes())
+	return err
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -69,9 +69,8 @@ type result struct {
 		Request string `json:"request"`
 	} `json:"approval"`
 	NextCall *struct {
-		Tool  string `json:"tool"`
-		Node  string `json:"node"`
-		Round string `json:"round"`
+		Tool      string         `json:"tool"`
+		Arguments map[string]any `json:"arguments"`
 	} `json:"next_call"`
 	RawRound json.RawMessage `json:"round"`
 	Round    *struct {
@@ -106,7 +105,7 @@ func (a *Agent) call(ctx context.Context, out *Outcome, tool string, args map[st
 			return result{}, fmt.Errorf("%s: round: %w", tool, err)
 		}
 	}
-	if res.IsError != (r.Status != "ok" && r.Status != "in_progress") {
+	if res.IsError != (r.Status == "refused" || r.Status == "failed") {
 		return r, fmt.Errorf("%s: isError=%v with status %s", tool, res.IsError, r.Status)
 	}
 	return r, nil
@@ -134,15 +133,19 @@ func (a *Agent) Run(ctx context.Context, roundID string) (Outcome, error) {
 		if err != nil {
 			return out, err
 		}
-		var next struct{ tool, node, round string }
+		var next struct {
+			tool, node string
+			args       map[string]any
+		}
 		switch {
 		case st.Status == "refused" && st.Round == nil:
-			next.tool, next.round = "plan_round", roundID // no round open yet
+			next.tool, next.args = "plan_round", map[string]any{"round": roundID} // no round open yet
 		case st.Round != nil && st.Round.Phase == "closed":
 			out.Closed = true
 			return out, nil
 		case st.NextCall != nil:
-			next.tool, next.node, next.round = st.NextCall.Tool, st.NextCall.Node, st.NextCall.Round
+			next.tool, next.args = st.NextCall.Tool, st.NextCall.Arguments
+			next.node, _ = next.args["node"].(string)
 		case st.Round != nil && st.Round.Next != nil && !st.Round.Next.WaitUntil.IsZero():
 			if a.Wait == nil {
 				return out, fmt.Errorf("the round waits until %s and the agent cannot wait", st.Round.Next.WaitUntil)
@@ -181,11 +184,8 @@ func (a *Agent) Run(ctx context.Context, roundID string) (Outcome, error) {
 			}
 		}
 		args := map[string]any{}
-		if next.node != "" {
-			args["node"] = next.node
-		}
-		if next.round != "" {
-			args["round"] = next.round
+		for k, v := range next.args {
+			args[k] = v
 		}
 		callStart := time.Now()
 		r, err := a.call(ctx, &out, next.tool, args)

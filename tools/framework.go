@@ -6,6 +6,7 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,7 +23,11 @@ import (
 // Status is the outcome every tool reports.
 type Status string
 
-// The statuses. Only ok and in_progress are not errors.
+// The statuses. refused and failed are error results (isError); ok,
+// in_progress and approval_required are not: approval_required is the
+// expected first answer of every destructive call (nothing ran, and
+// next_call is the same call to make again with the person's approval), and
+// a client shows an error result as a failed call.
 const (
 	StatusOK               Status = "ok"
 	StatusRefused          Status = "refused"
@@ -32,7 +37,7 @@ const (
 )
 
 // IsError reports whether a result with this status is an error result.
-func (s Status) IsError() bool { return s != StatusOK && s != StatusInProgress }
+func (s Status) IsError() bool { return s == StatusRefused || s == StatusFailed }
 
 // Result is embedded in every tool's output.
 type Result struct {
@@ -51,11 +56,26 @@ func (r *Result) result() *Result { return r }
 
 type output interface{ result() *Result }
 
-// Call is a tool call the agent can make next.
+// Call is a tool call the agent can make next: the tool's name and the
+// arguments to pass it, exactly as tools/call takes them (an approval, when
+// one is needed, is added by the caller once a person has signed).
 type Call struct {
-	Tool  string `json:"tool"`
-	Node  string `json:"node,omitempty"`
-	Round string `json:"round,omitempty"`
+	Tool      string         `json:"tool"`
+	Arguments map[string]any `json:"arguments"`
+}
+
+// CallTo builds a Call from the tool name and argument name/value pairs;
+// pairs whose value is an empty string are left out.
+func CallTo(tool string, kv ...any) *Call {
+	c := &Call{Tool: tool, Arguments: map[string]any{}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		k, _ := kv[i].(string)
+		if s, ok := kv[i+1].(string); ok && s == "" {
+			continue
+		}
+		c.Arguments[k] = kv[i+1]
+	}
+	return c
 }
 
 // ApprovalNeeded tells the agent exactly what a person must sign.
@@ -71,6 +91,8 @@ type ApprovalNeeded struct {
 type Refusal struct {
 	Reasons    []string
 	NextAction string
+	// NextCall is NextAction as a call, where it is one.
+	NextCall *Call
 }
 
 func (r *Refusal) Error() string { return strings.Join(r.Reasons, "; ") }
@@ -84,9 +106,16 @@ func Refuse(next string, reasons ...string) error {
 type Failure struct {
 	Reasons    []string
 	NextAction string
+	// NextCall is NextAction as a call, where it is one.
+	NextCall *Call
 }
 
 func (f *Failure) Error() string { return strings.Join(f.Reasons, "; ") }
+
+// RefuseWith builds a Refusal whose next step is a call.
+func RefuseWith(call *Call, next string, reasons ...string) error {
+	return &Refusal{Reasons: reasons, NextAction: next, NextCall: call}
+}
 
 // Fail builds a Failure.
 func Fail(next string, reasons ...string) error { return &Failure{Reasons: reasons, NextAction: next} }
@@ -116,8 +145,8 @@ type Spec struct {
 }
 
 func (s Spec) annotations() *mcp.ToolAnnotations {
+	// The title is the tool's own Title field; said once is enough.
 	return &mcp.ToolAnnotations{
-		Title:           s.Title,
 		ReadOnlyHint:    s.Kind == ReadOnly,
 		DestructiveHint: ptr(s.Kind == Destructive),
 		IdempotentHint:  s.Idempotent,
@@ -152,10 +181,11 @@ type typedTool[In any, Out any, PO interface {
 	*Out
 	output
 }] struct {
-	spec   Spec
-	handle Handler[In, Out]
-	in     *jsonschema.Schema
-	out    *jsonschema.Schema
+	spec       Spec
+	handle     Handler[In, Out]
+	in         *jsonschema.Schema
+	inResolved *jsonschema.Resolved
+	out        *jsonschema.Schema
 }
 
 // New builds a Tool from a spec and a typed handler. It panics on a schema
@@ -168,12 +198,16 @@ func New[In any, Out any, PO interface {
 	if err != nil {
 		panic(fmt.Sprintf("tool %s: input schema: %v", spec.Name, err))
 	}
-	constrainNames(in)
-	out, err := jsonschema.For[Out](nil)
+	constrainInput(spec.Name, in)
+	resolved, err := in.Resolve(nil)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: resolve input schema: %v", spec.Name, err))
+	}
+	full, err := jsonschema.For[Out](nil)
 	if err != nil {
 		panic(fmt.Sprintf("tool %s: output schema: %v", spec.Name, err))
 	}
-	return &typedTool[In, Out, PO]{spec: spec, handle: h, in: in, out: out}
+	return &typedTool[In, Out, PO]{spec: spec, handle: h, in: in, inResolved: resolved, out: leanOutputSchema(full)}
 }
 
 func (t *typedTool[In, Out, PO]) Spec() Spec                       { return t.spec }
@@ -182,7 +216,8 @@ func (t *typedTool[In, Out, PO]) OutputSchema() *jsonschema.Schema { return t.ou
 func (t *typedTool[In, Out, PO]) NewInput() any                    { return new(In) }
 
 // run calls the handler, turns errors into results and fills defaults.
-func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, p Progress) (Out, *Result) {
+// args are the call's arguments as sent, for a next call that repeats it.
+func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, args map[string]any, p Progress) (Out, *Result) {
 	var out Out
 	var err error
 	if modeRefuses(d.Mode, t.spec.Kind) {
@@ -204,15 +239,16 @@ func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, p Prog
 			a := n.ApprovalNeeded
 			res.Status, res.Approval = StatusApprovalRequired, &a
 			res.Reasons = []string{t.spec.Name + " is destructive: a person must sign the request before anything runs", "nothing was executed"}
-			res.NextAction = "Give approval.request to a person unchanged with approval.command; when they hand back the signed approval, call " + t.spec.Name + " again with the same arguments plus approval."
+			res.NextAction = "Give approval.request to a person unchanged with approval.command; when they hand back the signed approval, " +
+				"make next_call with approval set to it (next_call is this call again)."
 			err = nil
 		}
 		switch {
 		case err == nil:
 		case errors.As(err, &ref):
-			res.Status, res.Reasons, res.NextAction = StatusRefused, ref.Reasons, ref.NextAction
+			res.Status, res.Reasons, res.NextAction, res.NextCall = StatusRefused, ref.Reasons, ref.NextAction, ref.NextCall
 		case errors.As(err, &fail):
-			res.Status, res.Reasons, res.NextAction = StatusFailed, fail.Reasons, fail.NextAction
+			res.Status, res.Reasons, res.NextAction, res.NextCall = StatusFailed, fail.Reasons, fail.NextAction, fail.NextCall
 		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 			res.Status, res.Reasons = StatusFailed, []string{t.spec.Name + ": " + err.Error()}
 			res.NextAction = "The call was cut short; call it again to see where the step stands."
@@ -228,49 +264,67 @@ func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, p Prog
 		res.Reasons = []string{}
 	}
 	if res.NextAction == "" && res.Status == StatusOK {
-		res.NextAction = "Continue with the next step of the round (round_status tells which)."
+		res.NextAction = defaultNextAction
+	}
+	if res.NextCall == nil {
+		res.NextCall = inferNextCall(t.spec.Name, res.Status, res.NextAction, args)
 	}
 	d.audit(ctx, t.spec, in, res)
 	return out, res
 }
 
+// CallJSON runs the tool on JSON arguments as a client sent them: input
+// that breaks the schema is a refused result (with the contract fields),
+// never a protocol error.
 func (t *typedTool[In, Out, PO]) CallJSON(ctx context.Context, d *Deps, args json.RawMessage, p Progress) (any, *Result) {
-	var in In
-	if len(args) > 0 {
-		dec := json.NewDecoder(strings.NewReader(string(args)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&in); err != nil {
-			var out Out
-			res := PO(&out).result()
-			res.Status, res.Reasons = StatusRefused, []string{"invalid input: " + err.Error()}
-			res.NextAction = "Fix the input to match the tool's input schema."
-			return &out, res
-		}
-	}
-	if err := t.resolvedIn().Validate(toMap(in)); err != nil {
-		var out Out
+	var out Out
+	in, m, err := t.decodeInput(args)
+	if err != nil {
 		res := PO(&out).result()
-		res.Status, res.Reasons = StatusRefused, []string{"invalid input: " + err.Error()}
-		res.NextAction = "Fix the input to match the tool's input schema."
+		res.Status, res.Reasons = StatusRefused, []string{"invalid input: " + err.Error(), "nothing was done"}
+		res.NextAction = "Fix the arguments to match " + t.spec.Name + "'s input schema and call again."
 		return &out, res
 	}
-	out, res := t.run(ctx, d, in, p)
+	out, res := t.run(ctx, d, in, m, p)
 	return &out, res
 }
 
-func (t *typedTool[In, Out, PO]) resolvedIn() *jsonschema.Resolved {
-	r, err := t.in.Resolve(nil)
-	if err != nil {
-		panic(err)
+// decodeInput validates arguments against the input schema (defaults
+// applied) and decodes them; unknown fields are refused.
+func (t *typedTool[In, Out, PO]) decodeInput(args json.RawMessage) (In, map[string]any, error) {
+	var in In
+	m := map[string]any{}
+	if len(args) > 0 && string(args) != "null" {
+		if err := json.Unmarshal(args, &m); err != nil {
+			return in, nil, fmt.Errorf("arguments are not a JSON object: %w", err)
+		}
+		if m == nil {
+			m = map[string]any{}
+		}
 	}
-	return r
-}
-
-func toMap(v any) map[string]any {
-	b, _ := json.Marshal(v)
-	var m map[string]any
-	_ = json.Unmarshal(b, &m)
-	return m
+	// An empty string for an optional string is taken as absent: clients
+	// (and models) send "" for arguments they mean to leave out.
+	for k, v := range m {
+		if str, ok := v.(string); ok && str == "" && !slices.Contains(t.in.Required, k) {
+			delete(m, k)
+		}
+	}
+	if err := t.inResolved.ApplyDefaults(&m); err != nil {
+		return in, nil, err
+	}
+	if err := t.inResolved.Validate(m); err != nil {
+		return in, nil, err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return in, nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return in, nil, err
+	}
+	return in, m, nil
 }
 
 func (t *typedTool[In, Out, PO]) addTo(s *mcp.Server, d *Deps) {
@@ -282,23 +336,28 @@ func (t *typedTool[In, Out, PO]) addTo(s *mcp.Server, d *Deps) {
 		InputSchema:  t.in,
 		OutputSchema: t.out,
 	}
-	mcp.AddTool(s, tool, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+	s.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		p := func(done, total float64, msg string) {}
 		if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
 			p = func(done, total float64, msg string) {
-				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-					ProgressToken: tok, Progress: done, Total: total, Message: msg})
+				// A progress notification that cannot be sent changes
+				// nothing for the call: the result still comes back.
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: tok, Progress: done, Total: total, Message: msg}); err != nil {
+					d.Log.Debug("progress notification not sent", "tool", t.spec.Name, "err", err)
+				}
 			}
 		}
-		out, res := t.run(ctx, d, in, p)
-		b, err := json.Marshal(out)
+		out, res := t.CallJSON(ctx, d, req.Params.Arguments, p)
+		b, err := EncodeResult(out)
 		if err != nil {
-			return nil, out, fmt.Errorf("encode %s output: %w", t.spec.Name, err)
+			return nil, fmt.Errorf("encode %s output: %w", t.spec.Name, err)
 		}
 		return &mcp.CallToolResult{
-			IsError: res.Status.IsError(),
-			Content: []mcp.Content{&mcp.TextContent{Text: string(b)}},
-		}, out, nil
+			IsError:           res.Status.IsError(),
+			Content:           []mcp.Content{&mcp.TextContent{Text: string(b)}},
+			StructuredContent: json.RawMessage(b),
+		}, nil
 	})
 }
 
@@ -319,22 +378,6 @@ func ValidNode(name string) error {
 			fmt.Sprintf("node %q is not a valid node name (DNS-1123, no leading dash)", name))
 	}
 	return nil
-}
-
-// constrainNames puts the node-name pattern on every property called node
-// or nodes, so clients see the rule in the schema.
-func constrainNames(s *jsonschema.Schema) {
-	for name, p := range s.Properties {
-		switch name {
-		case "node":
-			p.Pattern = NodePattern
-			p.MaxLength = ptr(253)
-		case "nodes":
-			if p.Items != nil {
-				p.Items.Pattern = NodePattern
-			}
-		}
-	}
 }
 
 // Registry is the ordered set of tools.

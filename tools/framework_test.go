@@ -217,7 +217,7 @@ func TestDestructiveChokepoint(t *testing.T) {
 	cs := connect(t, reg, testDeps(ModeNormal), nil)
 
 	res, m := call(t, cs, "step", map[string]any{"node": "cp-1"})
-	if !res.IsError || m["status"] != string(StatusApprovalRequired) {
+	if res.IsError || m["status"] != string(StatusApprovalRequired) {
 		t.Fatalf("without approval: %v", m)
 	}
 	appr := m["approval"].(map[string]any)

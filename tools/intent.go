@@ -102,7 +102,7 @@ func ReadIntent() Tool {
 // RecordLessonIn is one lesson or open question.
 type RecordLessonIn struct {
 	Component string `json:"component" jsonschema:"the component the lesson is about"`
-	Kind      string `json:"kind" jsonschema:"lesson (appended to lessons.md) or open_question (appended to intent.md under Open questions, naming a property: how a contradiction between the live system and the intent is flagged)"`
+	Kind      string `json:"kind" jsonschema:"lesson: appended to lessons.md; open_question: appended to intent.md's open questions, naming a property (how the live system contradicting the intent is flagged)"`
 	Property  string `json:"property,omitempty" jsonschema:"the property id it concerns, e.g. P1; required for an open question"`
 	Text      string `json:"text" jsonschema:"what was learned or what is in question, plain words, at most 16 KiB"`
 	Round     string `json:"round,omitempty" jsonschema:"the round id; default the current round, else this month (YYYY-MM)"`

@@ -68,14 +68,20 @@ func inspectNode(record bool) Tool {
 		if target != "" && !insp.TargetModules.Present && len(insp.NvidiaPackages) > 0 {
 			reasons = append(reasons, "no NVIDIA kernel modules for the target kernel "+target)
 		}
+		for _, b := range insp.Pending.Blockers {
+			reasons = append(reasons, "the pending upgrade would stop the round: "+b)
+		}
+		if insp.PendingError != "" {
+			reasons = append(reasons, "the pending upgrade could not be simulated: "+insp.PendingError)
+		}
 		if err := rec.check(round.StepInspect, in.Node, true, insp.Kernel, strings.Join(reasons, "; ")); err != nil {
 			return InspectOut{}, err
 		}
-		next := "simulate_upgrade on this node next."
+		next, call := "Run simulate_upgrade on this node next.", CallTo("simulate_upgrade", "node", in.Node)
 		if len(reasons) > 0 {
-			next = "Read the reasons: each is something the window would trip over. Fix or flag it (record_lesson open_question) before the window."
+			next, call = "Read the reasons: each is something the window would trip over. Tell a person; fix or flag it (record_lesson open_question) before the window.", nil
 		}
-		return InspectOut{Inspection: &insp, Result: Result{Reasons: reasons, NextAction: next}}, nil
+		return InspectOut{Inspection: &insp, Result: Result{Reasons: reasons, NextAction: next, NextCall: call}}, nil
 	})
 }
 

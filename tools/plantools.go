@@ -453,19 +453,19 @@ func (d *Deps) planNextCall(st *round.State, nc *Call) (*Call, string) {
 		return nc, ""
 	}
 	if !f.Ready() {
-		return &Call{Tool: "plan_round", Round: st.RoundID}, "The plan has blockers: run plan_round again once they are fixed."
+		return CallTo("plan_round", "round", st.RoundID), "The plan has blockers: run plan_round again once they are fixed."
 	}
 	ps, err := d.planSignatures(st.RoundID)
 	if err != nil {
 		return nc, ""
 	}
 	if _, ok := ps.signedFor(f.Digest); !ok {
-		return &Call{Tool: "sign_plan"}, "A person reads rounds/" + st.RoundID + "/plan.md and signs the plan (sign_plan) before the first cordon."
+		return CallTo("sign_plan"), "A person reads rounds/" + st.RoundID + "/plan.md and signs the plan (sign_plan) before the first cordon."
 	}
 	if nc.Tool == "drain_node" {
-		if n, ok := f.Node(nc.Node); ok && n.Approval == plan.PerWindow {
+		if n, ok := f.Node(callNode(nc)); ok && n.Approval == plan.PerWindow {
 			if w, ok := ps.Windows[n.Node]; !ok || w.Window != n.Window {
-				return &Call{Tool: "approve_window", Node: n.Node}, "A person approves the whole window of " + n.Node + " with one signature (approve_window)."
+				return CallTo("approve_window", "node", n.Node), "A person approves the whole window of " + n.Node + " with one signature (approve_window)."
 			}
 		}
 	}

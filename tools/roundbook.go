@@ -31,6 +31,13 @@ func NewRoundBook(root string, clock func() time.Time) *RoundBook {
 	return &RoundBook{Root: root, Clock: clock, open: map[string]*round.Journal{}}
 }
 
+func (b *RoundBook) now() time.Time {
+	if b.Clock != nil {
+		return b.Clock()
+	}
+	return time.Now()
+}
+
 func (b *RoundBook) dir(id string) string { return filepath.Join(b.Root, "rounds", id) }
 
 // Journal opens (creating when create is set) the journal of round id.
@@ -113,7 +120,9 @@ func (b *RoundBook) Current() (*round.Journal, error) {
 	}
 	switch len(ids) {
 	case 0:
-		return nil, Refuse("Plan a round first: plan_round with round set to this month, e.g. 2026-11.", "no round is open")
+		month := b.now().UTC().Format("2006-01")
+		return nil, RefuseWith(CallTo("plan_round", "round", month),
+			"Plan a round first: plan_round with round "+month+" (this month).", "no round is open")
 	case 1:
 		return b.Journal(ids[0], false)
 	}

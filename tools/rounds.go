@@ -273,9 +273,9 @@ func RoundStatus() Tool {
 
 // DecisionIn is a decision that belongs to a person.
 type DecisionIn struct {
-	Decision      string `json:"decision" jsonschema:"resume, abort, hypervisor_snapshot_taken or residual_risk_accepted"`
+	Decision      string `json:"decision" jsonschema:"what the person decided"`
 	Node          string `json:"node,omitempty" jsonschema:"the node it concerns (default: where the round stopped)"`
-	Step          string `json:"step,omitempty" jsonschema:"for residual_risk_accepted: the failed check accepted (verify, gpu_acceptance, gate, fleet_check)"`
+	Step          string `json:"step,omitempty" jsonschema:"for residual_risk_accepted: the failed check accepted"`
 	Reason        string `json:"reason,omitempty" jsonschema:"the person's reason, plain ASCII"`
 	ReviewTrigger string `json:"review_trigger,omitempty" jsonschema:"for residual_risk_accepted: when to review it again, <event>:<value>, e.g. driver-version-change:550.90.07"`
 	Attestation   string `json:"attestation,omitempty" jsonschema:"the signed statement a person handed back; omit it to get the statement to sign"`
@@ -402,24 +402,24 @@ func nextCall(st *round.State, status round.Status) *Call {
 		case nx.Decision != "" || !nx.WaitUntil.IsZero():
 			return nil
 		case nx.Step == round.StepClose:
-			return &Call{Tool: "close_round"}
+			return CallTo("close_round")
 		case nx.Step == round.StepPlan || nx.Step == round.StepBaseline:
-			return &Call{Tool: "plan_round", Round: st.RoundID}
+			return CallTo("plan_round", "round", st.RoundID)
 		case nx.Tool != "":
-			return &Call{Tool: nx.Tool, Node: nx.Node}
+			return CallTo(nx.Tool, "node", nx.Node)
 		}
 		return nil
 	}
 	for _, n := range st.Nodes {
 		for _, step := range round.NodeSteps {
 			if r := n.Steps[step]; r != nil && r.State == round.InFlight {
-				return &Call{Tool: step.Tool(), Node: n.Node}
+				return CallTo(step.Tool(), "node", n.Node)
 			}
 		}
 	}
 	for _, step := range round.RoundSteps {
 		if r := st.RoundSteps[step]; r != nil && r.State == round.InFlight && step != round.StepSoak && step.Tool() != "" {
-			return &Call{Tool: step.Tool()}
+			return CallTo(step.Tool())
 		}
 	}
 	return nil
