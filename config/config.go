@@ -157,8 +157,7 @@ type Approvals struct {
 type Verify struct {
 	// PassEnv names the variables of the server's environment a verify.sh
 	// sees besides PATH, HOME and LANG; nothing else of it reaches the
-	// script. Default [KUBECONFIG] (the server's --kubeconfig, when set, is
-	// passed as KUBECONFIG if it is named here).
+	// script. Default [KUBECONFIG].
 	PassEnv []string `json:"pass_env,omitempty" jsonschema:"description=Environment variables passed to verify.sh besides PATH/HOME/LANG (default KUBECONFIG)"`
 	// InReadOnly lets verify.sh run when the server is --read-only. Off by
 	// default: a script is code the read-only promise cannot vouch for.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -66,13 +65,6 @@ func wire(ctx context.Context, d *Deps) (cleanup func(), err error) {
 				LookupEnv: func(k string) (string, bool) { v := d.Getenv(k); return v, v != "" },
 				Now:       d.Now, Log: d.Log,
 			})
-		}
-		if c.Kubeconfig != "" && slices.Contains(c.Verify.PassEnv, "KUBECONFIG") {
-			kubeconfig, err := filepath.Abs(c.Kubeconfig) // verify.sh runs in its component's folder
-			if err != nil {
-				return nil, fmt.Errorf("kubeconfig %s: %w", c.Kubeconfig, err)
-			}
-			d.VerifyEnv = map[string]string{"KUBECONFIG": kubeconfig} // the cluster the server talks to
 		}
 		d.Resources = IntentResources(d)
 		d.Book = NewRoundBook(repoPath, d.Now)
