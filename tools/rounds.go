@@ -62,6 +62,10 @@ func PlanRound() Tool {
 			"control-plane nodes first, the one holding the primary and VIP last among them, the canary GPU server, then the " +
 			"other GPU servers. Takes the stack-health baseline the gates compare against, records the plan in the round's " +
 			"journal in the intent repository, and estimates when the round ends against the intent's compliance deadline. " +
+			"Then the fleet-wide preflight: every node's package plan (kernel, NVIDIA, Kubernetes, other), target kernel, " +
+			"NVIDIA modules for it, GRUB entry ids, /boot space and what its drain would evict now (server-side dry-run " +
+			"eviction), written as rounds/<id>/plan.md and plan.json and committed; any blocker stops the round before the " +
+			"first cordon, naming node and cause. A person then signs the plan (sign_plan). " +
 			"Changes nothing on hosts or cluster; it writes the round's record in the intent repository (a write).",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in PlanRoundIn, p Progress) (PlanRoundOut, error) {
