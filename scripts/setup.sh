@@ -22,7 +22,8 @@ phase() {
 }
 t=$(date +%s)
 
-pkgs="openssh-server openssh-client grub2-common shellcheck pssh ansible git sudo procps ca-certificates iproute2"
+# qemu-system-x86 ... dpkg-dev: the lab VM (a real Debian host under QEMU) and its image build.
+pkgs="openssh-server openssh-client grub2-common shellcheck pssh ansible git sudo procps ca-certificates iproute2 qemu-system-x86 qemu-utils debootstrap grub-pc-bin fdisk e2fsprogs dpkg-dev util-linux"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -63,6 +64,17 @@ if [ ! -x "$am_dir/alertmanager" ]; then
 	t=$(date +%s)
 	GOBIN="$am_dir" go install github.com/prometheus/alertmanager/cmd/alertmanager@v0.28.1
 	phase "Alertmanager" "$t"
+fi
+
+# The lab VM image (debootstrap, two kernels, a first boot under QEMU):
+# mostly downloads and dpkg, so it runs beside the control-plane build.
+if [ -x scripts/build-vm-image.sh ]; then
+	echo "setup: lab VM image (built once, then cached)"
+	t=$(date +%s)
+	as_root=""
+	[ "$(id -u)" -eq 0 ] || as_root="sudo"
+	$as_root scripts/build-vm-image.sh >/dev/null
+	phase "lab VM image" "$t"
 fi
 
 if [ -n "$cp_pid" ]; then
