@@ -330,7 +330,7 @@ i=0; until grep -q 'continue' /run/lab-holder.log 2>/dev/null; do i=$((i+1)); [ 
 			t.Logf("the killed session ended with %v", err)
 		}
 		var last steps.InstallState
-		werr := r.vm.WaitFor(r.ctx(25*time.Minute), "the install to finish", func(ctx context.Context) error {
+		werr := r.vm.WaitFor(r.ctx(40*time.Minute), "the install to finish", func(ctx context.Context) error {
 			s, err := r.steps.Install(ctx, node, steps.InstallStatus, round, "")
 			last = s
 			if err != nil {
