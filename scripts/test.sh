@@ -4,6 +4,36 @@
 # git, ssh-keygen, etcd and kube-apiserver. Extra arguments go to `go test`.
 set -eu
 cd "$(dirname "$0")/.."
+
+# A fresh clone of what is committed: the README's two commands are the
+# first lines of its first code block, they exist there, .ci/run runs the
+# README's test command, and the binary builds from the clone alone (no
+# file that only this working tree has).
+echo "test: fresh-clone check"
+start=$(date +%s)
+clone=$(mktemp -d)
+trap 'rm -rf "$clone"' EXIT
+git clone -q --no-local . "$clone/repo"
+readme_cmds=$(awk '/^```sh$/ { inblock = 1; next } inblock && /^```$/ { exit } inblock { print $1 }' "$clone/repo/README.md" | head -n 2 | tr '\n' ' ')
+if [ "$readme_cmds" != "scripts/demo.sh scripts/test.sh " ]; then
+	echo "test: the README's first commands are \"$readme_cmds\", want scripts/demo.sh and scripts/test.sh" >&2
+	exit 1
+fi
+for f in scripts/demo.sh scripts/test.sh .ci/run; do
+	[ -x "$clone/repo/$f" ] || {
+		echo "test: $f is missing or not executable in a fresh clone" >&2
+		exit 1
+	}
+done
+if ! grep -qx 'exec scripts/test.sh' "$clone/repo/.ci/run"; then
+	echo "test: .ci/run does not run the README's test command (exec scripts/test.sh)" >&2
+	exit 1
+fi
+(cd "$clone/repo" && go build -o "$clone/mcp-patch" ./cmd/mcp-patch && "$clone/mcp-patch" --help >/dev/null)
+rm -rf "$clone"
+trap - EXIT
+echo "test: fresh-clone check took $(($(date +%s) - start))s"
+
 scripts/setup.sh
 echo "test: go vet"
 go vet ./...
