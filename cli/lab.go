@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -218,7 +217,7 @@ func labUp(ctx context.Context, opts lab.Options, httpAddr string, stdio IO, log
 		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
 		return ExitNotOK
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv, ln := newHTTPServer(ln, handler)
 	go srv.Serve(ln)
 	defer srv.Close()
 	ctl, err := listenControl(ctx, opts.Dir, l)

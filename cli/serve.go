@@ -9,12 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/net/netutil"
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/tools"
@@ -41,6 +42,11 @@ func runServe(ctx context.Context, g *globals, f serveFlags, stdio IO) error {
 	}
 	if err := c.Validate(); err != nil {
 		return err
+	}
+	// On stdio the client shows every stderr line as a server error: warn
+	// and above only, unless --log-level asks for more.
+	if c.Serve.HTTP == "" && !g.set("log-level") {
+		g.logLevel = "warn"
 	}
 	log, err := g.logger(stdio.Stderr)
 	if err != nil {
@@ -147,7 +153,7 @@ func serveHTTP(ctx context.Context, c *config.Config, server *mcp.Server, metric
 	if c.Serve.TLSCert != "" {
 		scheme = "https"
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv, ln := newHTTPServer(ln, handler)
 	fmt.Fprintf(stdio.Stderr, "mcp-patch: serving MCP on %s://%s/ (bearer token required)\n", scheme, ln.Addr())
 	errc := make(chan error, 1)
 	go func() {
@@ -181,16 +187,92 @@ func bearerOnly(h http.Handler, token string) http.Handler {
 	})
 }
 
-// bearerHandler serves MCP over streamable HTTP behind a bearer token
-// (compared in constant time), with the SDK's DNS-rebinding protection.
+// The HTTP server's bounds: a slow or idle client cannot hold a connection
+// or an MCP session for ever, nor open connections without limit.
+const (
+	httpReadHeaderTimeout = 10 * time.Second
+	httpReadTimeout       = 30 * time.Second // a request body; streams answer on the write side
+	httpIdleTimeout       = 60 * time.Second // an idle keep-alive connection
+	httpMaxConnections    = 256
+	mcpSessionIdle        = 30 * time.Minute // an MCP session no request touched
+)
+
+// newHTTPServer wraps a handler with the server's timeouts and caps the
+// listener's connections; serve and lab up share it.
+func newHTTPServer(ln net.Listener, handler http.Handler) (*http.Server, net.Listener) {
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout: httpReadTimeout, IdleTimeout: httpIdleTimeout}
+	return srv, netutil.LimitListener(ln, httpMaxConnections)
+}
+
+// bearerHandler serves MCP over streamable HTTP on / and /mcp behind a
+// bearer token (compared in constant time). A missing token answers 401
+// with WWW-Authenticate: Bearer realm="mcp-patch" (error="invalid_token"
+// for a wrong one) and the OAuth discovery and registration paths answer
+// 404, so a client says "token missing" instead of starting an OAuth flow.
+// Host and Origin must be loopback names when the server listens on
+// loopback (DNS rebinding). Requests of protocol 2026-07-28 or later are
+// served statelessly, as that revision requires on HTTP; older ones keep
+// sessions, closed after mcpSessionIdle without a request.
 func bearerHandler(server *mcp.Server, token string, log *slog.Logger) http.Handler {
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Logger: log})
-	verify := func(_ context.Context, got string, _ *http.Request) (*auth.TokenInfo, error) {
-		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			return nil, auth.ErrInvalidToken
+	getServer := func(*http.Request) *mcp.Server { return server }
+	stateful := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: mcpSessionIdle})
+	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: log, Stateless: true})
+	mcpHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.Header.Get("Mcp-Protocol-Version"); v >= statelessProtocol {
+			stateless.ServeHTTP(w, r)
+			return
 		}
-		return &auth.TokenInfo{UserID: "bearer", Expiration: time.Now().Add(time.Hour)}, nil
+		stateful.ServeHTTP(w, r)
+	})
+	mux := http.NewServeMux()
+	for _, p := range []string{"/.well-known/", "/register", "/authorize", "/token"} {
+		mux.Handle(p, http.NotFoundHandler())
 	}
-	return auth.RequireBearerToken(verify, nil)(mcpHandler)
+	guarded := checkOrigin(requireBearer(mcpHandler, token))
+	mux.Handle("/{$}", guarded)
+	mux.Handle("/mcp", guarded)
+	return mux
+}
+
+// statelessProtocol is the first MCP revision served without sessions.
+const statelessProtocol = "2026-07-28"
+
+// requireBearer lets a request through only with the token.
+func requireBearer(next http.Handler, token string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		switch {
+		case !ok || got == "":
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-patch"`)
+			http.Error(w, "bearer token missing: send Authorization: Bearer <token>", http.StatusUnauthorized)
+		case subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-patch", error="invalid_token"`)
+			http.Error(w, "bearer token invalid", http.StatusUnauthorized)
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// checkOrigin refuses a browser request whose Origin is not a loopback
+// origin when the request reached the server on loopback, the same rule
+// the SDK applies to Host.
+func checkOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o := r.Header.Get("Origin"); o != "" {
+			local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+			u, err := url.Parse(o)
+			if local != nil && isLoopbackAddr(local) && (err != nil || !isLoopback(u.Hostname())) {
+				http.Error(w, "forbidden: origin "+o+" is not local", http.StatusForbidden)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func isLoopbackAddr(a net.Addr) bool {
+	host, _, err := net.SplitHostPort(a.String())
+	return err == nil && isLoopback(host)
 }
