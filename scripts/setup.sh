@@ -49,7 +49,7 @@ t=$(date +%s)
 go mod download
 phase "Go modules" "$t"
 
-if [ -f test/interop/package.json ] && [ ! -d test/interop/node_modules/@modelcontextprotocol/sdk ]; then
+if [ -f test/interop/package.json ] && { [ ! -d test/interop/node_modules/@modelcontextprotocol/sdk ] || [ ! -x test/interop/node_modules/.bin/claude ]; }; then
 	echo "setup: npm MCP client for the interoperability test"
 	t=$(date +%s)
 	(cd test/interop && npm install --no-audit --no-fund --silent)
