@@ -37,8 +37,17 @@ echo "test: fresh-clone check took $(($(date +%s) - start))s"
 scripts/setup.sh
 echo "test: go vet"
 go vet ./...
-echo "test: go test"
-go test -count=1 -timeout 80m "$@" ./...
+# The real-VM test (lab/vm TestRealVM: a Debian VM under QEMU TCG, six
+# real boots) runs only with MCP_PATCH_VM=1: on a 2-core machine without KVM
+# the new kernel's initramfs alone takes 15-25 min inside the guest, which
+# does not fit this command's 60-minute budget beside everything else.
+if [ "${MCP_PATCH_VM:-}" = 1 ]; then
+	echo "test: go test (with the real-VM test)"
+	go test -count=1 -timeout 80m "$@" ./...
+else
+	echo "test: go test (TestRealVM left out; MCP_PATCH_VM=1 scripts/test.sh runs it)"
+	go test -count=1 -timeout 80m -skip '^TestRealVM$' "$@" ./...
+fi
 # The window state machine and the MCP surface, from their own unit tests
 # (fakes, no control plane): statement coverage of both together.
 echo "test: window and tools coverage (no control plane)"
