@@ -32,6 +32,14 @@ func (h *Host) holdDpkgLock() error {
 	if err != nil {
 		return fmt.Errorf("dpkg-locked needs flock(1): %w", err)
 	}
+	// The lock file exists before the holder starts (as dpkg's does), so
+	// the check below never races flock(1) creating it. The lock is held
+	// once a non-blocking flock of our own fails.
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
 	cmd := exec.Command(flock, "--exclusive", p, "sleep", "86400")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -40,12 +48,6 @@ func (h *Host) holdDpkgLock() error {
 	if err := os.WriteFile(p+".pid", []byte(strconv.Itoa(cmd.Process.Pid)), 0o640); err != nil {
 		return errors.Join(err, killGroup(cmd))
 	}
-	// Held once a non-blocking flock of our own fails.
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
-	if err != nil {
-		return errors.Join(err, killGroup(cmd))
-	}
-	defer f.Close()
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 			break
