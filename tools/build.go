@@ -150,18 +150,7 @@ func wireWorld(ctx context.Context, d *Deps) error {
 		if access != nil {
 			return access, nil
 		}
-		inv, err := hostInventory(ctx, d)
-		if err != nil {
-			return nil, err
-		}
-		pool, err := host.NewPool(inv, host.Config{
-			KnownHostsFiles: c.SSH.KnownHosts,
-			AgentSocket:     d.Getenv("SSH_AUTH_SOCK"),
-			IdentityFiles:   c.SSH.KeyFiles,
-			DialTimeout:     c.SSH.DialTimeout.D(),
-			CommandTimeout:  c.SSH.CommandTimeout.D(),
-			Logger:          d.Log,
-		})
+		pool, _, err := OpenHostPool(ctx, d)
 		if err != nil {
 			return nil, err
 		}
@@ -171,6 +160,30 @@ func wireWorld(ctx context.Context, d *Deps) error {
 		return access, nil
 	}
 	return nil
+}
+
+// OpenHostPool is the production SSH pool the tools use, over the configured
+// inventory (completed from the cluster when d.Cluster reaches it), and that
+// inventory. d needs Config, Log and Getenv; Cluster may
+// be nil. The caller closes the pool.
+func OpenHostPool(ctx context.Context, d *Deps) (*host.Pool, *host.MapInventory, error) {
+	c := d.Config
+	inv, err := hostInventory(ctx, d)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := host.NewPool(inv, host.Config{
+		KnownHostsFiles: c.SSH.KnownHosts,
+		AgentSocket:     d.Getenv("SSH_AUTH_SOCK"),
+		IdentityFiles:   c.SSH.KeyFiles,
+		DialTimeout:     c.SSH.DialTimeout.D(),
+		CommandTimeout:  c.SSH.CommandTimeout.D(),
+		Logger:          d.Log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return pool, inv, nil
 }
 
 // hostInventory is the SSH inventory file when configured, completed with
