@@ -36,7 +36,7 @@ func (a *app) initCommand() *cobra.Command {
                    this binary's serve with the config above
 
 Nothing is overwritten: if any of the files exists, init writes none of them.
-Then edit them and check with "mcp-patch config show --config DIR/config.yaml".`,
+Then edit them and check with "mcp-patch doctor --config DIR/config.yaml".`,
 		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {
 			return exit(runInit(a.stdio, dir, intentRepo))
@@ -103,8 +103,8 @@ func runInit(stdio IO, dir, intentRepo string) int {
 Next:
   1. edit %s (intent_repo, kubeconfig/context) and %s
   2. add the people who may approve to %s
-  3. check it:   mcp-patch config show --config %s
-                 mcp-patch tool read_intent --config %s -o table
+  3. check it:   mcp-patch doctor --config %s
+                 mcp-patch config show --config %s
   4. connect Claude Code: copy %s into your project, or
        claude mcp add mcp-patch -- %s serve --config %s
 `, cfg, filepath.Join(dir, initInventory), filepath.Join(dir, initAllowedSigners), cfg, cfg, filepath.Join(dir, initMCPJSON), selfPath(), cfg)
