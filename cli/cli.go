@@ -1,5 +1,6 @@
 // Package cli is mcp-patch's command line: global flags, configuration
-// loading, and the subcommands (serve, tool, config, approve, round, lab).
+// loading, and the subcommands (serve, tool, init, doctor, config, approve,
+// round, lab).
 // It wires packages together; it holds no tool logic of its own.
 package cli
 
