@@ -373,7 +373,7 @@ func (l *Lab) writeApprover() error {
 		return err
 	}
 	l.AllowedSigners = filepath.Join(l.Dir, "allowed_signers")
-	line := fmt.Sprintf("lab-approver@mcp-patch.lab namespaces=\"mcp-patch\" %s lab-only: signs approvals in the lab demo, never in production\n", pub)
+	line := fmt.Sprintf("lab-approver@mcp-patch.lab namespaces=\"mcp-patch\" %s lab-only (signs approvals in the lab demo, never in production)\n", pub)
 	l.approver = signer
 	return os.WriteFile(l.AllowedSigners, []byte(line), 0o644)
 }

@@ -215,7 +215,9 @@ func parseSignerLine(line string) (AllowedSigner, error) {
 	s.Key = key
 	s.Comment = comment
 	for f := range strings.FieldsSeq(comment) {
-		if strings.EqualFold(f, LabOnlyLabel) {
+		// "lab-only:" and "lab-only," count too: a label followed by
+		// punctuation must not quietly turn a lab key into a production one.
+		if strings.EqualFold(strings.TrimRight(f, ":,;."), LabOnlyLabel) {
 			s.LabOnly = true
 		}
 	}

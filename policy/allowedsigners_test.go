@@ -41,6 +41,7 @@ func TestParseAllowedSigners(t *testing.T) {
 		`"carol@example.com" valid-after="20260101Z",valid-before="202612312359Z" ` + keyOnly(rsa),
 		"\tci@lab NAMESPACES=\"mcp-patch\" " + keyOnly(ed) + " Lab-Only fleet simulator",
 		"dave@example.com " + keyOnly(ec) + " not-lab-only-but-says-lab-onlyish",
+		"lab-approver@lab " + keyOnly(rsa) + " lab-only: signs in the lab demo",
 		"",
 	}, "\n")
 	a, err := ParseAllowedSigners([]byte(text))
@@ -54,11 +55,12 @@ func TestParseAllowedSigners(t *testing.T) {
 			ValidBefore: time.Date(2026, 12, 31, 23, 59, 0, 0, time.UTC), Fingerprint: fp("rsa")},
 		{Line: 7, Principals: []string{"ci@lab"}, Namespaces: []string{"mcp-patch"}, Fingerprint: fp("ed25519"), Comment: "Lab-Only fleet simulator", LabOnly: true},
 		{Line: 8, Principals: []string{"dave@example.com"}, Fingerprint: fp("ecdsa"), Comment: "not-lab-only-but-says-lab-onlyish"},
+		{Line: 9, Principals: []string{"lab-approver@lab"}, Fingerprint: fp("rsa"), Comment: "lab-only: signs in the lab demo", LabOnly: true},
 	}
 	if diff := cmp.Diff(want, summarize(a)); diff != "" {
 		t.Errorf("parsed (-want +got):\n%s", diff)
 	}
-	if lab := a.LabOnly(); len(lab) != 1 || lab[0].Line != 7 {
+	if lab := a.LabOnly(); len(lab) != 2 || lab[0].Line != 7 || lab[1].Line != 9 {
 		t.Errorf("LabOnly() = %v", summarize(&AllowedSigners{Signers: lab}))
 	}
 	if got := a.ForKey(keys["ed25519"].Pub); len(got) != 2 || got[0].Line != 4 || got[1].Line != 7 {
