@@ -298,11 +298,14 @@ field_str action "$ACTION"
 report() {
 	pid=''
 	if [ -f "$pidfile" ]; then pid=$(cat "$pidfile"); fi
-	if [ -f "$rcfile" ]; then
+	# Running first, then the exit code: the job writes its exit code before
+	# it exits, so a job that ends between the two checks is seen as
+	# finished, never as lost.
+	if [ ! -f "$rcfile" ] && [ -n "$pid" ] && tr '\000' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q mcp-patch-install; then
+		STATE=running
+	elif [ -f "$rcfile" ]; then
 		STATE=finished
 		field_int exit_code "$(cat "$rcfile")"
-	elif [ -n "$pid" ] && tr '\000' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q mcp-patch-install; then
-		STATE=running
 	elif [ -f "$dir/install.started" ]; then
 		STATE=lost
 	else
