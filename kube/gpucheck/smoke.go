@@ -126,6 +126,13 @@ func SmokePod(ctx context.Context, kc kubernetes.Interface, node string, opts Sm
 	if err != nil {
 		return res, fmt.Errorf("GPU smoke pod on node %s: get node: %w", node, err)
 	}
+	// Right after an uncordon the node still carries the unschedulable
+	// taint until the node lifecycle controller removes it; a smoke pod
+	// created then is refused by the scheduler. Wait for the taint to go
+	// (bounded by the smoke timeout) on a node that is not cordoned.
+	if n, err = waitForUncordonTaint(ctx, kc, n, timeout, poll); err != nil {
+		return res, fmt.Errorf("GPU smoke pod on node %s: %w", node, err)
+	}
 	if q, ok := n.Status.Allocatable[kube.ResourceGPU]; ok {
 		res.Allocatable = q.Value()
 	}
@@ -251,6 +258,44 @@ func smokePodSpec(n *corev1.Node, ns string, gpus int64, opts SmokeOptions, time
 			}},
 		},
 	}
+}
+
+// lingeringUncordonTaint reports whether n is uncordoned but still carries
+// the unschedulable taint the node lifecycle controller has yet to remove.
+func lingeringUncordonTaint(n *corev1.Node) bool {
+	if n.Spec.Unschedulable {
+		return false
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
+// waitForUncordonTaint returns the node once lingeringUncordonTaint is false,
+// or the last reading when timeout passes (the smoke pod then reports why it
+// cannot schedule).
+func waitForUncordonTaint(ctx context.Context, kc kubernetes.Interface, n *corev1.Node, timeout, poll time.Duration) (*corev1.Node, error) {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for lingeringUncordonTaint(n) {
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return n, ctx.Err()
+			}
+			return n, nil
+		case <-time.After(poll):
+		}
+		next, err := kc.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return n, fmt.Errorf("get node: %w", err)
+		}
+		n = next
+	}
+	return n, nil
 }
 
 // judgeSmoke decides from one reading of the pod; final is false while it

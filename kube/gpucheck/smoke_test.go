@@ -1,10 +1,16 @@
 package gpucheck
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestJudgeSmoke(t *testing.T) {
@@ -50,5 +56,49 @@ func TestJudgeSmoke(t *testing.T) {
 				t.Errorf("judge = %q, %q; want %q, %q", status, msg, tt.status, tt.msg)
 			}
 		})
+	}
+}
+
+// An uncordoned node keeps the unschedulable taint until the node lifecycle
+// controller removes it; the smoke pod waits for that instead of failing.
+func TestWaitForUncordonTaint(t *testing.T) {
+	taint := corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
+	node := func(cordoned bool, taints ...corev1.Taint) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-2"}, Spec: corev1.NodeSpec{Unschedulable: cordoned, Taints: taints}}
+	}
+	for _, tt := range []struct {
+		name string
+		node *corev1.Node
+		want bool
+	}{
+		{"uncordoned, taint still there", node(false, taint), true},
+		{"uncordoned, taint gone", node(false), false},
+		{"still cordoned: a real refusal, not a wait", node(true, taint), false},
+		{"another taint", node(false, corev1.Taint{Key: "dedicated", Value: "llm", Effect: corev1.TaintEffectNoSchedule}), false},
+	} {
+		if got := lingeringUncordonTaint(tt.node); got != tt.want {
+			t.Errorf("%s: lingering %v, want %v", tt.name, got, tt.want)
+		}
+	}
+
+	ctx := context.Background()
+	kc := fake.NewClientset(node(false, taint))
+	gets := 0
+	kc.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets++
+		if gets < 3 {
+			return true, node(false, taint), nil
+		}
+		return true, node(false), nil
+	})
+	n, err := waitForUncordonTaint(ctx, kc, node(false, taint), time.Minute, time.Millisecond)
+	if err != nil || lingeringUncordonTaint(n) || gets != 3 {
+		t.Fatalf("after %d reads: node %+v, err %v", gets, n.Spec, err)
+	}
+	// A taint that never goes: the wait ends at its bound with the last reading.
+	kc = fake.NewClientset(node(false, taint))
+	n, err = waitForUncordonTaint(ctx, kc, node(false, taint), 20*time.Millisecond, time.Millisecond)
+	if err != nil || !lingeringUncordonTaint(n) {
+		t.Fatalf("bounded wait: node %+v, err %v", n.Spec, err)
 	}
 }
