@@ -455,7 +455,9 @@ i=0; until grep -q 'continue' /run/lab-holder.log 2>/dev/null; do i=$((i+1)); [ 
 			t.Fatalf("GRUB booted %s; entry 0 is %s (the hazard the scripts refuse)", k.Kernel, img.NewKernel)
 		}
 		t.Logf("GRUB_DEFAULT=%q booted entry 0: %s, not the intended %s", bare, k.Kernel, img.OldKernel)
-		r.sh("rm -f /etc/default/grub.d/99-trial-boot.cfg")
+		// Back to what a trial boot leaves: the drop-in names the old entry
+		// by its full path, and grub.cfg is regenerated from it.
+		r.sh(fmt.Sprintf("printf 'GRUB_DEFAULT=\"%s\"\\n' >/etc/default/grub.d/99-trial-boot.cfg && update-grub", oldE.ID))
 	})
 
 	t.Run("promote: the second boot stays on the new kernel", func(t *testing.T) {
