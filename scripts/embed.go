@@ -6,7 +6,10 @@ package scripts
 
 import "embed"
 
-// Host holds scripts/host/*.sh.
+//go:generate go run ./internal/hostgen -dir host
+
+// Host holds scripts/host/*.sh. Their shared helpers come from
+// scripts/host/lib/*.sh, copied in by `go generate ./scripts`.
 //
 //go:embed host/*.sh
 var Host embed.FS

@@ -41,6 +41,9 @@ func TestShellcheck(t *testing.T) {
 	}
 }
 
+// block returns a shared helper block of a script (its copy of
+// scripts/host/lib/NAME.sh; scripts/internal/hostgen keeps the copies
+// current), so tests run the very code the node runs.
 func block(src, name string) (string, bool) {
 	b := strings.Index(src, "# ---- "+name+": begin")
 	e := strings.Index(src, "# ---- "+name+": end")
@@ -48,35 +51,6 @@ func block(src, name string) (string, bool) {
 		return "", false
 	}
 	return src[b:e], true
-}
-
-// TestSharedBlocksIdentical: each script is sent alone, so the helpers are
-// copied into each; the copies must not drift.
-func TestSharedBlocksIdentical(t *testing.T) {
-	want := map[string]string{}
-	users := map[string][]string{}
-	for _, name := range scriptNames(t) {
-		src, _ := scripts.Host.ReadFile(name)
-		for _, bn := range []string{"common", "boot-storage", "grub-entries", "plan-digest"} {
-			b, ok := block(string(src), bn)
-			if !ok {
-				if bn == "common" {
-					t.Errorf("%s has no common block", name)
-				}
-				continue
-			}
-			users[bn] = append(users[bn], name)
-			if w, seen := want[bn]; seen && w != b {
-				t.Errorf("%s: block %s differs from %s", name, bn, users[bn][0])
-			}
-			want[bn] = b
-		}
-	}
-	for bn, min := range map[string]int{"boot-storage": 2, "grub-entries": 2, "plan-digest": 2} {
-		if len(users[bn]) < min {
-			t.Errorf("block %s in %v", bn, users[bn])
-		}
-	}
 }
 
 // TestScriptHeaders: every script reads as a runbook and is strict.

@@ -21,7 +21,7 @@ set -eu
 {
 STEP=download
 
-# ---- common: begin (identical in every host script; a test keeps them in sync) ----
+# ---- common: begin (copied from lib/common.sh by go generate; edit it there) ----
 # Stdout carries exactly one JSON object: it is moved to fd 3 and everything
 # else (tool chatter, errors) goes to stderr.
 exec 3>&1 1>&2
@@ -121,7 +121,7 @@ check_kernel() {
 }
 # ---- common: end ----
 
-# ---- apt-guard: begin (same in simulate.sh, download.sh, install.sh and autoremove.sh) ----
+# ---- apt-guard: begin (copied from lib/apt-guard.sh by go generate; edit it there) ----
 # Real hosts: another apt or dpkg (unattended-upgrades, a person) may hold
 # dpkg's lock, and a dpkg that was interrupted must be finished by a person
 # before anything else runs. Both are read the way apt reads them: apt's own

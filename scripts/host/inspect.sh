@@ -34,7 +34,7 @@ set -eu
 {
 STEP=inspect
 
-# ---- common: begin (identical in every host script; a test keeps them in sync) ----
+# ---- common: begin (copied from lib/common.sh by go generate; edit it there) ----
 # Stdout carries exactly one JSON object: it is moved to fd 3 and everything
 # else (tool chatter, errors) goes to stderr.
 exec 3>&1 1>&2
@@ -134,7 +134,7 @@ check_kernel() {
 }
 # ---- common: end ----
 
-# ---- boot-storage: begin (same in inspect.sh and trial_boot.sh) ----
+# ---- boot-storage: begin (copied from lib/boot-storage.sh by go generate; edit it there) ----
 # boot_storage: can GRUB write its environment block at boot? GRUB has no
 # write support for mdraid, LVM/device-mapper, btrfs or zfs; there the
 # one-shot entry set by grub-reboot is never cleared, so the new kernel would

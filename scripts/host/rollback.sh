@@ -44,7 +44,7 @@ set -eu
 {
 STEP=rollback
 
-# ---- common: begin (identical in every host script; a test keeps them in sync) ----
+# ---- common: begin (copied from lib/common.sh by go generate; edit it there) ----
 # Stdout carries exactly one JSON object: it is moved to fd 3 and everything
 # else (tool chatter, errors) goes to stderr.
 exec 3>&1 1>&2
@@ -144,7 +144,7 @@ check_kernel() {
 }
 # ---- common: end ----
 
-# ---- grub-entries: begin (same in inspect.sh, trial_boot.sh and promote.sh) ----
+# ---- grub-entries: begin (copied from lib/grub-entries.sh by go generate; edit it there) ----
 # grub_entries FILE: one line per bootable menu entry of a generated grub.cfg:
 #   <id path> TAB <index path> TAB <kernel version> TAB <title path>
 # Paths join submenu and entry with '>' exactly as GRUB's "default" and

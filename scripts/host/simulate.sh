@@ -25,7 +25,7 @@ set -eu
 {
 STEP=simulate
 
-# ---- common: begin (identical in every host script; a test keeps them in sync) ----
+# ---- common: begin (copied from lib/common.sh by go generate; edit it there) ----
 # Stdout carries exactly one JSON object: it is moved to fd 3 and everything
 # else (tool chatter, errors) goes to stderr.
 exec 3>&1 1>&2
@@ -125,7 +125,7 @@ check_kernel() {
 }
 # ---- common: end ----
 
-# ---- apt-guard: begin (same in simulate.sh, download.sh, install.sh and autoremove.sh) ----
+# ---- apt-guard: begin (copied from lib/apt-guard.sh by go generate; edit it there) ----
 # Real hosts: another apt or dpkg (unattended-upgrades, a person) may hold
 # dpkg's lock, and a dpkg that was interrupted must be finished by a person
 # before anything else runs. Both are read the way apt reads them: apt's own
@@ -184,7 +184,7 @@ dpkg_ready() {
 }
 # ---- apt-guard: end ----
 
-# ---- boot-space: begin (same in simulate.sh and install.sh) ----
+# ---- boot-space: begin (copied from lib/boot-space.sh by go generate; edit it there) ----
 # boot_space PLAN-LINES: does /boot hold the kernels the plan installs? A
 # kernel whose initrd does not fit leaves dpkg half-configured. Each new
 # linux-image-<release> needs about what the running kernel's files take in
@@ -223,7 +223,7 @@ boot_short_reason() {
 }
 # ---- boot-space: end ----
 
-# ---- plan-digest: begin (same in simulate.sh and install.sh) ----
+# ---- plan-digest: begin (copied from lib/plan-digest.sh by go generate; edit it there) ----
 # plan_lines: read `apt-get -s` output, print the canonical package set: one
 # line per Inst, Remv or Purg line, "<op> <package> <old> <new> <arch>" with
 # "-" for a missing part. plan_digest: sha256 of those lines sorted

@@ -34,7 +34,7 @@ set -eu
 {
 STEP=snapshot
 
-# ---- common: begin (identical in every host script; a test keeps them in sync) ----
+# ---- common: begin (copied from lib/common.sh by go generate; edit it there) ----
 # Stdout carries exactly one JSON object: it is moved to fd 3 and everything
 # else (tool chatter, errors) goes to stderr.
 exec 3>&1 1>&2

@@ -52,7 +52,7 @@ set -eu
 {
 STEP=trial_boot
 
-# ---- common: begin (identical in every host script; a test keeps them in sync) ----
+# ---- common: begin (copied from lib/common.sh by go generate; edit it there) ----
 # Stdout carries exactly one JSON object: it is moved to fd 3 and everything
 # else (tool chatter, errors) goes to stderr.
 exec 3>&1 1>&2
@@ -152,7 +152,7 @@ check_kernel() {
 }
 # ---- common: end ----
 
-# ---- boot-storage: begin (same in inspect.sh and trial_boot.sh) ----
+# ---- boot-storage: begin (copied from lib/boot-storage.sh by go generate; edit it there) ----
 # boot_storage: can GRUB write its environment block at boot? GRUB has no
 # write support for mdraid, LVM/device-mapper, btrfs or zfs; there the
 # one-shot entry set by grub-reboot is never cleared, so the new kernel would
@@ -184,7 +184,7 @@ EOT
 }
 # ---- boot-storage: end ----
 
-# ---- grub-entries: begin (same in inspect.sh, trial_boot.sh and promote.sh) ----
+# ---- grub-entries: begin (copied from lib/grub-entries.sh by go generate; edit it there) ----
 # grub_entries FILE: one line per bootable menu entry of a generated grub.cfg:
 #   <id path> TAB <index path> TAB <kernel version> TAB <title path>
 # Paths join submenu and entry with '>' exactly as GRUB's "default" and
