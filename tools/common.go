@@ -273,3 +273,93 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// recording is the round a check records into: the open round for the
+// recording twin, none for the read-only tool (which writes nothing).
+func recording(s *session, record bool) *session {
+	if !record {
+		return nil
+	}
+	return s
+}
+
+// checkSpec is a check's spec as the read-only tool or as its recording
+// twin, which is a write and says so.
+func checkSpec(record bool, recordName string, spec Spec) Spec {
+	if !record {
+		spec.Kind = ReadOnly
+		spec.Description += " Writes nothing anywhere and stops nothing; " + recordName + " records it in the round."
+		return spec
+	}
+	readName := spec.Name
+	spec.Name, spec.Kind = recordName, Write
+	spec.Title = "Record: " + strings.ToLower(spec.Title[:1]) + spec.Title[1:]
+	spec.Description = "As " + readName + ", and recorded in the open round's journal (a write): green counts for the round's standing rules, red fails the step and stops the round. " + spec.Description
+	return spec
+}
+
+// commitRound commits the round's record files to the intent repository's
+// working branch and returns the commit hash.
+func (d *Deps) commitRound(ctx context.Context, s *session, why string) (string, error) {
+	r, err := d.intentRepo(s.id)
+	if err != nil {
+		return "", err
+	}
+	c, err := r.CommitFiles(ctx, fmt.Sprintf("round %s: %s", s.id, why), d.Book.Files(s.id))
+	if errors.Is(err, intent.ErrNoChange) {
+		return "(no change)", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return c.Hash, nil
+}
+
+// where names a step and, for a node step, its node.
+func where(step round.Step, node string) string {
+	if node == "" {
+		return string(step)
+	}
+	return string(step) + " on " + node
+}
+
+// intentError turns the intent package's errors into refusals (bad input,
+// nothing changed) or failures.
+func intentError(action string, err error) error {
+	switch {
+	case errors.Is(err, intent.ErrInvalid), errors.Is(err, intent.ErrUnknownComponent),
+		errors.Is(err, intent.ErrUnknownDocument), errors.Is(err, intent.ErrUnknownProperty), errors.Is(err, intent.ErrMalformed):
+		return Refuse("Fix the input: read_intent lists the components, their documents and property ids.",
+			action+": "+err.Error(), "nothing was changed")
+	case errors.Is(err, intent.ErrDirty):
+		return Refuse("Ask a person to commit or discard their edits to those files in the intent repository, then call again.",
+			action+": "+err.Error(), "nothing was changed")
+	case errors.Is(err, intent.ErrProtectedBranch):
+		return Refuse("Configure a working branch that is not protected (git.branch).", action+": "+err.Error(), "nothing was changed")
+	case errors.Is(err, intent.ErrVerifyDisabled):
+		return Refuse("Run verify.sh on a server that is not read-only, or have the operator set verify.in_read_only.", action+": "+err.Error(), "nothing was run")
+	case errors.Is(err, intent.ErrBusy):
+		return Refuse("Call again in a few seconds.", action+": "+err.Error(), "nothing was changed")
+	case errors.Is(err, intent.ErrNotRepo):
+		return Refuse("Point --intent-repo (MCP_PATCH_INTENT_REPO) at the intent repository's working copy.", action+": "+err.Error())
+	}
+	return fmt.Errorf("%s: %w", action, err)
+}
+
+func (d *Deps) intentRepo(round string) (*intent.Repo, error) {
+	if d.Intent == nil {
+		return nil, Refuse("Start the server with --intent-repo PATH (or MCP_PATCH_INTENT_REPO).", "no intent repository is configured")
+	}
+	r, err := d.Intent(round)
+	if err != nil {
+		return nil, intentError("open the intent repository", err)
+	}
+	return r, nil
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}

@@ -459,3 +459,93 @@ func (d *Deps) closeDocs(ctx context.Context, s *session) ([]string, error) {
 	}
 	return notes, nil
 }
+
+// PlanStatus is the reviewed plan at a glance: its digest, whether a
+// person signed it, and how many signatures the round needs.
+type PlanStatus struct {
+	Digest   string `json:"digest"`
+	Revision int    `json:"revision"`
+	Signed   bool   `json:"signed"`
+	SignedBy string `json:"signed_by,omitempty"`
+	// Signatures is what the round needs as the intent sizes approvals;
+	// PerStepSignatures the same with one signature per destructive step.
+	Signatures        int       `json:"signatures"`
+	PerStepSignatures int       `json:"per_step_signatures"`
+	WindowsApproved   []string  `json:"windows_approved,omitempty"`
+	Blockers          []string  `json:"blockers,omitempty"`
+	Summary           []string  `json:"summary"`
+	Files             []string  `json:"files"`
+	signedAt          time.Time `json:"-"`
+}
+
+func (d *Deps) planStatus(id string) (*PlanStatus, error) {
+	f, ok, err := d.fleetPlan(id)
+	if err != nil || !ok {
+		return nil, err
+	}
+	ps, err := d.planSignatures(id)
+	if err != nil {
+		return nil, err
+	}
+	st := &PlanStatus{Digest: f.Digest, Revision: f.Revision, Signatures: f.Signatures, PerStepSignatures: f.PerStepSignatures,
+		Summary: f.Summary, Files: []string{"rounds/" + id + "/" + fleetPlanMD, "rounds/" + id + "/" + fleetPlanFile}}
+	if sig, ok := ps.signedFor(f.Digest); ok {
+		st.Signed, st.SignedBy, st.signedAt = true, sig.Principal, sig.Time
+	}
+	for _, n := range f.Nodes {
+		if w, ok := ps.Windows[n.Node]; ok && w.Window == n.Window {
+			st.WindowsApproved = append(st.WindowsApproved, n.Node)
+		}
+	}
+	for _, b := range f.Blockers {
+		st.Blockers = append(st.Blockers, b.String())
+	}
+	return st, nil
+}
+
+// requestApproval answers approval_required for a request that binds p.
+func (d *Deps) requestApproval(tool string, p Plan) error {
+	text, exp, err := d.Approvals.Request(tool, p)
+	if err != nil {
+		return fmt.Errorf("build approval request: %w", err)
+	}
+	return &needApproval{ApprovalNeeded{Request: text, Summary: p.Summary,
+		Command:    "mcp-patch approve request.txt   (save the request text as request.txt; prints the approval to hand back)",
+		AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 request.txt && cat request.txt request.txt.sig   (hand back the whole output)",
+		ExpiresAt:  exp.UTC().Format(time.RFC3339)}}
+}
+
+// planNextCall puts the plan's own calls before a window step that would
+// be refused without them: plan_round while the plan has blockers,
+// sign_plan while its digest is unsigned, approve_window before the drain
+// of a node approved per window.
+func (d *Deps) planNextCall(st *round.State, nc *Call) (*Call, string) {
+	if nc == nil || st.Stop != nil || st.Closed || st.Aborted || d.Book == nil {
+		return nc, ""
+	}
+	if _, ok := toolStep[nc.Tool]; !ok {
+		return nc, ""
+	}
+	f, ok, err := d.fleetPlan(st.RoundID)
+	if err != nil || !ok {
+		return nc, ""
+	}
+	if !f.Ready() {
+		return CallTo("plan_round", "round", st.RoundID), "The plan has blockers: run plan_round again once they are fixed."
+	}
+	ps, err := d.planSignatures(st.RoundID)
+	if err != nil {
+		return nc, ""
+	}
+	if _, ok := ps.signedFor(f.Digest); !ok {
+		return CallTo("sign_plan"), "A person reads rounds/" + st.RoundID + "/plan.md and signs the plan (sign_plan) before the first cordon."
+	}
+	if nc.Tool == "drain_node" {
+		if n, ok := f.Node(callNode(nc)); ok && n.Approval == plan.PerWindow {
+			if w, ok := ps.Windows[n.Node]; !ok || w.Window != n.Window {
+				return CallTo("approve_window", "node", n.Node), "A person approves the whole window of " + n.Node + " with one signature (approve_window)."
+			}
+		}
+	}
+	return nc, ""
+}

@@ -11,8 +11,6 @@ import (
 	"github.com/mcp-patch/mcp-patch/round"
 )
 
-// ---- gpu_acceptance ----
-
 // GPUAcceptanceOut is the host and cluster part of GPU acceptance.
 type GPUAcceptanceOut struct {
 	Result

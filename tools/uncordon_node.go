@@ -9,8 +9,6 @@ import (
 	"github.com/mcp-patch/mcp-patch/round"
 )
 
-// ---- uncordon_node ----
-
 // UncordonOut says what happened.
 type UncordonOut struct {
 	Result

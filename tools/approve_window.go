@@ -1,0 +1,115 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/round/plan"
+	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+// ApproveWindowIn is the node whose whole window a person approves.
+type ApproveWindowIn struct {
+	ApprovalArg
+	Node string `json:"node" jsonschema:"a GPU server whose window the intent lets one signature approve (approvals.gpu_servers: per_window)"`
+}
+
+// ApproveWindowOut is the recorded window approval.
+type ApproveWindowOut struct {
+	Result
+	Tools map[string]string `json:"tools,omitempty" jsonschema:"each covered tool and the plan digest it must show live"`
+}
+
+// ApproveWindow is the approve_window tool.
+func ApproveWindow() Tool {
+	return New[ApproveWindowIn, ApproveWindowOut](Spec{
+		Name:  "approve_window",
+		Title: "Approve a node's whole window",
+		Description: "Where the intent sizes approvals per window (approvals.gpu_servers: per_window), record one signature for a GPU " +
+			"server's whole window, bound to every step digest of that node in the signed plan (drain preview, package plan, GRUB " +
+			"entries, promote target). Each step then runs without its own signature as long as its live plan equals those digests, " +
+			"and is refused the moment any of them drifts. Control-plane nodes always need a signature per step.",
+		Kind: Write, Idempotent: true, OpenWorld: true,
+	}, func(ctx context.Context, d *Deps, in ApproveWindowIn, p Progress) (ApproveWindowOut, error) {
+		if err := ValidNode(in.Node); err != nil {
+			return ApproveWindowOut{}, err
+		}
+		s, err := d.openSession()
+		if err != nil {
+			return ApproveWindowOut{}, err
+		}
+		f, ok, err := d.fleetPlan(s.id)
+		if err != nil || !ok {
+			return ApproveWindowOut{}, Refuse("Call plan_round first: it writes the plan.", "round "+s.id+" has no usable plan document")
+		}
+		n, ok := f.Node(in.Node)
+		if !ok {
+			return ApproveWindowOut{}, Refuse("Name a node of the round's plan.", in.Node+" is not in the plan of round "+s.id)
+		}
+		if n.Approval != plan.PerWindow {
+			return ApproveWindowOut{}, Refuse("Approve each step of this node on its own (the intent sizes it per step).",
+				in.Node+" is approved per step: "+n.Role+" nodes, or the intent's approvals.gpu_servers is per_step")
+		}
+		if _, _, err := d.signedPlan(s.id); err != nil {
+			return ApproveWindowOut{}, err
+		}
+		ps, err := d.planSignatures(s.id)
+		if err != nil {
+			return ApproveWindowOut{}, err
+		}
+		if w, ok := ps.Windows[in.Node]; ok && w.Window == n.Window {
+			return ApproveWindowOut{Tools: w.Tools, Result: Result{Reasons: []string{"the window of " + in.Node + " is already approved by " + w.Principal}}}, nil
+		}
+		kc, err := d.cluster(ctx)
+		if err != nil {
+			return ApproveWindowOut{}, err
+		}
+		pv, err := drain.Preview(ctx, kc.Kube, in.Node, drainPolicyOf(s.settings))
+		if err != nil {
+			return ApproveWindowOut{}, Fail("Check the node name and the API server.", "preview drain: "+err.Error())
+		}
+		dp := window.DrainPlan{Node: in.Node, PreviewDigest: pv.Digest}
+		for _, e := range pv.Evict {
+			dp.Evict = append(dp.Evict, "evict "+e.String()+" ("+strings.ToLower(e.OwnerKind)+" "+e.OwnerName+")")
+		}
+		live, _, _ := liveNode(n, dp)
+		if cs := f.DriftInFleet(live, plan.StepDrain); len(cs) > 0 {
+			return ApproveWindowOut{}, Refuse("Call replan_node for "+in.Node+" first.", plan.FormatDrift(in.Node, cs)...)
+		}
+		tools := windowTools(n, pv.Digest)
+		summary := []string{fmt.Sprintf("one signature for the whole window of %s (%s -> %s) in round %s, plan revision %d", in.Node,
+			orDash(n.Running), orDash(n.Target), s.id, f.Revision)}
+		for _, t := range []string{"drain_node", "install_updates", "fallback_drill", "trial_boot", "promote_kernel"} {
+			if dg, ok := tools[t]; ok {
+				summary = append(summary, t+" bound to "+dg)
+			}
+		}
+		summary = append(summary, fmt.Sprintf("drain evicts %d pods of %d workloads; %d packages move; trial boot %s, default stays %s",
+			len(pv.Evict), len(n.Drain.Workloads), n.Packages.Count(), orDash(n.Grub.New), orDash(n.Grub.Old)),
+			"any step whose live plan differs from these digests is refused", "window digest "+n.Window)
+		bind := Plan{Node: in.Node, Round: s.id, Digest: n.Window, Summary: summary}
+		if d.Approvals == nil {
+			return ApproveWindowOut{}, Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")
+		}
+		if in.Approval == "" {
+			return ApproveWindowOut{}, d.requestApproval("approve_window", bind)
+		}
+		a, err := d.Approvals.Verify(ctx, in.Approval, "approve_window", bind)
+		if err != nil {
+			return ApproveWindowOut{}, Refuse("Ask a person to sign a new request: call approve_window without the approval to get it.", "approval refused: "+err.Error(), "nothing was recorded")
+		}
+		if err := d.Approvals.Consume(ctx, a); err != nil {
+			return ApproveWindowOut{}, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")
+		}
+		ps.Windows[in.Node] = windowSignature{Node: in.Node, Window: n.Window, Principal: a.Principal, ApprovalID: a.ID, Tools: tools, Time: d.now().UTC()}
+		if err := d.savePlanSignatures(s.id, ps); err != nil {
+			return ApproveWindowOut{}, fmt.Errorf("record the window approval: %w", err)
+		}
+		out := ApproveWindowOut{Tools: tools, Result: Result{Reasons: []string{"the window of " + in.Node + " is approved by " + a.Principal},
+			NextAction: "drain_node " + in.Node + " (no further signature while its live plan matches)."}}
+		out.approvalID = a.ID
+		return out, nil
+	})
+}

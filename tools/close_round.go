@@ -1,0 +1,81 @@
+package tools
+
+import (
+	"context"
+
+	"github.com/mcp-patch/mcp-patch/round"
+)
+
+// CloseRoundOut is the committed report.
+type CloseRoundOut struct {
+	Result
+	Report   string `json:"report" jsonschema:"repository path of the round report (Markdown)"`
+	Timeline string `json:"timeline" jsonschema:"repository path of the timeline picture (SVG)"`
+	Commit   string `json:"commit"`
+}
+
+// CloseRound is the close_round tool.
+func CloseRound() Tool {
+	return New[struct{}, CloseRoundOut](Spec{
+		Name:  "close_round",
+		Title: "Close the round",
+		Description: "Write the round report (Markdown, with each window's steps and durations, failures, decisions and kernels " +
+			"before and after) and its timeline picture (SVG), commit them with the journal and audit log to the intent " +
+			"repository's working branch, and close the round. It also writes the components' docs: the round's entry in " +
+			"os-layer/changelog.md (date, kernel before and after per role, packages of note, deviations, link to the report) and " +
+			"runbook.md edits proposed for the lessons that change a step, committed on the same branch; it refuses while they " +
+			"are missing or uncommitted. Only after autoremove (or an abort).",
+		Kind: Write, Idempotent: false, OpenWorld: false,
+	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (CloseRoundOut, error) {
+		s, err := d.openSession()
+		if err != nil {
+			return CloseRoundOut{}, err
+		}
+		st := s.j.State()
+		if s.inFlight(round.StepClose, "") {
+			// A close the stopped process began: finish it.
+			if err := s.finish(round.StepClose, "", "", "closed (resumed)"); err != nil {
+				return CloseRoundOut{}, err
+			}
+			c, err := d.commitRound(ctx, s, "closed")
+			if err != nil {
+				return CloseRoundOut{}, err
+			}
+			return CloseRoundOut{Report: "rounds/" + s.id + "/" + round.ReportFile, Timeline: "rounds/" + s.id + "/" + round.TimelineFile, Commit: c,
+				Result: Result{Reasons: []string{"round " + s.id + " closed"}, NextAction: "Ask people to review and merge the round's working branch."}}, nil
+		}
+		if !st.Aborted && !st.RoundSteps[round.StepAutoremove].Green() {
+			return CloseRoundOut{}, ruleRefusal(st.Admit(round.StepClose, "", d.now()))
+		}
+		docs, err := d.closeDocs(ctx, s)
+		if err != nil {
+			return CloseRoundOut{}, err
+		}
+		if _, _, err := s.j.WriteReport(); err != nil {
+			return CloseRoundOut{}, err
+		}
+		c, err := d.commitRound(ctx, s, "report and findings")
+		if err != nil {
+			return CloseRoundOut{}, Fail("Fix the intent repository (uncommitted edits?) and call again.", "commit the report: "+err.Error())
+		}
+		if _, err := s.j.FindingsCommitted(c); err != nil {
+			return CloseRoundOut{}, err
+		}
+		if err := s.begin(round.StepClose, "", ""); err != nil {
+			return CloseRoundOut{}, err
+		}
+		if err := s.finish(round.StepClose, "", "", "closed"); err != nil {
+			return CloseRoundOut{}, err
+		}
+		if _, _, err := s.j.WriteReport(); err != nil {
+			return CloseRoundOut{}, err
+		}
+		c2, err := d.commitRound(ctx, s, "closed")
+		if err != nil {
+			return CloseRoundOut{}, Fail("Call close_round's commit again by hand: git add rounds/ and commit.", "commit the closed round: "+err.Error())
+		}
+		return CloseRoundOut{Report: "rounds/" + s.id + "/" + round.ReportFile, Timeline: "rounds/" + s.id + "/" + round.TimelineFile, Commit: c2,
+			Result: Result{Reasons: append([]string{"round " + s.id + " closed; report and timeline committed (" + short(c2) + ")"}, docs...),
+				NextAction: "Ask people to review and merge the round's working branch of the intent repository."}}, nil
+	})
+}

@@ -1,0 +1,57 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/mcp-patch/mcp-patch/intent"
+)
+
+// ReadIntentIn selects what to read.
+type ReadIntentIn struct {
+	Component string `json:"component,omitempty" jsonschema:"a component name; omit to list every component"`
+}
+
+// ReadIntentOut is the component list, or one component in full.
+type ReadIntentOut struct {
+	Result
+	Components []intent.ComponentSummary `json:"components,omitempty" jsonschema:"every component, when no component was named"`
+	Component  *intent.Component         `json:"component,omitempty" jsonschema:"the named component: documents, parsed intent sections, settings, lessons"`
+}
+
+// ReadIntent is the read_intent tool.
+func ReadIntent() Tool {
+	return New[ReadIntentIn, ReadIntentOut](Spec{
+		Name:  "read_intent",
+		Title: "Read intent documents",
+		Description: "List the platform components of the intent repository, or return one component's documents " +
+			"(intent.md, runbook.md, changelog.md, verify.sh, lessons.md, settings.yaml) with intent.md parsed into " +
+			"its sections: why it exists, properties it must keep (with ids such as P3), out of scope, open questions. " +
+			"Read these before planning: the properties are what the round must keep true.",
+		Kind: ReadOnly, Idempotent: true, OpenWorld: false,
+	}, func(ctx context.Context, d *Deps, in ReadIntentIn, p Progress) (ReadIntentOut, error) {
+		r, err := d.intentRepo("")
+		if err != nil {
+			return ReadIntentOut{}, err
+		}
+		if in.Component == "" {
+			cs, err := r.Components()
+			if err != nil {
+				return ReadIntentOut{}, intentError("list components", err)
+			}
+			return ReadIntentOut{Components: cs, Result: Result{
+				Reasons:    []string{fmt.Sprintf("%d components", len(cs))},
+				NextAction: "Read each component that the round touches (read_intent with component), starting with os-layer.",
+			}}, nil
+		}
+		c, err := r.Component(in.Component)
+		if err != nil {
+			return ReadIntentOut{}, intentError("read component "+in.Component, err)
+		}
+		res := Result{NextAction: "Keep its properties in mind; when the live system contradicts one, record_lesson kind=open_question naming the property."}
+		if len(c.Problems) > 0 {
+			res.Reasons = append(res.Reasons, c.Problems...)
+		}
+		return ReadIntentOut{Component: c, Result: res}, nil
+	})
+}

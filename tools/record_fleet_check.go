@@ -1,0 +1,55 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mcp-patch/mcp-patch/round"
+)
+
+// RecordFleetCheck is the record_fleet_check tool.
+func RecordFleetCheck() Tool {
+	return New[struct{}, FleetCheckOut](Spec{
+		Name:  "record_fleet_check",
+		Title: "Record the fleet kernel check",
+		Description: "The fleet kernel check (as fleet_check), recorded in the round: green closes the windows phase and starts " +
+			"the soak; a node left behind fails the check, which stops the round. Before its phase it answers not yet and records nothing.",
+		Kind: Write, Idempotent: true, OpenWorld: true,
+	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (FleetCheckOut, error) {
+		s, err := d.openSession()
+		if err != nil {
+			return FleetCheckOut{}, err
+		}
+		if err := fleetPhase(s); err != nil {
+			return FleetCheckOut{}, err
+		}
+		if err := s.admit(d, round.StepFleetCheck, ""); err != nil {
+			return FleetCheckOut{}, err
+		}
+		out, bad, err := fleetKernels(ctx, d, s, p)
+		if err != nil {
+			return out, err
+		}
+		if err := s.check(round.StepFleetCheck, "", len(bad) == 0, "", strings.Join(bad, "; ")); err != nil {
+			return out, err
+		}
+		if len(bad) > 0 {
+			out.Result = Result{Status: StatusFailed, Reasons: bad,
+				NextAction: "Stop: the fleet is not consistent. Tell a person; they decide (resume after fixing, or abort)."}
+			return out, nil
+		}
+		out.Reasons = []string{fmt.Sprintf("all %d nodes run the round's kernels", len(out.Nodes))}
+		out.NextAction = "Call round_status: it says what remains before close."
+		st := s.j.State()
+		if st.Admit(round.StepSoak, "", d.now()) == nil && st.SoakStarted.IsZero() {
+			if err := s.start(round.StepSoak, "", ""); err != nil {
+				return out, err
+			}
+			out.Reasons = append(out.Reasons, fmt.Sprintf("the soak of %s starts now", time.Duration(st.Plan.Soak)))
+			out.NextAction = "Wait for the soak to end (round_status says when), then autoremove."
+		}
+		return out, nil
+	})
+}

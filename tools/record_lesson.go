@@ -1,0 +1,75 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/mcp-patch/mcp-patch/intent"
+)
+
+// RecordLessonIn is one lesson or open question.
+type RecordLessonIn struct {
+	Component string `json:"component" jsonschema:"the component the lesson is about"`
+	Kind      string `json:"kind" jsonschema:"lesson: appended to lessons.md; open_question: appended to intent.md's open questions, naming a property (how the live system contradicting the intent is flagged)"`
+	Property  string `json:"property,omitempty" jsonschema:"the property id it concerns, e.g. P1; required for an open question"`
+	Text      string `json:"text" jsonschema:"what was learned or what is in question, plain words, at most 16 KiB"`
+	Round     string `json:"round,omitempty" jsonschema:"the round id; default the current round, else this month (YYYY-MM)"`
+}
+
+// RecordLessonOut is the commit made.
+type RecordLessonOut struct {
+	Result
+	Commit *intent.Commit `json:"commit,omitempty"`
+}
+
+// RecordLesson is the record_lesson tool.
+func RecordLesson() Tool {
+	return New[RecordLessonIn, RecordLessonOut](Spec{
+		Name:  "record_lesson",
+		Title: "Record a lesson or open question",
+		Description: "Append a dated lesson to a component's lessons.md, or an open question against a named property " +
+			"of its intent.md, and commit only that file to the round's working branch of the intent repository " +
+			"(never the protected main; people review and merge). Use open_question when the live system contradicts " +
+			"the intent: flag it, never work around it.",
+		Kind: Write, Idempotent: false, OpenWorld: false,
+	}, func(ctx context.Context, d *Deps, in RecordLessonIn, p Progress) (RecordLessonOut, error) {
+		var kind intent.LessonKind
+		switch in.Kind {
+		case "lesson":
+			kind = intent.KindLesson
+		case "open_question":
+			kind = intent.KindOpenQuestion
+		default:
+			return RecordLessonOut{}, Refuse("Use kind lesson or open_question.", fmt.Sprintf("kind %q is not lesson or open_question", in.Kind), "nothing was changed")
+		}
+		round := in.Round
+		if round == "" {
+			round = d.currentRoundID()
+		}
+		r, err := d.intentRepo(round)
+		if err != nil {
+			return RecordLessonOut{}, err
+		}
+		c, err := r.RecordLesson(ctx, intent.LessonInput{Kind: kind, Component: in.Component, Property: in.Property, Text: in.Text, RoundID: round})
+		if err != nil {
+			return RecordLessonOut{}, intentError("record "+in.Kind, err)
+		}
+		res := Result{Reasons: []string{fmt.Sprintf("committed %s on branch %s (%s)", short(c.Hash), c.Branch, strings.Join(c.Files, ", "))},
+			NextAction: "Continue the round; people review the working branch and merge it."}
+		if c.PushError != "" {
+			res.Reasons = append(res.Reasons, "push failed (the commit stands): "+c.PushError)
+		}
+		return RecordLessonOut{Commit: &c, Result: res}, nil
+	})
+}
+
+// currentRoundID is the open round, else this month.
+func (d *Deps) currentRoundID() string {
+	if d.CurrentRound != nil {
+		if id := d.CurrentRound(); id != "" {
+			return id
+		}
+	}
+	return d.now().UTC().Format("2006-01")
+}

@@ -1,0 +1,109 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/plan"
+)
+
+// ReplanIn is the node to plan again.
+type ReplanIn struct {
+	Node string `json:"node" jsonschema:"the node whose live state differs from the reviewed plan"`
+}
+
+// ReplanOut is the new plan revision.
+type ReplanOut struct {
+	Result
+	Changed []plan.Step `json:"changed" jsonschema:"the steps whose digest changed: only they need signing again"`
+	Plan    *PlanStatus `json:"plan,omitempty"`
+}
+
+// ReplanNode is the replan_node tool.
+func ReplanNode() Tool {
+	return New[ReplanIn, ReplanOut](Spec{
+		Name:  "replan_node",
+		Title: "Plan one node again",
+		Description: "Read one node again (simulate, inspect, drain preview) and replace its part of the reviewed plan: plan.md and " +
+			"plan.json get a new revision, committed on the round's working branch. Only the steps whose digest changed need a new " +
+			"signature: sign_plan lists just those. A node whose window has started is not re-planned.",
+		Kind: Write, Idempotent: true, OpenWorld: true,
+	}, func(ctx context.Context, d *Deps, in ReplanIn, p Progress) (ReplanOut, error) {
+		if err := ValidNode(in.Node); err != nil {
+			return ReplanOut{}, err
+		}
+		s, err := d.openSession()
+		if err != nil {
+			return ReplanOut{}, err
+		}
+		f, ok, err := d.fleetPlan(s.id)
+		if err != nil || !ok {
+			return ReplanOut{}, Refuse("Call plan_round: it writes the whole plan.", "round "+s.id+" has no usable plan document")
+		}
+		reviewed, ok := f.Node(in.Node)
+		if !ok {
+			return ReplanOut{}, Refuse("Name a node of the round's plan.", in.Node+" is not in the plan of round "+s.id)
+		}
+		st := s.j.State()
+		if n := st.Node(in.Node); n != nil && n.Window != round.WindowPending {
+			return ReplanOut{}, Refuse("Finish this node's window as approved, or ask a person to abort.", "the window of "+in.Node+" is "+string(n.Window)+": its plan is fixed")
+		}
+		h, err := d.hosts(ctx)
+		if err != nil {
+			return ReplanOut{}, err
+		}
+		kc, err := d.cluster(ctx)
+		if err != nil {
+			return ReplanOut{}, err
+		}
+		p(0, 2, "preflight "+in.Node)
+		facts := preflightFacts(ctx, h.Steps, in.Node)
+		p(1, 2, "drain preview "+in.Node)
+		df, evicted := drainFacts(ctx, kc, in.Node, drainPolicyOf(s.settings))
+		facts.Drain = df
+		var pos plan.Position
+		for _, ps := range positionsOf(st.Plan.Order) {
+			if ps.Node == in.Node {
+				pos = ps
+			}
+		}
+		pl := plan.Placement{}
+		if inv, pla, err := d.inventoryAndPlacement(ctx, kc, s.settings); err == nil {
+			pl = placementOf(pla, inv, map[string][]drain.PodRef{in.Node: evicted}, s.settings)
+		}
+		it := d.planIntent(s.id, s.settings, map[string]plan.Facts{in.Node: facts})
+		live := plan.BuildNode(reviewed.Position, pos, facts, pl, it)
+		g, changed, err := plan.Replan(f, live)
+		if err != nil {
+			return ReplanOut{}, err
+		}
+		out := ReplanOut{Changed: changed}
+		if g.Digest == f.Digest {
+			out.Reasons = []string{in.Node + " matches its reviewed plan: nothing changed"}
+			out.Plan, err = d.planStatus(s.id)
+			return out, err
+		}
+		if err := d.writeFleetPlan(s.id, g); err != nil {
+			return out, err
+		}
+		out.Reasons = append(out.Reasons, fmt.Sprintf("%s re-planned: revision %d, digest %s", in.Node, g.Revision, g.Digest))
+		for _, b := range live.Blockers {
+			out.Reasons = append(out.Reasons, "blocker: "+b.String())
+		}
+		if c, err := d.commitRound(ctx, s, "re-plan of "+in.Node); err == nil {
+			out.Reasons = append(out.Reasons, "plan committed ("+short(c)+")")
+		} else {
+			out.Reasons = append(out.Reasons, "plan not committed: "+err.Error())
+		}
+		if out.Plan, err = d.planStatus(s.id); err != nil {
+			return out, err
+		}
+		out.NextAction = "A person signs only what changed: call sign_plan."
+		if !g.Ready() {
+			out.NextAction = "Fix the blockers on " + in.Node + ", then call replan_node again."
+		}
+		return out, nil
+	})
+}

@@ -1,0 +1,78 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/plan"
+)
+
+// ShowPlanIn optionally names a round.
+type ShowPlanIn struct {
+	Round string `json:"round,omitempty" jsonschema:"a round id; default the open round"`
+}
+
+// ShowPlanOut is the reviewed plan.
+type ShowPlanOut struct {
+	Result
+	Plan   *PlanStatus `json:"plan,omitempty"`
+	Nodes  []plan.Node `json:"nodes"`
+	Table  string      `json:"table" jsonschema:"the plan as a readable table"`
+	Detail string      `json:"markdown" jsonschema:"plan.md as committed"`
+}
+
+// ShowPlan is the show_plan tool.
+func ShowPlan() Tool {
+	return New[ShowPlanIn, ShowPlanOut](Spec{
+		Name:  "show_plan",
+		Title: "Show the round's plan",
+		Description: "Show the plan people review (rounds/<id>/plan.md and plan.json, written by plan_round): the order with " +
+			"reasons, per node the running and target kernel, the packages that move (kernel, NVIDIA, Kubernetes, other), the GRUB " +
+			"entries of the trial boot, what its drain evicts, what runs there, risks and blockers; whether a person signed it and " +
+			"how many signatures the round needs. Changes nothing.",
+		Kind: ReadOnly, Idempotent: true, OpenWorld: false,
+	}, func(ctx context.Context, d *Deps, in ShowPlanIn, p Progress) (ShowPlanOut, error) {
+		if d.Book == nil {
+			return ShowPlanOut{}, Refuse("Start the server with --intent-repo.", "no intent repository is configured")
+		}
+		id := in.Round
+		if id == "" {
+			if id = d.Book.CurrentID(); id == "" {
+				return ShowPlanOut{}, Refuse("Name the round, or plan one first (plan_round).", "no round is open")
+			}
+		} else if !round.ValidRoundID(id) {
+			return ShowPlanOut{}, Refuse("Use a round id such as 2026-11.", fmt.Sprintf("round id %q is not valid", id))
+		}
+		f, ok, err := d.fleetPlan(id)
+		if err != nil {
+			return ShowPlanOut{}, Refuse("Call plan_round again: it writes the plan afresh.", err.Error())
+		}
+		if !ok {
+			return ShowPlanOut{}, Refuse("Call plan_round: it runs the fleet-wide preflight and writes the plan.", "round "+id+" has no plan document")
+		}
+		st, err := d.planStatus(id)
+		if err != nil {
+			return ShowPlanOut{}, err
+		}
+		var tb, md bytes.Buffer
+		if err := plan.Text(&tb, f); err != nil {
+			return ShowPlanOut{}, err
+		}
+		if err := plan.Markdown(&md, f); err != nil {
+			return ShowPlanOut{}, err
+		}
+		out := ShowPlanOut{Plan: st, Nodes: f.Nodes, Table: tb.String(), Detail: md.String()}
+		out.Reasons = append(out.Reasons, f.Summary...)
+		switch {
+		case !f.Ready():
+			out.NextAction = "Fix the blockers, then call plan_round again."
+		case !st.Signed:
+			out.NextAction = "A person reads plan.md and signs the plan: call sign_plan."
+		default:
+			out.NextAction = "The plan is signed (" + st.SignedBy + "): call round_status for the next step."
+		}
+		return out, nil
+	})
+}

@@ -1,0 +1,98 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+// SignPlanIn carries the person's signature of the plan digest.
+type SignPlanIn struct {
+	ApprovalArg
+}
+
+// SignPlanOut is the recorded signature.
+type SignPlanOut struct {
+	Result
+	Plan *PlanStatus `json:"plan,omitempty"`
+}
+
+// SignPlan is the sign_plan tool.
+func SignPlan() Tool {
+	return New[SignPlanIn, SignPlanOut](Spec{
+		Name:  "sign_plan",
+		Title: "Sign the round's plan",
+		Description: "Record a person's signature of the plan digest (rounds/<id>/plan.json), which the first cordon needs. Without " +
+			"approval it answers approval_required with the plan summary in plain words; `mcp-patch approve` shows it. After a " +
+			"re-plan the request lists only what changed since the last signature. Writes the signature beside the plan and commits it.",
+		Kind: Write, Idempotent: true, OpenWorld: false,
+	}, func(ctx context.Context, d *Deps, in SignPlanIn, p Progress) (SignPlanOut, error) {
+		s, err := d.openSession()
+		if err != nil {
+			return SignPlanOut{}, err
+		}
+		f, ok, err := d.fleetPlan(s.id)
+		if err != nil {
+			return SignPlanOut{}, Refuse("Call plan_round again: it writes the plan afresh.", err.Error())
+		}
+		if !ok {
+			return SignPlanOut{}, Refuse("Call plan_round first: it writes the plan to sign.", "round "+s.id+" has no plan document")
+		}
+		if !f.Ready() {
+			var why []string
+			for _, b := range f.Blockers {
+				why = append(why, b.String())
+			}
+			return SignPlanOut{}, Refuse("Fix the blockers and call plan_round again; a plan with blockers cannot be signed.", why...)
+		}
+		ps, err := d.planSignatures(s.id)
+		if err != nil {
+			return SignPlanOut{}, err
+		}
+		if sig, ok := ps.signedFor(f.Digest); ok {
+			st, err := d.planStatus(s.id)
+			if err != nil {
+				return SignPlanOut{}, err
+			}
+			return SignPlanOut{Plan: st, Result: Result{Reasons: []string{"the plan " + f.Digest + " is already signed by " + sig.Principal}}}, nil
+		}
+		var changed []string
+		if n := len(ps.Plan); n > 0 {
+			changed = planChanges(ps.Plan[n-1].Nodes, f)
+		}
+		bind := Plan{Node: window.FleetTarget, Round: s.id, Digest: f.Digest, Summary: planSummary(f, changed)}
+		if d.Approvals == nil {
+			return SignPlanOut{}, Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")
+		}
+		if in.Approval == "" {
+			return SignPlanOut{}, d.requestApproval("sign_plan", bind)
+		}
+		a, err := d.Approvals.Verify(ctx, in.Approval, "sign_plan", bind)
+		if err != nil {
+			return SignPlanOut{}, Refuse("Ask a person to sign a new request: call sign_plan without the approval to get it.", "approval refused: "+err.Error(), "nothing was recorded")
+		}
+		if err := d.Approvals.Consume(ctx, a); err != nil {
+			return SignPlanOut{}, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")
+		}
+		sig := planSignature{Digest: f.Digest, Revision: f.Revision, Principal: a.Principal, ApprovalID: a.ID,
+			Time: d.now().UTC(), Nodes: stepDigests(f), Changed: changed}
+		ps.Plan = append(ps.Plan, sig)
+		carryWindows(&ps, f, sig)
+		if err := d.savePlanSignatures(s.id, ps); err != nil {
+			return SignPlanOut{}, fmt.Errorf("record the plan signature: %w", err)
+		}
+		out := SignPlanOut{Result: Result{Reasons: []string{fmt.Sprintf("plan %s (revision %d) signed by %s", f.Digest, f.Revision, a.Principal)}}}
+		out.approvalID = a.ID
+		if c, err := d.commitRound(ctx, s, "plan signed"); err == nil {
+			out.Reasons = append(out.Reasons, "signature committed ("+short(c)+")")
+		} else {
+			out.Reasons = append(out.Reasons, "signature not committed: "+err.Error())
+		}
+		if out.Plan, err = d.planStatus(s.id); err != nil {
+			return out, err
+		}
+		out.NextAction = "Call round_status: the first window may start."
+		return out, nil
+	})
+}

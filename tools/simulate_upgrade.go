@@ -1,0 +1,87 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/round"
+)
+
+// SimulateOut is the package plan.
+type SimulateOut struct {
+	Result
+	Simulation *steps.Simulation `json:"simulation,omitempty"`
+}
+
+// SimulateUpgrade is the simulate_upgrade tool.
+func SimulateUpgrade() Tool { return simulateUpgrade(false) }
+
+// RecordSimulation is the record_simulation tool: simulate_upgrade, recorded in the round (the package plan install_updates binds).
+func RecordSimulation() Tool { return simulateUpgrade(true) }
+
+func simulateUpgrade(record bool) Tool {
+	return New[NodeIn, SimulateOut](checkSpec(record, "record_simulation", Spec{
+		Name:  "simulate_upgrade",
+		Title: "Simulate the upgrade",
+		Description: "Check the holds on containerd, kubelet, kubeadm, kubectl and cri-tools and run `apt-get -s full-upgrade` on the node. " +
+			"Returns the package plan with its digest (what a person approves for install_updates), the target kernel and the kernel, " +
+			"NVIDIA and Kubernetes packages that move. Any removal, a missing hold or a held package that would move fails the check " +
+			"and stops the round. Changes nothing on the node.",
+		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
+	}), func(ctx context.Context, d *Deps, in NodeIn, p Progress) (SimulateOut, error) {
+		if err := ValidNode(in.Node); err != nil {
+			return SimulateOut{}, err
+		}
+		s := d.maybeSession()
+		rec := recording(s, record)
+		if err := rec.admit(d, round.StepSimulate, in.Node); err != nil {
+			return SimulateOut{}, err
+		}
+		h, err := d.hosts(ctx)
+		if err != nil {
+			return SimulateOut{}, err
+		}
+		sim, err := h.Steps.Simulate(ctx, in.Node)
+		if err != nil {
+			return SimulateOut{}, rec.hostFailure(round.StepSimulate, in.Node, hostError(in.Node, "simulate upgrade", err))
+		}
+		kern, _ := h.Steps.Kernel(ctx, in.Node)
+		var problems []string
+		problems = append(problems, sim.Plan.Blockers...)
+		for _, u := range sim.Unheld {
+			problems = append(problems, "package "+u+" is installed but not held (apt-mark hold "+u+")")
+		}
+		out := SimulateOut{Simulation: &sim}
+		detail := fmt.Sprintf("plan %s: %d packages, target kernel %q", sim.Plan.Digest, len(sim.Plan.Packages), sim.Plan.TargetKernel)
+		if len(sim.Plan.Phased) > 0 {
+			detail += "; kept back by phasing (not a removal, a later round gets them): " + strings.Join(sim.Plan.Phased, ", ")
+		}
+		if len(problems) > 0 {
+			if err := rec.check(round.StepSimulate, in.Node, false, kern.Kernel, strings.Join(problems, "; ")); err != nil {
+				return out, err
+			}
+			out.Result = Result{Status: StatusFailed, Reasons: problems,
+				NextAction: "Stop: the round cannot go on with this plan. Tell a person; they fix the host (holds, conflicting packages) and sign a resume or abort."}
+			return out, nil
+		}
+		if rec != nil {
+			np, _ := s.nodePlan(d, in.Node)
+			np.Node, np.TargetKernel, np.RunningKernel = in.Node, sim.Plan.TargetKernel, kern.Kernel
+			np.PackageDigest, np.PackageLines, np.Kernel, np.Nvidia = sim.Plan.Digest, sim.Plan.Lines, sim.Plan.Kernel, sim.Plan.Nvidia
+			if err := rec.saveNodePlan(d, np); err != nil {
+				return out, fmt.Errorf("record the node plan: %w", err)
+			}
+		}
+		if err := rec.check(round.StepSimulate, in.Node, true, kern.Kernel, detail); err != nil {
+			return out, err
+		}
+		out.Reasons = []string{detail}
+		out.NextAction = "download_updates, then snapshot_node, then drain_node on this node when its turn comes."
+		if sim.Plan.TargetKernel == "" {
+			out.Reasons = append(out.Reasons, "no new kernel in this plan: the trial boot will reboot into the running kernel's successor only if one is installed")
+		}
+		return out, nil
+	})
+}

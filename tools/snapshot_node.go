@@ -1,0 +1,61 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/round"
+)
+
+// SnapshotOut lists the backup.
+type SnapshotOut struct {
+	Result
+	Snapshot *steps.SnapshotResult `json:"snapshot,omitempty"`
+}
+
+// SnapshotNode is the snapshot_node tool.
+func SnapshotNode() Tool {
+	return New[NodeIn, SnapshotOut](Spec{
+		Name:  "snapshot_node",
+		Title: "Snapshot a node",
+		Description: "Back up what install could break, on the node under a per-round backup directory with sha256 recorded: " +
+			"an etcd snapshot on control-plane nodes (with kubeadm's certs), a tar of /etc/kubernetes and of host configuration " +
+			"(netplan, GRUB defaults, sysctl.d, modprobe.d, apt sources and preferences). Required before install_updates.",
+		Kind: Write, Idempotent: true, OpenWorld: true,
+	}, func(ctx context.Context, d *Deps, in NodeIn, p Progress) (SnapshotOut, error) {
+		if err := ValidNode(in.Node); err != nil {
+			return SnapshotOut{}, err
+		}
+		s, err := d.openSession()
+		if err != nil {
+			return SnapshotOut{}, err
+		}
+		n := s.j.State().Node(in.Node)
+		if n == nil {
+			return SnapshotOut{}, Refuse("Use a node from the round's order.", in.Node+" is not in this round's order")
+		}
+		role := steps.RoleWorker
+		if n.Role == round.RoleControlPlane {
+			role = steps.RoleControlPlane
+		}
+		h, err := d.hosts(ctx)
+		if err != nil {
+			return SnapshotOut{}, err
+		}
+		if err := s.begin(round.StepSnapshot, in.Node, ""); err != nil {
+			return SnapshotOut{}, err
+		}
+		snap, err := h.Steps.Snapshot(ctx, in.Node, s.id, role, "")
+		if err != nil {
+			return SnapshotOut{Snapshot: &snap}, errors.Join(hostError(in.Node, "snapshot", err), s.fail(round.StepSnapshot, in.Node, err.Error()))
+		}
+		if err := s.finish(round.StepSnapshot, in.Node, "", fmt.Sprintf("%d files in %s", len(snap.Files), snap.Dir)); err != nil {
+			return SnapshotOut{}, err
+		}
+		return SnapshotOut{Snapshot: &snap, Result: Result{
+			Reasons:    []string{fmt.Sprintf("%d files in %s (etcd: %s)", len(snap.Files), snap.Dir, snap.EtcdMethod)},
+			NextAction: "When check_gate of the previous node is green, drain_node this node."}}, nil
+	})
+}
