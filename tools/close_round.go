@@ -61,7 +61,7 @@ func CloseRound() Tool {
 		if _, err := s.j.FindingsCommitted(c); err != nil {
 			return CloseRoundOut{}, err
 		}
-		if err := s.begin(round.StepClose, "", ""); err != nil {
+		if err := s.begin(round.StepClose, ""); err != nil {
 			return CloseRoundOut{}, err
 		}
 		if err := s.finish(round.StepClose, "", "", "closed"); err != nil {

@@ -28,6 +28,9 @@ type session struct {
 	j        *round.Journal
 	id       string
 	settings intent.Settings
+	// events and now feed the recorder (nil: no events, time.Now).
+	events func(window.Event)
+	now    func() time.Time
 }
 
 // openSession returns the open round, or a refusal when there is none.
@@ -39,7 +42,7 @@ func (d *Deps) openSession() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{j: j, id: j.RoundID()}
+	s := &session{j: j, id: j.RoundID(), events: d.WindowEvents, now: d.now}
 	if r, err := d.intentRepo(s.id); err == nil {
 		if st, err := r.RoundSettings(); err == nil {
 			s.settings = st
@@ -87,30 +90,27 @@ func (s *session) admit(d *Deps, step round.Step, node string) error {
 	return ruleRefusal(s.j.State().Admit(step, node, d.now()))
 }
 
-// start records that a state-changing step begins (admission included).
-func (s *session) start(step round.Step, node, approvalID string) error {
-	_, err := s.j.StartStep(step, node, round.Meta{ApprovalID: approvalID})
-	return ruleRefusal(err)
+// rec is the round's recorder. The records the tools write outside a
+// window step's chokepoint go through it too: no journal error is dropped
+// and every transition reaches the Events hook.
+func (s *session) rec() *window.Recorder {
+	return &window.Recorder{J: s.j, Events: s.events, Now: s.now}
 }
 
-// begin starts a step, or, when an earlier attempt is still in flight (the
-// process running it stopped), carries on with that attempt: the callers
-// are idempotent steps whose run is their own re-check.
-func (s *session) begin(step round.Step, node, approvalID string) error {
-	if s.inFlight(step, node) {
-		return nil
-	}
-	return s.start(step, node, approvalID)
+// begin starts a step without an approval (admission included), or, when
+// an earlier attempt is still in flight (the process running it stopped),
+// carries on with that attempt: the callers are idempotent steps whose run
+// is their own re-check. A read-only check always starts a new attempt.
+func (s *session) begin(step round.Step, node string) error {
+	return ruleRefusal(s.rec().Begin(step, node))
 }
 
 func (s *session) finish(step round.Step, node, kernel, detail string) error {
-	_, err := s.j.FinishStep(step, node, round.Meta{Kernel: kernel, Detail: detail})
-	return err
+	return s.rec().Finish(step, node, kernel, detail)
 }
 
 func (s *session) fail(step round.Step, node, detail string) error {
-	_, err := s.j.FailStep(step, node, round.Meta{Detail: detail})
-	return err
+	return s.rec().Fail(step, node, detail)
 }
 
 // check records a read-only check after it ran: green finishes it, red
@@ -119,7 +119,7 @@ func (s *session) check(step round.Step, node string, ok bool, kernel, detail st
 	if s == nil {
 		return nil
 	}
-	if err := s.start(step, node, ""); err != nil {
+	if err := s.begin(step, node); err != nil {
 		return err
 	}
 	if ok {

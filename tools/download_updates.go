@@ -34,7 +34,7 @@ func DownloadUpdates() Tool {
 		if err != nil {
 			return DownloadOut{}, err
 		}
-		if err := s.begin(round.StepDownload, in.Node, ""); err != nil {
+		if err := s.begin(round.StepDownload, in.Node); err != nil {
 			return DownloadOut{}, err
 		}
 		dl, err := h.Steps.Download(ctx, in.Node)

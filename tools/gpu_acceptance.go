@@ -61,7 +61,7 @@ func GPUAcceptance() Tool {
 		if err := w.HoldLease(ctx, round.StepGPUAcceptance, in.Node); err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		if err := s.begin(round.StepGPUAcceptance, in.Node, ""); err != nil {
+		if err := s.begin(round.StepGPUAcceptance, in.Node); err != nil {
 			return GPUAcceptanceOut{}, err
 		}
 		out := GPUAcceptanceOut{}

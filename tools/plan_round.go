@@ -96,7 +96,7 @@ func PlanRound() Tool {
 		if err != nil {
 			return PlanRoundOut{}, err
 		}
-		s := &session{j: j, id: in.Round, settings: settings}
+		s := &session{j: j, id: in.Round, settings: settings, events: d.WindowEvents, now: d.now}
 		if st := j.State(); st.Closed || st.Aborted {
 			return PlanRoundOut{}, Refuse("Plan a new round with a new id.", "round "+in.Round+" is closed or aborted")
 		}
@@ -112,7 +112,7 @@ func PlanRound() Tool {
 			if sh := settings.StackHealth; sh != nil {
 				hc.CriticalNamespaces = sh.CriticalNamespaces
 			}
-			if err := s.start(round.StepBaseline, "", ""); err != nil {
+			if err := s.begin(round.StepBaseline, ""); err != nil {
 				return out, err
 			}
 			base, err := gate.TakeBaseline(ctx, kc.Kube, hc, d.failingVerify(ctx))

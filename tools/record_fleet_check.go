@@ -44,7 +44,7 @@ func RecordFleetCheck() Tool {
 		out.NextAction = "Call round_status: it says what remains before close."
 		st := s.j.State()
 		if st.Admit(round.StepSoak, "", d.now()) == nil && st.SoakStarted.IsZero() {
-			if err := s.start(round.StepSoak, "", ""); err != nil {
+			if err := s.begin(round.StepSoak, ""); err != nil {
 				return out, err
 			}
 			out.Reasons = append(out.Reasons, fmt.Sprintf("the soak of %s starts now", time.Duration(st.Plan.Soak)))

@@ -44,7 +44,7 @@ func SnapshotNode() Tool {
 		if err != nil {
 			return SnapshotOut{}, err
 		}
-		if err := s.begin(round.StepSnapshot, in.Node, ""); err != nil {
+		if err := s.begin(round.StepSnapshot, in.Node); err != nil {
 			return SnapshotOut{}, err
 		}
 		snap, err := h.Steps.Snapshot(ctx, in.Node, s.id, role, "")

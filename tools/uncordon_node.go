@@ -63,7 +63,7 @@ func UncordonNode() Tool {
 		if err := w.HoldLease(ctx, round.StepUncordon, in.Node); err != nil {
 			return UncordonOut{}, err
 		}
-		if err := s.begin(round.StepUncordon, in.Node, ""); err != nil {
+		if err := s.begin(round.StepUncordon, in.Node); err != nil {
 			return UncordonOut{}, err
 		}
 		res, err := drain.Uncordon(ctx, kc.Kube, in.Node, d.Identity)

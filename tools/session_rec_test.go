@@ -1,0 +1,104 @@
+package tools
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+// The round's own records (download, snapshot, uncordon, checks, close)
+// go through the window Recorder: a begin carries on an attempt in
+// flight, a refusal by a standing rule writes nothing, a failure stops
+// the round, every transition reaches the Events hook, and a journal that
+// cannot be written is an error, never dropped.
+func TestSessionRecordsThroughTheRecorder(t *testing.T) {
+	j := plannedJournal(t)
+	t.Cleanup(func() {
+		if err := j.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	var events []window.EventKind
+	s := &session{j: j, id: "2026-11", events: func(e window.Event) { events = append(events, e.Kind) }}
+
+	before := j.State().LastSeq
+	var ref *Refusal
+	if err := s.begin(round.StepUncordon, "gpu-a"); !errors.As(err, &ref) {
+		t.Fatalf("uncordon before the window opened: %v, want a refusal", err)
+	}
+	if j.State().LastSeq != before || len(events) != 0 {
+		t.Fatalf("a refused begin wrote the journal (seq %d → %d) or sent %v", before, j.State().LastSeq, events)
+	}
+
+	for range 2 {
+		if err := s.begin(round.StepDownload, "gpu-a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := s.stepRun(round.StepDownload, "gpu-a")
+	if run == nil || run.State != round.InFlight || len(run.Attempts) != 1 {
+		t.Fatalf("two begins of one download: %+v", run)
+	}
+	if err := s.finish(round.StepDownload, "gpu-a", "", "fetched"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.begin(round.StepSnapshot, "gpu-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.fail(round.StepSnapshot, "gpu-a", "disk full"); err != nil {
+		t.Fatal(err)
+	}
+	st := j.State()
+	if st.Stop == nil || st.Stop.Step != round.StepSnapshot || st.Stop.Node != "gpu-a" {
+		t.Fatalf("a failed snapshot did not stop the round: %+v", st.Stop)
+	}
+	want := []window.EventKind{window.EventStarted, window.EventFinished, window.EventStarted, window.EventFailed, window.EventStopped}
+	if len(events) != len(want) {
+		t.Fatalf("events %v, want %v", events, want)
+	}
+	for i := range want {
+		if events[i] != want[i] {
+			t.Fatalf("events %v, want %v", events, want)
+		}
+	}
+
+}
+
+// A journal that cannot be written stops the step with an error.
+func TestSessionJournalErrorIsReported(t *testing.T) {
+	j := plannedJournal(t)
+	s := &session{j: j, id: "2026-11"}
+	if err := s.begin(round.StepDownload, "gpu-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.finish(round.StepDownload, "gpu-a", "", "fetched"); err == nil {
+		t.Error("finishing a step in a closed journal reported no error")
+	}
+	if err := s.fail(round.StepDownload, "gpu-a", "lost"); err == nil {
+		t.Error("failing a step in a closed journal reported no error")
+	}
+}
+
+func plannedJournal(t *testing.T) *round.Journal {
+	t.Helper()
+	now := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
+	j, err := round.Open(filepath.Join(t.TempDir(), "2026-11"), round.WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := round.PlanOrder([]round.NodeInfo{{Name: "gpu-a", GPU: true, Canary: true}}, round.Placement{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Plan(o, time.Hour, round.Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
