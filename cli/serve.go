@@ -57,6 +57,7 @@ func runServe(ctx context.Context, g *globals, f serveFlags, stdio IO) error {
 		return err
 	}
 	defer cleanup()
+	go retakeWindowLease(ctx, d, log)
 	server := tools.NewServer(tools.Builtin(), d, Version)
 	if *metricsAddr != "" {
 		stopMetrics, err := serveMetrics(ctx, *metricsAddr, d.Ops.Metrics.Handler(), stdio, log)
@@ -74,6 +75,22 @@ func runServe(ctx context.Context, g *globals, f serveFlags, stdio IO) error {
 		return err
 	}
 	return serveHTTP(ctx, &c, server, d.Ops.Metrics.Handler(), stdio, log)
+}
+
+// retakeWindowLease takes the window Lease again when the journal shows a
+// window open (this server restarted mid-window), in the background so
+// an unreachable API server does not hold up the MCP handshake; the
+// window's next step holds it in any case.
+func retakeWindowLease(ctx context.Context, d *tools.Deps, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	node, err := d.RetakeWindowLease(ctx)
+	switch {
+	case err != nil:
+		log.Warn("window Lease not taken again at start; the window's next step holds it or stops", "node", node, "err", err)
+	case node != "":
+		log.Info("window Lease taken again: the journal shows this window open", "node", node)
+	}
 }
 
 // serveMetrics serves /metrics alone on addr until stop is called.

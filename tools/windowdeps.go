@@ -241,3 +241,29 @@ func (s *session) inFlightRun(step round.Step, node string) *round.StepRun {
 	}
 	return r
 }
+
+// RetakeWindowLease takes the window Lease again when the open round's
+// journal shows a window open: a server calls it as it starts, so the
+// Lease of a window a stopped process left open does not lapse until the
+// window's next step. It writes nothing: another holder's Lease is
+// reported (the window's next step stops under the window_lease rule). A
+// read-only server takes no Lease. It answers the node whose window is
+// open, "" when none is.
+func (d *Deps) RetakeWindowLease(ctx context.Context) (string, error) {
+	if d.Mode == ModeReadOnly || d.Book == nil || d.Book.CurrentID() == "" {
+		return "", nil
+	}
+	s, err := d.openSession()
+	if err != nil {
+		return "", err
+	}
+	if s.j.State().Current == "" {
+		return "", nil
+	}
+	lease, err := d.windowLease(ctx)
+	if err != nil {
+		return "", err
+	}
+	w := &window.Window{Round: s.id, Rec: s.rec(), Lease: lease, Now: d.now, Log: d.Log}
+	return w.Retake(ctx)
+}

@@ -127,6 +127,25 @@ func (w *Window) HoldLease(ctx context.Context, step round.Step, node string) er
 		why, "nothing was executed")
 }
 
+// Retake takes the window Lease again for the window the journal shows
+// open, as a server does when it starts: the Lease of a window left open
+// by a process that stopped lapses, and another server could take it
+// between the restart and the window's next step. It writes nothing: held
+// by another holder, the error wraps ErrLeaseHeld and the window's next
+// step stops under the window_lease rule (HoldLease). It answers the node
+// whose window is open; "" and nil when none is (or no Lease is
+// configured).
+func (w *Window) Retake(ctx context.Context) (string, error) {
+	st := w.Rec.J.State()
+	if w.Lease == nil || st.Closed || st.Aborted || st.Current == "" {
+		return "", nil
+	}
+	if err := w.Lease.Hold(ctx, w.Round, st.Current); err != nil {
+		return st.Current, fmt.Errorf("take the window Lease of %s again: %w", st.Current, err)
+	}
+	return st.Current, nil
+}
+
 // ReleaseLease lets the Lease go once the node's window closed.
 func (w *Window) ReleaseLease(ctx context.Context, node string) error {
 	if w.Lease == nil {
