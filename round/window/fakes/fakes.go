@@ -44,6 +44,8 @@ type Host struct {
 	Unreachable bool
 	Actions     []Action
 	Autoremoved map[string][]string
+	// Drill is the fallback drill's state (fallback_drill.sh status).
+	Drill steps.DrillState
 }
 
 var _ window.Host = (*Host)(nil)
@@ -196,11 +198,38 @@ func (h *Host) Promote(ctx context.Context, node, round, kernel string) (steps.P
 	return steps.PromoteResult{Node: node, ExpectedKernel: kernel, NextBootKernel: kernel, Promoted: kernel == h.Target}, nil
 }
 
+// DrillUnit is where fallback_drill.sh writes the drill's unit.
+const DrillUnit = "/etc/systemd/system/mcp-patch-fallback-drill.service"
+
+// FallbackDrill arms, disarms or reads the drill as fallback_drill.sh
+// does: arming clears an earlier firing; disarming leaves the record of a
+// firing; the drill fires only when the armed kernel boots (see Boot).
 func (h *Host) FallbackDrill(ctx context.Context, node, action, round, kernel string) (steps.DrillState, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.act(node, "drill-"+action, kernel)
-	return steps.DrillState{}, h.down()
+	if err := h.down(); err != nil {
+		return steps.DrillState{Node: node}, err
+	}
+	switch action {
+	case steps.DrillArm:
+		if err := steps.ValidateRound(round); err != nil {
+			return steps.DrillState{Node: node}, err
+		}
+		if err := steps.ValidateKernel("drill kernel", kernel); err != nil {
+			return steps.DrillState{Node: node}, err
+		}
+		h.act(node, "drill-arm", kernel)
+		h.Drill = steps.DrillState{Armed: true, DrillKernel: kernel}
+	case steps.DrillDisarm:
+		h.act(node, "drill-disarm", "")
+		h.Drill.Armed, h.Drill.DrillKernel = false, ""
+	case steps.DrillStatus:
+	default:
+		return steps.DrillState{Node: node}, fmt.Errorf("fallback drill on node %s: %w: action %q", node, steps.ErrBadInput, action)
+	}
+	st := h.Drill
+	st.Node, st.Unit = node, DrillUnit
+	return st, nil
 }
 
 func (h *Host) Autoremove(ctx context.Context, node string, in steps.AutoremoveInput) (steps.AutoremoveResult, error) {
@@ -340,11 +369,19 @@ func (h *Host) GPUCheck(ctx context.Context, node string, in steps.GPUCheckInput
 }
 
 // Boot finishes the trial reboot: the node comes back on the target kernel
-// (fellBack false) or on the old one.
+// (fellBack false) or on the old one. A fallback drill armed for the
+// target kernel fires when that kernel boots: it crashes it, and GRUB
+// brings the host back on the old kernel; a host that fell back before
+// the new kernel reached its units (fellBack true) leaves the drill
+// unfired.
 func (h *Host) Boot(fellBack bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.Rebooted = true
+	if !fellBack && h.Drill.Armed && h.Drill.DrillKernel == h.Target {
+		h.Drill.Armed, h.Drill.DrillKernel, h.Drill.Fired, h.Drill.FiredAt = false, "", true, "2026-11-03T08:00:00Z"
+		fellBack = true
+	}
 	if fellBack {
 		h.Outcome = steps.OutcomeFellBack
 		return
