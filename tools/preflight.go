@@ -26,10 +26,10 @@ const (
 	kubeConcurrency = 8
 )
 
-// PreflightSteps are the host steps the preflight reads a node with.
+// PreflightSteps is the host step the preflight reads a node with: the
+// simulated upgrade and the survey for its target kernel, in one session.
 type PreflightSteps interface {
-	Simulate(ctx context.Context, node string) (steps.Simulation, error)
-	Inspect(ctx context.Context, node string, in steps.InspectInput) (steps.Inspection, error)
+	Preflight(ctx context.Context, node string) (steps.Simulation, steps.Inspection, error)
 }
 
 var _ PreflightSteps = (*steps.Steps)(nil)
@@ -53,18 +53,15 @@ func PreflightHosts(ctx context.Context, st PreflightSteps, nodes []string, conc
 	return out
 }
 
-// preflightFacts reads one node for the plan: the simulated upgrade, then
-// the inspection for its target kernel (NVIDIA modules, GRUB entries,
-// /boot, Livepatch, unattended-upgrades). It changes nothing.
+// preflightFacts reads one node for the plan in one SSH session: the
+// simulated upgrade and the inspection for its target kernel (NVIDIA
+// modules, GRUB entries, /boot, Livepatch, unattended-upgrades). It changes
+// nothing.
 func preflightFacts(ctx context.Context, st PreflightSteps, node string) plan.Facts {
-	sim, err := st.Simulate(ctx, node)
+	sim, insp, err := st.Preflight(ctx, node)
 	if errors.Is(err, steps.ErrRefused) {
 		return plan.Facts{SimulateRefused: oneLine(err.Error())}
 	}
-	if err != nil {
-		return unreadFacts(err)
-	}
-	insp, err := st.Inspect(ctx, node, steps.InspectInput{TargetKernel: sim.Plan.TargetKernel})
 	if err != nil {
 		return unreadFacts(err)
 	}

@@ -23,6 +23,7 @@ type HostPool interface {
 type HostSteps interface {
 	window.Host
 	Kernel(ctx context.Context, node string) (steps.KernelInfo, error)
+	PreflightSteps
 	Download(ctx context.Context, node string) (steps.DownloadResult, error)
 	Snapshot(ctx context.Context, node, round, role, etcdEndpoint string) (steps.SnapshotResult, error)
 	Verify(ctx context.Context, node string, in steps.VerifyInput) (steps.NodeVerification, error)

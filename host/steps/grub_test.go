@@ -231,7 +231,10 @@ func TestTrialBootRefusesLVMSample(t *testing.T) {
 
 // TestInspectOnFixtures runs inspect.sh against a temp root built from the
 // real samples, with the real apt-get/dpkg-query on the apt lab.
-func TestInspectOnFixtures(t *testing.T) {
+// inspectFixtureSteps builds a temp root from the real samples (GRUB,
+// reboot-required, the NVIDIA driver's version, DKMS modules for the
+// target kernel) with the real apt-get/dpkg-query on the apt lab.
+func inspectFixtureSteps(t *testing.T) (*Steps, *grubRoot) {
 	r := newGrubRoot(t, "grub/grub.cfg_ubuntu2204-aws-2kernels-partuuid-initrdless.cfg")
 	lab := newAptLab(t, `Unattended-Upgrade::Package-Blacklist { "linux-"; "nvidia-"; };`)
 	// grub-reboot (the real one) sets a one-shot entry to read back.
@@ -251,7 +254,45 @@ func TestInspectOnFixtures(t *testing.T) {
 		ProcDriverNvidia: filepath.Join(root, "proc", "driver", "nvidia"), ModulesDir: filepath.Join(root, "lib", "modules"),
 		ProcMdstat: filepath.Join(root, "proc", "mdstat"),
 	})
-	s := newSteps(t, paths, "")
+	return newSteps(t, paths, ""), r
+}
+
+// TestPreflightIsSimulateAndInspect: preflight.sh, in one session, finds
+// what simulate.sh and inspect.sh (for the plan's target kernel) find.
+func TestPreflightIsSimulateAndInspect(t *testing.T) {
+	s, _ := inspectFixtureSteps(t)
+	sim, ins, err := s.Preflight(ctxT(t), testNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSim, err := s.Simulate(ctxT(t), testNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sim.Boot.FreeKB == nil || wantSim.Boot.FreeKB == nil {
+		t.Fatalf("free space on /boot unknown: %+v %+v", sim.Boot, wantSim.Boot)
+	}
+	sim.Boot.FreeKB = wantSim.Boot.FreeKB // the disk of this machine moves between the two runs
+	if d := cmp.Diff(wantSim, sim); d != "" {
+		t.Errorf("simulation (-simulate.sh +preflight.sh)\n%s", d)
+	}
+	if sim.Plan.TargetKernel != "9.9.9-1-generic" {
+		t.Fatalf("target kernel %q", sim.Plan.TargetKernel)
+	}
+	wantIns, err := s.Inspect(ctxT(t), testNode, InspectInput{TargetKernel: sim.Plan.TargetKernel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(wantIns, ins); d != "" {
+		t.Errorf("inspection (-inspect.sh +preflight.sh)\n%s", d)
+	}
+	if !ins.TargetModules.Present || !ins.TargetModules.DKMS {
+		t.Errorf("target modules %+v", ins.TargetModules)
+	}
+}
+
+func TestInspectOnFixtures(t *testing.T) {
+	s, r := inspectFixtureSteps(t)
 	ins, err := s.Inspect(ctxT(t), testNode, InspectInput{TargetKernel: "9.9.9-1-generic"})
 	if err != nil {
 		t.Fatal(err)

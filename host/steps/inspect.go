@@ -165,6 +165,12 @@ func (s *Steps) Inspect(ctx context.Context, node string, in InspectInput) (Insp
 	if _, err := s.run(ctx, "inspect", node, env, &o, false); err != nil {
 		return Inspection{}, err
 	}
+	return inspectionOf(node, in.TargetKernel, o), nil
+}
+
+// inspectionOf builds the Inspection from the script's fields; modules are
+// the NVIDIA module files found for target.
+func inspectionOf(node, target string, o inspectOut) Inspection {
 	ins := Inspection{
 		Node: node, Kernel: o.Kernel, BootID: strings.TrimSpace(o.BootID), Holds: nonNil(o.Holds),
 		InstalledKernels: []InstalledKernel{}, NvidiaPackages: []parse.DpkgPackage{}, KubePackages: []parse.DpkgPackage{},
@@ -223,8 +229,8 @@ func (s *Steps) Inspect(ctx context.Context, node string, in InspectInput) (Insp
 	} else {
 		ins.NvidiaDriverVersion = strings.TrimSpace(o.NvidiaSMI)
 	}
-	ins.TargetModules = targetModules(in.TargetKernel, pkgs, o.TargetMods)
-	return ins, nil
+	ins.TargetModules = targetModules(target, pkgs, o.TargetMods)
+	return ins
 }
 
 func grubState(o inspectOut) GrubState {

@@ -86,6 +86,7 @@ func TestScriptsRefuseBadInputWithOneJSON(t *testing.T) {
 		"fallback_drill": {"ACTION": "arm", "ROUND": "r1", "DRILL_KERNEL": "6.8; reboot"},
 		"rollback":       {"ACTION": "prepare", "ROUND": "r1", "OLD_ENTRY": "x", "OLD_KERNEL": "6.8; reboot"},
 		"simulate":       nil,
+		"preflight":      {"GRUB_CFG": "relative/grub.cfg"},
 		"download":       nil,
 	}
 	for _, name := range scriptNames(t) {

@@ -163,24 +163,34 @@ var KubernetesPackages = []string{"containerd", "containerd.io", "kubelet", "kub
 // returns the Plan with its digest. The digest the script computed and the
 // one computed here must agree, or the call fails.
 func (s *Steps) Simulate(ctx context.Context, node string) (Simulation, error) {
-	var o struct {
-		Packages   string   `json:"packages"`
-		Holds      []string `json:"holds"`
-		AptOutput  string   `json:"apt_output"`
-		PlanDigest string   `json:"plan_digest"`
-		PlanLines  []string `json:"plan_lines"`
-		BootDir    string   `json:"boot_dir"`
-		BootFreeKB *int64   `json:"boot_free_kb"`
-		BootNeedKB int64    `json:"boot_need_kb"`
-		BootNew    []string `json:"boot_new_kernels"`
-		BootShort  bool     `json:"boot_short"`
-		Interrupt  bool     `json:"dpkg_interrupted"`
-		FixCommand string   `json:"fix_command"`
-		Phased     []string `json:"phased"`
-	}
+	var o simulateOut
 	if _, err := s.run(ctx, "simulate", node, nil, &o, false); err != nil {
 		return Simulation{Node: node, DpkgInterrupted: o.Interrupt, FixCommand: o.FixCommand}, err
 	}
+	return simulationOf(node, o)
+}
+
+// simulateOut is what simulate.sh (and preflight.sh) print for the
+// simulated upgrade.
+type simulateOut struct {
+	Packages   string   `json:"packages"`
+	Holds      []string `json:"holds"`
+	AptOutput  string   `json:"apt_output"`
+	PlanDigest string   `json:"plan_digest"`
+	PlanLines  []string `json:"plan_lines"`
+	BootDir    string   `json:"boot_dir"`
+	BootFreeKB *int64   `json:"boot_free_kb"`
+	BootNeedKB int64    `json:"boot_need_kb"`
+	BootNew    []string `json:"boot_new_kernels"`
+	BootShort  bool     `json:"boot_short"`
+	Interrupt  bool     `json:"dpkg_interrupted"`
+	FixCommand string   `json:"fix_command"`
+	Phased     []string `json:"phased"`
+}
+
+// simulationOf builds the Simulation from the script's fields. The digest
+// the script computed and the one computed here must agree.
+func simulationOf(node string, o simulateOut) (Simulation, error) {
 	sim := Simulation{Node: node, Holds: nonNil(o.Holds), AptOutput: o.AptOutput, Kubernetes: []KubePackage{}, Unheld: []string{},
 		Boot: BootSpace{Dir: o.BootDir, FreeKB: o.BootFreeKB, NeedKB: o.BootNeedKB, NewKernels: nonNil(o.BootNew), Short: o.BootShort}}
 	sim.Plan = BuildPlan(o.AptOutput)

@@ -35,6 +35,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -174,6 +175,10 @@ type Fleet struct {
 	closed bool
 	done   chan struct{}
 	wg     sync.WaitGroup
+
+	// commands counts the commands (exec or shell requests) the hosts'
+	// SSH servers started.
+	commands atomic.Int64
 }
 
 // New creates the hosts, boots them (through GRUB's choice, like any later
@@ -350,6 +355,10 @@ func (f *Fleet) writeClientFiles() error {
 	}
 	return nil
 }
+
+// Commands is how many commands (SSH exec or shell requests, one per
+// session) the hosts' SSH servers started so far.
+func (f *Fleet) Commands() int64 { return f.commands.Load() }
 
 // Hosts returns every host in creation order: control planes, canaries,
 // GPU servers.

@@ -283,6 +283,7 @@ func (h *Host) startCommand(s *session, ch ssh.Channel, command string, extraEnv
 	s.mu.Unlock()
 	if err == nil {
 		h.sessions[s] = struct{}{}
+		h.fleet.commands.Add(1)
 	}
 	h.mu.Unlock()
 	if err != nil {

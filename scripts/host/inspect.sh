@@ -73,9 +73,16 @@ json_awk() {
 	{ printf "%s%s", (n++ ? "\\n" : ""), esc($0) }
 	END { printf "%s", (mode == "lines" ? "]" : "\"") }'
 }
-jstr() { printf '%s\n' "$1" | json_awk value; }
+# A string without quotes, backslashes or control characters is already
+# JSON: it is printed as it is, without starting awk.
+jstr() {
+	case $1 in
+	*[\\\"]* | *[[:cntrl:]]*) printf '%s\n' "$1" | json_awk value ;;
+	*) printf '"%s"' "$1" ;;
+	esac
+}
 jtext() { if [ -z "$1" ]; then printf '""'; else printf '%s\n' "$1" | json_awk text; fi; }
-jlines() { printf '%s\n' "$1" | json_awk lines; }
+jlines() { if [ -z "$1" ]; then printf '[]'; else printf '%s\n' "$1" | json_awk lines; fi; }
 
 # field NAME JSON: add a field to the result object.
 field() { FIELDS="$FIELDS,\"$1\":$2"; }
@@ -126,7 +133,13 @@ check() {
 	case $2 in *"$NL"*) bad_input "$1 must be a single line" ;; esac
 	printf '%s\n' "$2" | grep -Eqx -- "$3" || bad_input "$1='$2' is not $4"
 }
-check_path() { check "$1" "$2" '/[^[:cntrl:]]*' 'an absolute path'; }
+check_path() {
+	case $2 in
+	/*) case $2 in *[[:cntrl:]]*) ;; *) return 0 ;; esac ;;
+	esac
+	case $2 in *"$NL"*) bad_input "$1 must be a single line" ;; esac
+	bad_input "$1='$2' is not an absolute path"
+}
 check_round() { check "$1" "$2" '[A-Za-z0-9][A-Za-z0-9._-]{0,63}' 'a round id'; }
 check_kernel() {
 	check "$1" "$2" '[0-9]+\.[0-9]+(\.[0-9]+)?([.+~_-][A-Za-z0-9]+){0,12}' 'a kernel release'
@@ -166,7 +179,10 @@ EOT
 }
 # ---- boot-storage: end ----
 
-: "${TARGET_KERNEL:=}"
+# ---- host-survey: begin (copied from lib/host-survey.sh by go generate; edit it there) ----
+# The read-only survey of a node, in parts a script calls in this order:
+# survey_input (the paths), survey_kernel, survey_packages, then its own
+# apt simulation, survey_boot, and survey_modules for a kernel release.
 : "${GRUB_CFG:=/boot/grub/grub.cfg}"
 : "${GRUB_DIR:=/boot/grub}"
 : "${GRUB_DEFAULTS:=/etc/default/grub}"
@@ -178,33 +194,128 @@ EOT
 : "${PROC_DRIVER_NVIDIA:=/proc/driver/nvidia}"
 : "${MODULES_DIR:=/lib/modules}"
 
+survey_input() {
+	for v in GRUB_CFG GRUB_DIR GRUB_DEFAULTS BOOT_ID_FILE PROC_UPTIME PROC_SYS PROC_MDSTAT REBOOT_REQUIRED PROC_DRIVER_NVIDIA MODULES_DIR; do
+		eval "check_path $v \"\$$v\""
+	done
+}
+
+# survey_file NAME PATH: the file as text, every line ending in a newline
+# ("" when it cannot be read).
+survey_file() {
+	if [ -r "$2" ]; then field "$1" "$(json_awk text <"$2")"; else field_text "$1" ''; fi
+}
+
+survey_kernel() {
+	STAGE='reading the running kernel'
+	kernel=$(uname -r)
+	field_str kernel "$kernel"
+	STAGE="reading $BOOT_ID_FILE"
+	# read, a built-in, takes the first line of these one-line files.
+	boot_id=''
+	IFS= read -r boot_id <"$BOOT_ID_FILE" || [ -n "$boot_id" ]
+	field_str boot_id "$boot_id"
+	up=''
+	IFS= read -r up 2>/dev/null <"$PROC_UPTIME" || true
+	field_int uptime_seconds "${up%%.*}"
+}
+
+survey_packages() {
+	STAGE='listing installed kernel, NVIDIA and Kubernetes packages'
+	# dpkg-query exits 1 when one of the patterns matches nothing; the lines it
+	# did print are still right.
+	pkgs=$(dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' \
+		'linux-image-*' 'linux-modules-*' 'linux-headers-*' 'nvidia-*' 'libnvidia-*' \
+		'containerd*' kubelet kubeadm kubectl cri-tools 2>/dev/null) || true
+	field_text packages "$pkgs"
+
+	STAGE='listing apt holds (apt-mark showhold)'
+	holds=$(apt-mark showhold)
+	field_lines holds "$holds"
+}
+
+survey_boot() {
+	STAGE='reading GRUB configuration'
+	survey_file grub_cfg "$GRUB_CFG"
+	field_bool grub_cfg_present "$(yes_if [ -r "$GRUB_CFG" ])"
+	if [ -r "$GRUB_DIR/grubenv" ]; then
+		field_text grubenv "$(cat "$GRUB_DIR/grubenv")"
+		field_int grubenv_size "$(stat -c %s "$GRUB_DIR/grubenv")"
+	else
+		field_text grubenv ''
+	fi
+	defaults=''
+	for f in "$GRUB_DEFAULTS" "$GRUB_DEFAULTS".d/*.cfg; do
+		[ -r "$f" ] || continue
+		defaults="$defaults${defaults:+,}{\"path\":$(jstr "$f"),\"content\":$(jtext "$(cat "$f")")}"
+	done
+	field grub_defaults "[$defaults]"
+
+	STAGE='checking where grubenv lives'
+	boot_storage
+	field_str boot_source "$BOOT_SOURCE"
+	field_str boot_fstype "$BOOT_FSTYPE"
+	field_bool grubenv_reliable "$GRUBENV_RELIABLE"
+	field_lines grubenv_reasons "$GRUBENV_REASONS"
+	survey_file mdstat "$PROC_MDSTAT"
+
+	STAGE='reading kernel.panic'
+	panic=''
+	IFS= read -r panic 2>/dev/null <"$PROC_SYS/kernel/panic" || true
+	field_str kernel_panic "$panic"
+
+	STAGE='reading Livepatch status'
+	if command -v canonical-livepatch >/dev/null 2>&1; then
+		field_bool livepatch_present 1
+		rc=0
+		lp=$(canonical-livepatch status --format json 2>/dev/null) || rc=$?
+		format=json
+		if [ "$rc" != 0 ] || [ -z "$lp" ]; then
+			rc=0
+			lp=$(canonical-livepatch status --format yaml 2>&1) || rc=$?
+			format=yaml
+		fi
+		field_str livepatch_format "$format"
+		field_text livepatch_status "$lp"
+		field_int livepatch_exit "$rc"
+	else
+		field_bool livepatch_present 0
+	fi
+
+	STAGE='reading the unattended-upgrades blacklist'
+	field_text unattended_blacklist "$(apt-config dump | grep '^Unattended-Upgrade::Package-Blacklist' || true)"
+
+	STAGE='reading reboot-required'
+	field_bool reboot_required "$(yes_if [ -e "$REBOOT_REQUIRED" ])"
+	survey_file reboot_required_pkgs "$REBOOT_REQUIRED.pkgs"
+
+	STAGE='reading the NVIDIA driver version'
+	survey_file nvidia_proc_version "$PROC_DRIVER_NVIDIA/version"
+	if command -v nvidia-smi >/dev/null 2>&1; then
+		field_str nvidia_smi_driver "$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)"
+	else
+		field_str nvidia_smi_driver ''
+	fi
+}
+
+# survey_modules RELEASE: the nvidia*.ko* files under $MODULES_DIR/RELEASE,
+# relative to it, one per line (none when the directory is missing).
+survey_modules() {
+	if [ -d "$MODULES_DIR/$1" ]; then
+		(cd "$MODULES_DIR/$1" && find . -name 'nvidia*.ko*' | sed 's|^\./||' | LC_ALL=C sort)
+	fi
+}
+# ---- host-survey: end ----
+
+: "${TARGET_KERNEL:=}"
+
 STAGE='checking input'
 if [ -n "$TARGET_KERNEL" ]; then check_kernel TARGET_KERNEL "$TARGET_KERNEL"; fi
-for v in GRUB_CFG GRUB_DIR GRUB_DEFAULTS BOOT_ID_FILE PROC_UPTIME PROC_SYS PROC_MDSTAT REBOOT_REQUIRED PROC_DRIVER_NVIDIA MODULES_DIR; do
-	eval "check_path $v \"\$$v\""
-done
+survey_input
 make_tmpdir
 
-STAGE='reading the running kernel'
-kernel=$(uname -r)
-field_str kernel "$kernel"
-STAGE="reading $BOOT_ID_FILE"
-boot_id=$(cat "$BOOT_ID_FILE")
-field_str boot_id "$boot_id"
-up=$(cat "$PROC_UPTIME" 2>/dev/null || true)
-field_int uptime_seconds "${up%%.*}"
-
-STAGE='listing installed kernel, NVIDIA and Kubernetes packages'
-# dpkg-query exits 1 when one of the patterns matches nothing; the lines it
-# did print are still right.
-pkgs=$(dpkg-query -W -f='${Package}\t${Version}\t${db:Status-Abbrev}\n' \
-	'linux-image-*' 'linux-modules-*' 'linux-headers-*' 'nvidia-*' 'libnvidia-*' \
-	'containerd*' kubelet kubeadm kubectl cri-tools 2>/dev/null) || true
-field_text packages "$pkgs"
-
-STAGE='listing apt holds (apt-mark showhold)'
-holds=$(apt-mark showhold)
-field_lines holds "$holds"
+survey_kernel
+survey_packages
 
 STAGE='simulating the upgrade (apt-get -s full-upgrade)'
 rc=0
@@ -213,79 +324,13 @@ field_text apt_simulate "$sim"
 field_text apt_simulate_stderr "$(cat "$TMPD/apt.err")"
 field_int apt_simulate_exit "$rc"
 
-STAGE='reading GRUB configuration'
-if [ -r "$GRUB_CFG" ]; then field_text grub_cfg "$(cat "$GRUB_CFG")"; else field_text grub_cfg ''; fi
-field_bool grub_cfg_present "$(yes_if [ -r "$GRUB_CFG" ])"
-if [ -r "$GRUB_DIR/grubenv" ]; then
-	field_text grubenv "$(cat "$GRUB_DIR/grubenv")"
-	field_int grubenv_size "$(stat -c %s "$GRUB_DIR/grubenv")"
-else
-	field_text grubenv ''
-fi
-defaults=''
-for f in "$GRUB_DEFAULTS" "$GRUB_DEFAULTS".d/*.cfg; do
-	[ -r "$f" ] || continue
-	defaults="$defaults${defaults:+,}{\"path\":$(jstr "$f"),\"content\":$(jtext "$(cat "$f")")}"
-done
-field grub_defaults "[$defaults]"
-
-STAGE='checking where grubenv lives'
-boot_storage
-field_str boot_source "$BOOT_SOURCE"
-field_str boot_fstype "$BOOT_FSTYPE"
-field_bool grubenv_reliable "$GRUBENV_RELIABLE"
-field_lines grubenv_reasons "$GRUBENV_REASONS"
-if [ -r "$PROC_MDSTAT" ]; then field_text mdstat "$(cat "$PROC_MDSTAT")"; else field_text mdstat ''; fi
-
-STAGE='reading kernel.panic'
-field_str kernel_panic "$(cat "$PROC_SYS/kernel/panic" 2>/dev/null || true)"
-
-STAGE='reading Livepatch status'
-if command -v canonical-livepatch >/dev/null 2>&1; then
-	field_bool livepatch_present 1
-	rc=0
-	lp=$(canonical-livepatch status --format json 2>/dev/null) || rc=$?
-	format=json
-	if [ "$rc" != 0 ] || [ -z "$lp" ]; then
-		rc=0
-		lp=$(canonical-livepatch status --format yaml 2>&1) || rc=$?
-		format=yaml
-	fi
-	field_str livepatch_format "$format"
-	field_text livepatch_status "$lp"
-	field_int livepatch_exit "$rc"
-else
-	field_bool livepatch_present 0
-fi
-
-STAGE='reading the unattended-upgrades blacklist'
-field_text unattended_blacklist "$(apt-config dump | grep '^Unattended-Upgrade::Package-Blacklist' || true)"
-
-STAGE='reading reboot-required'
-field_bool reboot_required "$(yes_if [ -e "$REBOOT_REQUIRED" ])"
-if [ -r "$REBOOT_REQUIRED.pkgs" ]; then field_text reboot_required_pkgs "$(cat "$REBOOT_REQUIRED.pkgs")"; else field_text reboot_required_pkgs ''; fi
-
-STAGE='reading the NVIDIA driver version'
-if [ -r "$PROC_DRIVER_NVIDIA/version" ]; then
-	field_text nvidia_proc_version "$(cat "$PROC_DRIVER_NVIDIA/version")"
-else
-	field_text nvidia_proc_version ''
-fi
-if command -v nvidia-smi >/dev/null 2>&1; then
-	field_str nvidia_smi_driver "$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)"
-else
-	field_str nvidia_smi_driver ''
-fi
+survey_boot
 
 if [ -n "$TARGET_KERNEL" ]; then
 	STAGE="looking for NVIDIA modules for $TARGET_KERNEL"
 	field_str target_kernel "$TARGET_KERNEL"
 	field_bool target_modules_dir "$(yes_if [ -d "$MODULES_DIR/$TARGET_KERNEL" ])"
-	mods=''
-	if [ -d "$MODULES_DIR/$TARGET_KERNEL" ]; then
-		mods=$(cd "$MODULES_DIR/$TARGET_KERNEL" && find . -name 'nvidia*.ko*' | sed 's|^\./||' | LC_ALL=C sort)
-	fi
-	field_lines target_nvidia_modules "$mods"
+	field_lines target_nvidia_modules "$(survey_modules "$TARGET_KERNEL")"
 fi
 
 ok 'done'

@@ -68,9 +68,16 @@ json_awk() {
 	{ printf "%s%s", (n++ ? "\\n" : ""), esc($0) }
 	END { printf "%s", (mode == "lines" ? "]" : "\"") }'
 }
-jstr() { printf '%s\n' "$1" | json_awk value; }
+# A string without quotes, backslashes or control characters is already
+# JSON: it is printed as it is, without starting awk.
+jstr() {
+	case $1 in
+	*[\\\"]* | *[[:cntrl:]]*) printf '%s\n' "$1" | json_awk value ;;
+	*) printf '"%s"' "$1" ;;
+	esac
+}
 jtext() { if [ -z "$1" ]; then printf '""'; else printf '%s\n' "$1" | json_awk text; fi; }
-jlines() { printf '%s\n' "$1" | json_awk lines; }
+jlines() { if [ -z "$1" ]; then printf '[]'; else printf '%s\n' "$1" | json_awk lines; fi; }
 
 # field NAME JSON: add a field to the result object.
 field() { FIELDS="$FIELDS,\"$1\":$2"; }
@@ -121,7 +128,13 @@ check() {
 	case $2 in *"$NL"*) bad_input "$1 must be a single line" ;; esac
 	printf '%s\n' "$2" | grep -Eqx -- "$3" || bad_input "$1='$2' is not $4"
 }
-check_path() { check "$1" "$2" '/[^[:cntrl:]]*' 'an absolute path'; }
+check_path() {
+	case $2 in
+	/*) case $2 in *[[:cntrl:]]*) ;; *) return 0 ;; esac ;;
+	esac
+	case $2 in *"$NL"*) bad_input "$1 must be a single line" ;; esac
+	bad_input "$1='$2' is not an absolute path"
+}
 check_round() { check "$1" "$2" '[A-Za-z0-9][A-Za-z0-9._-]{0,63}' 'a round id'; }
 check_kernel() {
 	check "$1" "$2" '[0-9]+\.[0-9]+(\.[0-9]+)?([.+~_-][A-Za-z0-9]+){0,12}' 'a kernel release'

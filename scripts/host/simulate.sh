@@ -64,9 +64,16 @@ json_awk() {
 	{ printf "%s%s", (n++ ? "\\n" : ""), esc($0) }
 	END { printf "%s", (mode == "lines" ? "]" : "\"") }'
 }
-jstr() { printf '%s\n' "$1" | json_awk value; }
+# A string without quotes, backslashes or control characters is already
+# JSON: it is printed as it is, without starting awk.
+jstr() {
+	case $1 in
+	*[\\\"]* | *[[:cntrl:]]*) printf '%s\n' "$1" | json_awk value ;;
+	*) printf '"%s"' "$1" ;;
+	esac
+}
 jtext() { if [ -z "$1" ]; then printf '""'; else printf '%s\n' "$1" | json_awk text; fi; }
-jlines() { printf '%s\n' "$1" | json_awk lines; }
+jlines() { if [ -z "$1" ]; then printf '[]'; else printf '%s\n' "$1" | json_awk lines; fi; }
 
 # field NAME JSON: add a field to the result object.
 field() { FIELDS="$FIELDS,\"$1\":$2"; }
@@ -117,7 +124,13 @@ check() {
 	case $2 in *"$NL"*) bad_input "$1 must be a single line" ;; esac
 	printf '%s\n' "$2" | grep -Eqx -- "$3" || bad_input "$1='$2' is not $4"
 }
-check_path() { check "$1" "$2" '/[^[:cntrl:]]*' 'an absolute path'; }
+check_path() {
+	case $2 in
+	/*) case $2 in *[[:cntrl:]]*) ;; *) return 0 ;; esac ;;
+	esac
+	case $2 in *"$NL"*) bad_input "$1 must be a single line" ;; esac
+	bad_input "$1='$2' is not an absolute path"
+}
 check_round() { check "$1" "$2" '[A-Za-z0-9][A-Za-z0-9._-]{0,63}' 'a round id'; }
 check_kernel() {
 	check "$1" "$2" '[0-9]+\.[0-9]+(\.[0-9]+)?([.+~_-][A-Za-z0-9]+){0,12}' 'a kernel release'
@@ -194,8 +207,11 @@ dpkg_ready() {
 boot_space() {
 	BOOT_NEW_KERNELS=$(printf '%s\n' "$1" | awk '$1 == "Inst" && $2 ~ /^linux-image-[0-9]/ && $3 == "-" { sub(/^linux-image-/, "", $2); print $2 }')
 	per=0
+	running=$(uname -r)
 	for f in vmlinuz initrd.img System.map config; do
-		if [ -f "$BOOT_DIR/$f-$(uname -r)" ]; then per=$((per + $(du -k "$BOOT_DIR/$f-$(uname -r)" | cut -f1))); fi
+		[ -f "$BOOT_DIR/$f-$running" ] || continue
+		kb=$(du -k "$BOOT_DIR/$f-$running")
+		per=$((per + ${kb%%[!0-9]*}))
 	done
 	per=$((per * 12 / 10))
 	[ "$per" -ge 65536 ] || per=65536
@@ -245,6 +261,53 @@ plan_lines() {
 plan_digest() { plan_lines | LC_ALL=C sort | sha256sum | sed 's/ .*//; s/^/sha256:/'; }
 # ---- plan-digest: end ----
 
+# ---- upgrade-plan: begin (copied from lib/upgrade-plan.sh by go generate; edit it there) ----
+# simulate_upgrade: refuse an interrupted dpkg, simulate `apt-get -s
+# full-upgrade` (fields apt_output, apt_stderr, apt_exit; a failure stops),
+# the canonical plan (plan_lines, plan_digest), phased upgrades and the
+# room on $BOOT_DIR for its kernels (boot_*). Sets PLAN_LINES. Needs $TMPD.
+simulate_upgrade() {
+	STAGE='checking dpkg finished its last run'
+	if dpkg_interrupted; then refuse_interrupted; fi
+
+	STAGE='simulating the upgrade (apt-get -s full-upgrade)'
+	rc=0
+	LC_ALL=C apt-get -s full-upgrade >"$TMPD/sim" 2>"$TMPD/sim.err" || rc=$?
+	field apt_output "$(json_awk text <"$TMPD/sim")"
+	field apt_stderr "$(json_awk text <"$TMPD/sim.err")"
+	field_int apt_exit "$rc"
+	if [ "$rc" != 0 ]; then
+		if dpkg_interrupted "$TMPD/sim.err"; then refuse_interrupted; fi
+		fail "apt-get -s full-upgrade exited $rc: $(tail -n 3 "$TMPD/sim.err")"
+	fi
+
+	STAGE='computing the plan digest'
+	lines=$(plan_lines <"$TMPD/sim" | LC_ALL=C sort)
+	# plan_digest over the sorted lines at hand (each ends in a newline).
+	if [ -n "$lines" ]; then digest=$(printf '%s\n' "$lines" | sha256sum); else digest=$(sha256sum </dev/null); fi
+	digest="sha256:${digest%% *}"
+	field_lines plan_lines "$lines"
+	field_str plan_digest "$digest"
+
+	STAGE='finding upgrades kept back by phasing (apt-cache policy)'
+	# apt 2.6 lists a phased upgrade among "kept back"; apt-cache policy marks
+	# its candidate "(phased N%)". Newer apt prints its own section (parsed in Go).
+	kept=$(awk '/^The following packages have been kept back:/ { f = 1; next } f && /^  / { for (i = 1; i <= NF; i++) print $i; next } { f = 0 }' "$TMPD/sim")
+	phased=''
+	if [ -n "$kept" ] && command -v apt-cache >/dev/null 2>&1; then
+		# shellcheck disable=SC2086 # one package name per word
+		phased=$(LC_ALL=C apt-cache policy $kept 2>/dev/null | awk '/^[^ ]/ { p = $1; sub(/:$/, "", p) } /\(phased [0-9]+%\)/ && p != "" { print p; p = "" }')
+	fi
+	field_lines phased "$phased"
+
+	STAGE="checking $BOOT_DIR has room for the new kernels"
+	# shellcheck disable=SC2034 # preflight.sh reads it
+	PLAN_LINES=$lines
+	boot_space "$lines"
+	boot_fields
+}
+# ---- upgrade-plan: end ----
+
 : "${BOOT_DIR:=/boot}"
 STAGE='checking input'
 check_path BOOT_DIR "$BOOT_DIR"
@@ -258,39 +321,6 @@ STAGE='listing apt holds (apt-mark showhold)'
 holds=$(apt-mark showhold)
 field_lines holds "$holds"
 
-STAGE='checking dpkg finished its last run'
-if dpkg_interrupted; then refuse_interrupted; fi
-
-STAGE='simulating the upgrade (apt-get -s full-upgrade)'
-rc=0
-LC_ALL=C apt-get -s full-upgrade >"$TMPD/sim" 2>"$TMPD/sim.err" || rc=$?
-field_text apt_output "$(cat "$TMPD/sim")"
-field_text apt_stderr "$(cat "$TMPD/sim.err")"
-field_int apt_exit "$rc"
-if [ "$rc" != 0 ]; then
-	if dpkg_interrupted "$TMPD/sim.err"; then refuse_interrupted; fi
-	fail "apt-get -s full-upgrade exited $rc: $(tail -n 3 "$TMPD/sim.err")"
-fi
-
-STAGE='computing the plan digest'
-lines=$(plan_lines <"$TMPD/sim" | LC_ALL=C sort)
-digest=$(plan_digest <"$TMPD/sim")
-field_lines plan_lines "$lines"
-field_str plan_digest "$digest"
-
-STAGE='finding upgrades kept back by phasing (apt-cache policy)'
-# apt 2.6 lists a phased upgrade among "kept back"; apt-cache policy marks
-# its candidate "(phased N%)". Newer apt prints its own section (parsed in Go).
-kept=$(awk '/^The following packages have been kept back:/ { f = 1; next } f && /^  / { print; next } { f = 0 }' "$TMPD/sim" | tr -s ' ' '\n' | sed '/^$/d')
-phased=''
-if [ -n "$kept" ] && command -v apt-cache >/dev/null 2>&1; then
-	# shellcheck disable=SC2086 # one package name per word
-	phased=$(LC_ALL=C apt-cache policy $kept 2>/dev/null | awk '/^[^ ]/ { p = $1; sub(/:$/, "", p) } /\(phased [0-9]+%\)/ && p != "" { print p; p = "" }')
-fi
-field_lines phased "$phased"
-
-STAGE="checking $BOOT_DIR has room for the new kernels"
-boot_space "$lines"
-boot_fields
+simulate_upgrade
 ok 'done'
 }

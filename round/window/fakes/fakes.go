@@ -107,6 +107,17 @@ func (h *Host) Simulate(ctx context.Context, node string) (steps.Simulation, err
 	return sim, nil
 }
 
+// Preflight is Simulate and Inspect for the simulated target kernel, as
+// preflight.sh reads both in one session.
+func (h *Host) Preflight(ctx context.Context, node string) (steps.Simulation, steps.Inspection, error) {
+	sim, err := h.Simulate(ctx, node)
+	if err != nil {
+		return sim, steps.Inspection{}, err
+	}
+	insp, err := h.Inspect(ctx, node, steps.InspectInput{TargetKernel: sim.Plan.TargetKernel})
+	return sim, insp, err
+}
+
 func (h *Host) Install(ctx context.Context, node, action, round, digest string) (steps.InstallState, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

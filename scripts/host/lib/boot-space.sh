@@ -7,8 +7,11 @@
 boot_space() {
 	BOOT_NEW_KERNELS=$(printf '%s\n' "$1" | awk '$1 == "Inst" && $2 ~ /^linux-image-[0-9]/ && $3 == "-" { sub(/^linux-image-/, "", $2); print $2 }')
 	per=0
+	running=$(uname -r)
 	for f in vmlinuz initrd.img System.map config; do
-		if [ -f "$BOOT_DIR/$f-$(uname -r)" ]; then per=$((per + $(du -k "$BOOT_DIR/$f-$(uname -r)" | cut -f1))); fi
+		[ -f "$BOOT_DIR/$f-$running" ] || continue
+		kb=$(du -k "$BOOT_DIR/$f-$running")
+		per=$((per + ${kb%%[!0-9]*}))
 	done
 	per=$((per * 12 / 10))
 	[ "$per" -ge 65536 ] || per=65536
