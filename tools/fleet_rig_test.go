@@ -102,6 +102,9 @@ func (f *fleetHosts) Autoremove(ctx context.Context, node string, in steps.Autor
 func (f *fleetHosts) Kernel(ctx context.Context, node string) (steps.KernelInfo, error) {
 	return f.of(node).Kernel(ctx, node)
 }
+func (f *fleetHosts) Preflight(ctx context.Context, node string) (steps.Simulation, steps.Inspection, error) {
+	return f.of(node).Preflight(ctx, node)
+}
 func (f *fleetHosts) Download(ctx context.Context, node string) (steps.DownloadResult, error) {
 	return f.of(node).Download(ctx, node)
 }
