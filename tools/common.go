@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
@@ -362,4 +364,46 @@ func short(h string) string {
 		return h[:12]
 	}
 	return h
+}
+
+// verifyInput is what verify expects of node on kernel: the intent's
+// sysctls and bonds, and on GPU servers its RDMA ports.
+func (s *session) verifyInput(node, kernel string) steps.VerifyInput {
+	vin := steps.VerifyInput{TargetKernel: kernel}
+	if ns := s.settings.Node; ns != nil {
+		vin.ExpectedSysctls = ns.Sysctls
+		for b := range ns.Bonds {
+			vin.ExpectedBonds = append(vin.ExpectedBonds, b)
+		}
+		sort.Strings(vin.ExpectedBonds)
+	}
+	if n := s.j.State().Node(node); n != nil && n.GPU {
+		if g := s.settings.GPU; g != nil {
+			vin.ExpectedRDMAPorts = g.RDMADevices
+		}
+	}
+	return vin
+}
+
+// uncordonIfOurs uncordons a node only when this server cordoned it in
+// this round; it says what it did in words.
+func (d *Deps) uncordonIfOurs(ctx context.Context, roundID, node string) (bool, string) {
+	kc, err := d.cluster(ctx)
+	if err != nil {
+		return false, "left cordoned: " + err.Error()
+	}
+	st, err := drain.ReadState(ctx, kc.Kube, node)
+	if err != nil {
+		return false, "left cordoned: read its cordon: " + err.Error()
+	}
+	if !st.Unschedulable {
+		return false, "it was not cordoned"
+	}
+	if st.Owner == nil || st.Owner.Identity != d.Identity || st.Owner.Round != roundID {
+		return false, "left cordoned: this round did not cordon it (" + st.Describe() + ")"
+	}
+	if _, err := drain.Uncordon(ctx, kc.Kube, node, d.Identity); err != nil {
+		return false, "left cordoned: " + err.Error()
+	}
+	return true, "uncordoned (this round had cordoned it)"
 }

@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"sort"
 	"strings"
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
@@ -45,18 +44,7 @@ func verifyNode(record bool) Tool {
 		if !ok || np.TargetKernel == "" {
 			return VerifyOut{}, Refuse("Run simulate_upgrade on the node first: it names the target kernel.", "no target kernel is recorded for "+in.Node)
 		}
-		n := s.j.State().Node(in.Node)
-		vin := steps.VerifyInput{TargetKernel: np.TargetKernel}
-		if ns := s.settings.Node; ns != nil {
-			vin.ExpectedSysctls = ns.Sysctls
-			for b := range ns.Bonds {
-				vin.ExpectedBonds = append(vin.ExpectedBonds, b)
-			}
-			sort.Strings(vin.ExpectedBonds)
-		}
-		if g := s.settings.GPU; g != nil && n != nil && n.GPU {
-			vin.ExpectedRDMAPorts = g.RDMADevices
-		}
+		vin := s.verifyInput(in.Node, np.TargetKernel)
 		h, err := d.hosts(ctx)
 		if err != nil {
 			return VerifyOut{}, err

@@ -267,3 +267,24 @@ func (d *Deps) RetakeWindowLease(ctx context.Context) (string, error) {
 	w := &window.Window{Round: s.id, Rec: s.rec(), Lease: lease, Now: d.now, Log: d.Log}
 	return w.Retake(ctx)
 }
+
+// rollbackWindow is the open round, its window machinery and the host
+// steps a rollback needs. A rollback holds no Lease: the round is stopped
+// at the node, and no other window may open.
+func (d *Deps) rollbackWindow(ctx context.Context) (*session, *window.Window, window.RollbackHost, error) {
+	s, err := d.openSession()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	w := &window.Window{Round: s.id, Rec: s.rec(), Bounds: window.DefaultBounds(d.drainTimeout(s), d.Config.SSH.RebootTimeout.D()),
+		Now: d.now, Log: d.Log}
+	h, err := d.hosts(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rh, ok := h.Steps.(window.RollbackHost)
+	if !ok {
+		return nil, nil, nil, Refuse("Run the server with real host steps.", "these host steps cannot roll a node back")
+	}
+	return s, w, rh, nil
+}

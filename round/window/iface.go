@@ -39,6 +39,8 @@ type Journal interface {
 	FinishStep(step round.Step, node string, m round.Meta) (round.Record, error)
 	FailStep(step round.Step, node string, m round.Meta) (round.Record, error)
 	Lesson(text string) (round.Record, error)
+	StartRollback(node string, m round.Meta) (round.Record, error)
+	EndRollback(node string, outcome round.Outcome, m round.Meta) (round.Record, error)
 	State() *round.State
 	RoundID() string
 }

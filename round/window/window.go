@@ -18,13 +18,17 @@ var ErrLeaseHeld = errors.New("window Lease held by another holder")
 // records it as failed. Zero fields take DefaultBounds' values.
 type Bounds struct {
 	Drain, Install, TrialBoot, Promote, Autoremove time.Duration
+	// Rollback is how long a rollback may take to come back on the old
+	// kernel (0: no bound).
+	Rollback time.Duration
 }
 
 // DefaultBounds: a drain twice its timeout, an install two hours, a trial
-// boot the reboot timeout, promote and autoremove half an hour.
+// boot and a rollback the reboot timeout, promote and autoremove half an
+// hour.
 func DefaultBounds(drainTimeout, rebootTimeout time.Duration) Bounds {
 	return Bounds{Drain: 2 * drainTimeout, Install: 2 * time.Hour, TrialBoot: rebootTimeout,
-		Promote: 30 * time.Minute, Autoremove: 30 * time.Minute}
+		Promote: 30 * time.Minute, Autoremove: 30 * time.Minute, Rollback: rebootTimeout}
 }
 
 // For is the bound of step (0: none).
