@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcp-patch/mcp-patch/lab/fleet"
 	"github.com/mcp-patch/mcp-patch/tools"
 )
 
@@ -29,6 +30,11 @@ var update = flag.Bool("update", false, "rewrite golden files")
 var binary string
 
 func TestMain(m *testing.M) {
+	// The lab tests start fleets in this process: their hosts' commands
+	// link to this test binary, which plays them as mcp-patch does.
+	if code, ran := fleet.HostCommandMain(os.Args); ran {
+		os.Exit(code)
+	}
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "mcp-patch-bin")
 	if err != nil {

@@ -21,13 +21,12 @@ const (
 	// EnvBinDir names a directory that already holds every binary in
 	// RequiredBinaries (and kwok's stages in ../stages); no build is run.
 	EnvBinDir = "MCP_PATCH_CONTROLPLANE_BIN"
-	// EnvRepo names the repository root holding scripts/build-controlplane.sh,
-	// for callers whose working directory is outside the repository.
-	EnvRepo = "MCP_PATCH_REPO"
 )
 
 // buildScript is the script, relative to the repository root, that builds
 // the binaries into the cache and prints their directory on its last line.
+// The binary carries it and the pins it builds from (writeBuildTree), so
+// neither the source tree nor the working directory matters.
 const buildScript = "scripts/build-controlplane.sh"
 
 // buildTimeout bounds a build from nothing on a slow, shared machine.
@@ -91,11 +90,7 @@ func FindBinaries(ctx context.Context, logger *slog.Logger) (Binaries, error) {
 	if dir := os.Getenv(EnvBinDir); dir != "" {
 		bins = Binaries{Dir: dir}
 	} else {
-		repo, err := findRepo()
-		if err != nil {
-			return Binaries{}, err
-		}
-		dir, err := runBuildScript(ctx, logger, repo, false)
+		dir, err := runEmbeddedBuild(ctx, logger, false)
 		if err != nil {
 			return Binaries{}, err
 		}
@@ -110,7 +105,7 @@ func FindBinaries(ctx context.Context, logger *slog.Logger) (Binaries, error) {
 
 // ErrNotBuilt is returned by CachedBinaries when the binaries for the current
 // pins are not in the cache yet.
-var ErrNotBuilt = errors.New("control-plane binaries are not built yet: run sh scripts/build-controlplane.sh once (minutes; it prints its progress)")
+var ErrNotBuilt = errors.New("control-plane binaries are not built yet: the first mcp-patch lab up (or demo) builds them, or run sh scripts/build-controlplane.sh once in a clone (minutes; it prints its progress)")
 
 // CachedBinaries is FindBinaries without the build: it returns ErrNotBuilt
 // when the cache lacks the binaries for the current pins.
@@ -122,11 +117,7 @@ func CachedBinaries(ctx context.Context) (Binaries, error) {
 	}
 	bins := Binaries{Dir: os.Getenv(EnvBinDir)}
 	if bins.Dir == "" {
-		repo, err := findRepo()
-		if err != nil {
-			return Binaries{}, err
-		}
-		dir, err := runBuildScript(ctx, slog.New(slog.DiscardHandler), repo, true)
+		dir, err := runEmbeddedBuild(ctx, slog.New(slog.DiscardHandler), true)
 		if err != nil {
 			return Binaries{}, err
 		}
@@ -143,41 +134,33 @@ func CachedBinaries(ctx context.Context) (Binaries, error) {
 // nothing is cached.
 const notBuiltExit = 3
 
-// findRepo locates the repository root: $MCP_PATCH_REPO, or the nearest
-// directory above the working directory that holds the build script.
-func findRepo() (string, error) {
-	if repo := os.Getenv(EnvRepo); repo != "" {
-		if _, err := os.Stat(filepath.Join(repo, buildScript)); err != nil {
-			return "", fmt.Errorf("find build script via $%s: %w", EnvRepo, err)
-		}
-		return repo, nil
-	}
-	wd, err := os.Getwd()
+// runEmbeddedBuild runs the build script this binary carries on the pins
+// it carries, from a temporary copy that it removes afterwards.
+func runEmbeddedBuild(ctx context.Context, logger *slog.Logger, cachedOnly bool) (dir string, err error) {
+	root, err := writeBuildTree()
 	if err != nil {
-		return "", fmt.Errorf("find build script: %w", err)
+		return "", err
 	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, buildScript)); err == nil {
-			return dir, nil
+	defer func() {
+		if rmErr := os.RemoveAll(root); rmErr != nil && err == nil {
+			err = fmt.Errorf("build control plane: remove %s: %w", root, rmErr)
 		}
-		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("find build script: no %s above %s; set $%s or $%s", buildScript, wd, EnvRepo, EnvBinDir)
-		}
-	}
+	}()
+	return runBuildScript(ctx, logger, root, cachedOnly)
 }
 
 // runBuildScript runs the build script and returns the bin directory it
 // prints last. Its stderr lines are logged as they come. With cachedOnly the
 // script builds nothing and a missing build is ErrNotBuilt.
-func runBuildScript(ctx context.Context, logger *slog.Logger, repo string, cachedOnly bool) (string, error) {
+func runBuildScript(ctx context.Context, logger *slog.Logger, root string, cachedOnly bool) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
-	args := []string{filepath.Join(repo, buildScript)}
+	args := []string{filepath.Join(root, buildScript)}
 	if cachedOnly {
 		args = append(args, "--cached-only")
 	}
 	cmd := exec.CommandContext(ctx, "sh", args...)
-	cmd.Dir = repo
+	cmd.Dir = root
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	stderr, err := cmd.StderrPipe()

@@ -5,7 +5,8 @@
 //
 // Each host has a directory (see machine.Host) holding its persisted
 // state, a root laid out like its filesystem, and a bin directory of
-// emulated system commands (package emul, built once as labtool). Its SSH
+// emulated system commands (package emul: links to the executable that runs
+// the lab, which plays each command through HostCommandMain). Its SSH
 // server runs commands with the real /bin/sh, with that bin directory and a
 // directory of harmless real tools as the whole PATH, and with the path
 // overrides of the host scripts pointing into the host root. Reboots, GRUB's
@@ -80,12 +81,11 @@ type Options struct {
 	Users []string
 	// AuthorizedKeys are accepted besides the fleet's operator key.
 	AuthorizedKeys []ssh.PublicKey
-	// ToolBinary is a built labtool; "" builds it from source (once per
-	// source version) into ToolCacheDir.
+	// ToolBinary is the executable every host's emulated commands link to:
+	// one that calls HostCommandMain first in main. "" means the running
+	// executable (mcp-patch, or a test binary whose TestMain calls it); no
+	// Go toolchain is needed at run time.
 	ToolBinary string
-	// ToolCacheDir is where labtool builds are kept. "" means
-	// $XDG_CACHE_HOME/mcp-patch/labtool (os.UserCacheDir).
-	ToolCacheDir string
 	// Parallelism bounds how many hosts are created at once. 0 means 8.
 	Parallelism int
 	// Logger receives lab events (boots, faults, dropped connections).
@@ -202,11 +202,8 @@ func New(ctx context.Context, opts Options) (*Fleet, error) {
 			f.Close()
 		}
 	}()
-	f.tool = opts.ToolBinary
-	if f.tool == "" {
-		if f.tool, err = buildTool(ctx, opts.ToolCacheDir); err != nil {
-			return nil, fmt.Errorf("start fleet: %w", err)
-		}
+	if f.tool, err = hostCommandBinary(opts); err != nil {
+		return nil, fmt.Errorf("start fleet: %w", err)
 	}
 	f.safe = filepath.Join(dir, "safebin")
 	if err := makeSafeBin(f.safe); err != nil {
@@ -389,7 +386,7 @@ func (f *Fleet) InventoryFile() string { return f.inventory }
 // (`ssh -F <file> gpu-1`).
 func (f *Fleet) SSHConfigFile() string { return f.sshConfig }
 
-// ToolBinary is the labtool binary the hosts' commands link to.
+// ToolBinary is the executable the hosts' commands link to (Options.ToolBinary).
 func (f *Fleet) ToolBinary() string { return f.tool }
 
 // Close stops every host: listeners, connections, sessions and every

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,13 +15,13 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 )
 
-// testToolCache keeps the labtool build between test runs.
-func testToolCache(t testing.TB) string {
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "mcp-patch-labtool")
+// TestMain lets this test binary play the hosts' commands, as mcp-patch
+// does: the fleet links them to the running executable.
+func TestMain(m *testing.M) {
+	if code, ran := HostCommandMain(os.Args); ran {
+		os.Exit(code)
 	}
-	return filepath.Join(base, "mcp-patch", "labtool")
+	os.Exit(m.Run())
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -56,9 +55,6 @@ func newTestFleet(t testing.TB, opts Options) *Fleet {
 	}
 	if opts.TimerScale == 0 {
 		opts.TimerScale = 0.2 // the scripts' 5 s reboot timer becomes 1 s: time for the script to finish first
-	}
-	if opts.ToolCacheDir == "" {
-		opts.ToolCacheDir = testToolCache(t)
 	}
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)

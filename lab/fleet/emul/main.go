@@ -72,6 +72,15 @@ func Commands() []string {
 	return names
 }
 
+// Serves reports whether Main runs argv[0] as a lab-host command: an
+// emulated command's name, or "labtool" (the helper named by itself, with
+// the command in argv[1]).
+func Serves(argv0 string) bool {
+	name := filepath.Base(argv0)
+	_, ok := commands[name]
+	return ok || name == "labtool"
+}
+
 // GPUOnly are the commands a host without GPUs does not have.
 var GPUOnly = []string{"nvidia-smi"}
 
