@@ -337,6 +337,13 @@ func apiServerBehaviour(kc *fake.Clientset) {
 		}
 		return true, out, nil
 	})
+	// Discovery names the Eviction API, as the real server does (kubectl's
+	// drain looks for pods/eviction before it evicts).
+	kc.Resources = []*metav1.APIResourceList{
+		{GroupVersion: "v1", APIResources: []metav1.APIResource{{Name: "pods", Namespaced: true, Kind: "Pod"},
+			{Name: "pods/eviction", Namespaced: true, Group: "policy", Version: "v1", Kind: "Eviction"}}},
+		{GroupVersion: "policy/v1", APIResources: []metav1.APIResource{{Name: "poddisruptionbudgets", Namespaced: true, Kind: "PodDisruptionBudget"}}},
+	}
 	var seq atomic.Int64
 	kc.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		ca, ok := a.(k8stesting.CreateAction)
