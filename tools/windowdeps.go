@@ -288,3 +288,16 @@ func (d *Deps) rollbackWindow(ctx context.Context) (*session, *window.Window, wi
 	}
 	return s, w, rh, nil
 }
+
+// hostWindow is the open round and its window machinery with the hosts.
+func (d *Deps) hostWindow(ctx context.Context) (*session, *window.Window, error) {
+	s, err := d.openSession()
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := d.window(ctx, s, needHost)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, w, nil
+}
