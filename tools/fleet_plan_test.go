@@ -63,3 +63,48 @@ func TestFleetPlanRoundWritesAndCommitsThePlan(t *testing.T) {
 		t.Fatalf("show_plan after signing: %v", m["plan"])
 	}
 }
+
+// The archive changes after the plan was signed and cp-1 was drained: its
+// install is refused with the diff against the reviewed plan and nothing
+// runs on the host; replan_node re-plans the steps ahead (the drain,
+// done, stays as reviewed), sign_plan asks a person for only the change,
+// and, once the window's simulation is recorded again, the install runs
+// the re-planned set. Once install has started
+// the node's plan is fixed.
+func TestFleetDriftAfterTheDrainIsRePlannedAndReSigned(t *testing.T) {
+	f := newFleet(t)
+	f.planned()
+	f.preflight("cp-1")
+	if _, res := f.approve("drain_node", map[string]any{"node": "cp-1"}); res.Status != StatusOK {
+		t.Fatalf("drain: %s %v", res.Status, reasons(res))
+	}
+	reviewed := f.host("cp-1").Digest
+	f.host("cp-1").Digest = "sha256:" + strings.Repeat("d", 64) // a package published since
+	_, res := f.call("install_updates", map[string]any{"node": "cp-1"})
+	why := strings.Join(res.Reasons, "\n")
+	if res.Status != StatusRefused || !strings.Contains(why, "the package plan changed") || !strings.Contains(why, "- "+reviewed) ||
+		!strings.Contains(res.NextAction, "replan_node") || f.host("cp-1").Count("install") != 0 {
+		t.Fatalf("install of a drifted package set: %s %q next %q, installs %d", res.Status, why, res.NextAction, f.host("cp-1").Count("install"))
+	}
+	m := f.must(StatusOK, "replan_node", map[string]any{"node": "cp-1"})
+	if diff := cmp.Diff([]any{"install"}, m["changed"]); diff != "" {
+		t.Fatalf("re-plan of a drained node changed (-want +got):\n%s", diff)
+	}
+	_, res = f.call("sign_plan", nil)
+	if res.Status != StatusApprovalRequired || res.Approval == nil || !strings.Contains(strings.Join(res.Approval.Summary, "\n"), "cp-1: install") ||
+		strings.Contains(strings.Join(res.Approval.Summary, "\n"), "cp-1: drain") {
+		t.Fatalf("sign_plan after the re-plan: %s %v", res.Status, res.Approval)
+	}
+	if _, res := f.approve("sign_plan", nil); res.Status != StatusOK {
+		t.Fatalf("sign the re-plan: %s %v", res.Status, res.Reasons)
+	}
+	// The window's own record of the simulation is taken again, as install
+	// asks of a package set that changed since it was recorded.
+	f.must(StatusOK, "record_simulation", map[string]any{"node": "cp-1"})
+	if _, res := f.approve("install_updates", map[string]any{"node": "cp-1"}); res.Status != StatusInProgress || f.host("cp-1").Count("install") != 1 {
+		t.Fatalf("install of the re-planned set: %s %v", res.Status, reasons(res))
+	}
+	if _, res := f.call("replan_node", map[string]any{"node": "cp-1"}); res.Status != StatusRefused || !strings.Contains(reasons(res), "its plan is fixed") {
+		t.Fatalf("re-plan once install started: %s %v", res.Status, res.Reasons)
+	}
+}

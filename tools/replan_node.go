@@ -28,7 +28,8 @@ func ReplanNode() Tool {
 		Title: "Plan one node again",
 		Description: "Read one node again (simulate, inspect, drain preview) and replace its part of the reviewed plan: plan.md and " +
 			"plan.json get a new revision, committed on the round's working branch. Only the steps whose digest changed need a new " +
-			"signature: sign_plan lists just those. A node whose window has started is not re-planned.",
+			"signature: sign_plan lists just those. A drained node whose install has not started is re-planned for the steps ahead " +
+			"(its drain stays as reviewed); once install has started, the node's plan is fixed.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in ReplanIn, p Progress) (ReplanOut, error) {
 		if err := ValidNode(in.Node); err != nil {
@@ -47,8 +48,9 @@ func ReplanNode() Tool {
 			return ReplanOut{}, Refuse("Name a node of the round's plan.", in.Node+" is not in the plan of round "+s.id)
 		}
 		st := s.j.State()
-		if n := st.Node(in.Node); n != nil && n.Window != round.WindowPending {
-			return ReplanOut{}, Refuse("Finish this node's window as approved, or ask a person to abort.", "the window of "+in.Node+" is "+string(n.Window)+": its plan is fixed")
+		done, err := replanScope(st.Node(in.Node))
+		if err != nil {
+			return ReplanOut{}, err
 		}
 		h, err := d.hosts(ctx)
 		if err != nil {
@@ -60,9 +62,11 @@ func ReplanNode() Tool {
 		}
 		p(0, 2, "preflight "+in.Node)
 		facts := preflightFacts(ctx, h.Steps, in.Node)
-		p(1, 2, "drain preview "+in.Node)
-		df, evicted := drainFacts(ctx, kc, in.Node, drainPolicyOf(s.settings))
-		facts.Drain = df
+		var evicted []drain.PodRef
+		if len(done) == 0 {
+			p(1, 2, "drain preview "+in.Node)
+			facts.Drain, evicted = drainFacts(ctx, kc, in.Node, drainPolicyOf(s.settings))
+		}
 		var pos plan.Position
 		for _, ps := range positionsOf(st.Plan.Order) {
 			if ps.Node == in.Node {
@@ -74,7 +78,7 @@ func ReplanNode() Tool {
 			pl = placementOf(pla, inv, map[string][]drain.PodRef{in.Node: evicted}, s.settings)
 		}
 		it := d.planIntent(s.id, s.settings, map[string]plan.Facts{in.Node: facts})
-		live := plan.BuildNode(reviewed.Position, pos, facts, pl, it)
+		live := plan.KeepDone(reviewed, plan.BuildNode(reviewed.Position, pos, facts, pl, it), done...)
 		g, changed, err := plan.Replan(f, live)
 		if err != nil {
 			return ReplanOut{}, err
@@ -106,4 +110,20 @@ func ReplanNode() Tool {
 		}
 		return out, nil
 	})
+}
+
+// replanScope says which steps of a node's window are done and stay as
+// reviewed in a re-plan: none before the window opens, the drain once the
+// node is drained and its install has not started (an install refused for
+// drift is re-planned there). Any later point refuses: the plan is fixed.
+func replanScope(n *round.NodeState) ([]plan.Step, error) {
+	if n == nil || n.Window == round.WindowPending {
+		return nil, nil
+	}
+	if n.Window == round.WindowOpen && n.Steps[round.StepDrain].Green() &&
+		(n.Steps[round.StepInstall] == nil || n.Steps[round.StepInstall].State == round.Pending) {
+		return []plan.Step{plan.StepDrain}, nil
+	}
+	return nil, Refuse("Finish this node's window as approved, or ask a person to abort.",
+		"the window of "+n.Node+" is "+string(n.Window)+" past its drain: its plan is fixed")
 }

@@ -168,7 +168,10 @@ func liveNode(reviewed plan.Node, p window.Plan) (plan.Node, plan.Step, bool) {
 		live.Drain = plan.Drain{Workloads: workloadsOf(v.Evict)}
 		return live, plan.StepDrain, true
 	case window.PackagePlan:
-		live.PackageDigest, live.PackageLines, live.Target = v.PackageDigest, v.Lines, v.TargetKernel
+		live.PackageDigest, live.PackageLines, live.Target = v.PackageDigest, v.AptLines, v.TargetKernel
+		if len(v.AptLines) == 0 {
+			live.PackageLines = v.Lines
+		}
 		return live, plan.StepInstall, true
 	case window.TrialBootPlan:
 		live.Running, live.Target = v.RunningKernel, v.TargetKernel

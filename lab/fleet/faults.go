@@ -175,6 +175,27 @@ func (AptWouldRemove) clear(_ *Host, s *machine.State) error {
 	return nil
 }
 
+// PackagePublished is an update the archive publishes after the plan was
+// made: the host's package plan gains an upgrade, so a live plan differs
+// from the reviewed one.
+type PackagePublished struct {
+	// Package is the installed package updated; "" means snapd.
+	Package string
+}
+
+func (PackagePublished) Name() string { return "package-published" }
+func (f PackagePublished) Description() string {
+	return "the archive publishes an update of " + orDefault(f.Package, "snapd") + ": full-upgrade now upgrades it too (the plan drifts)"
+}
+func (f PackagePublished) apply(_ *Host, s *machine.State) error {
+	_, err := machine.PublishUpdate(s, orDefault(f.Package, "snapd"))
+	return err
+}
+func (f PackagePublished) clear(_ *Host, s *machine.State) error {
+	machine.WithdrawUpdate(s, orDefault(f.Package, "snapd"))
+	return nil
+}
+
 // PackageNotHeld takes the apt hold off a Kubernetes package.
 type PackageNotHeld struct {
 	// Package is the package unheld; "" means kubelet.
@@ -462,6 +483,7 @@ var faultKinds = []struct {
 	}},
 	{FaultInfo{"fabric-manager-down", FabricManagerDown{}.Description(), ""}, func(string) (Fault, error) { return FabricManagerDown{}, nil }},
 	{FaultInfo{"apt-would-remove", AptWouldRemove{}.Description(), "package [nvidia-fabricmanager-550 / containerd]"}, func(a string) (Fault, error) { return AptWouldRemove{Package: a}, nil }},
+	{FaultInfo{"package-published", PackagePublished{}.Description(), "package [snapd]"}, func(a string) (Fault, error) { return PackagePublished{Package: a}, nil }},
 	{FaultInfo{"package-not-held", PackageNotHeld{}.Description(), "package [kubelet]"}, func(a string) (Fault, error) { return PackageNotHeld{Package: a}, nil }},
 	{FaultInfo{"ssh-drop-mid-install", SSHDropMidInstall{}.Description(), ""}, func(string) (Fault, error) { return SSHDropMidInstall{}, nil }},
 	{FaultInfo{"host-key-changed", HostKeyChanged{}.Description(), ""}, func(string) (Fault, error) { return HostKeyChanged{}, nil }},

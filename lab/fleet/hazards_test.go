@@ -75,6 +75,31 @@ func TestRealHostHazards(t *testing.T) {
 		notStarted(t)
 	})
 
+	t.Run("package-published", func(t *testing.T) {
+		reviewed := start["EXPECTED_PLAN_DIGEST"]
+		if err := h.Inject(PackagePublished{}); err != nil {
+			t.Fatal(err)
+		}
+		sim, out := step(t, p, h.Name, "simulate", nil)
+		wantStatus(t, sim, out, "ok")
+		lines, _ := sim["plan_lines"].([]any)
+		if sim["plan_digest"] == reviewed || !slices.ContainsFunc(lines, func(l any) bool { return l == "Inst snapd 2.66.1+24.04 2.66.1+24.04.1 amd64" }) {
+			t.Errorf("simulate after the update was published: digest %v (reviewed %s), lines %v", sim["plan_digest"], reviewed, lines)
+		}
+		in, out := step(t, p, h.Name, "install", start)
+		wantStatus(t, in, out, "refused")
+		if !strings.Contains(in["reason"].(string), "the plan drifted") {
+			t.Errorf("install of the reviewed digest: %v", in["reason"])
+		}
+		notStarted(t)
+		if err := h.Clear("package-published"); err != nil {
+			t.Fatal(err)
+		}
+		if d := digest(); d != reviewed {
+			t.Errorf("after the update was withdrawn the digest is %s, want %s", d, reviewed)
+		}
+	})
+
 	t.Run("dpkg-locked", func(t *testing.T) {
 		if err := h.Inject(DpkgLocked{}); err != nil {
 			t.Fatal(err)

@@ -169,3 +169,15 @@ func Replan(f Fleet, live Node) (Fleet, []Step, error) {
 	}
 	return out, changed, nil
 }
+
+// KeepDone is the live plan of a node whose window is under way, for a
+// re-plan: the steps it has done stay as reviewed, the rest is live. Only
+// a done drain is kept (a re-plan is refused once install has started):
+// a drained node's preview is empty now, and what its drain evicted and
+// what ran there are history, not a change to sign again.
+func KeepDone(reviewed, live Node, done ...Step) Node {
+	if slices.Contains(done, StepDrain) {
+		live.Drain, live.Runs = reviewed.Drain, slices.Clone(reviewed.Runs)
+	}
+	return live
+}

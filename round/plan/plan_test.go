@@ -409,3 +409,33 @@ func TestPredictEntry(t *testing.T) {
 		}
 	}
 }
+
+// A node re-planned after its drain keeps the reviewed drain: only the
+// package change needs a new signature.
+func TestKeepDoneHoldsTheDrainOfADrainedNode(t *testing.T) {
+	in := input(PerStep)
+	f := Build(in)
+	reviewed, _ := f.Node("gpu-2")
+	facts := in.Facts["gpu-2"]
+	facts.Drain = DrainFacts{} // drained: nothing left to evict
+	facts.PackageDigest, facts.PackageLines = "sha256:other", append(facts.PackageLines, "Inst curl")
+	live := BuildNode(0, in.Order[4], facts, Placement{}, in.Intent)
+	if _, changed, _ := Replan(f, live); !slices.Contains(changed, StepDrain) {
+		t.Fatalf("without KeepDone the empty preview changes the drain: %v", changed)
+	}
+	kept := KeepDone(reviewed, live, StepDrain)
+	g, changed, err := Replan(f, kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Step{StepInstall}, changed); diff != "" {
+		t.Errorf("changed steps (-want +got):\n%s", diff)
+	}
+	n, _ := g.Node("gpu-2")
+	if diff := cmp.Diff(reviewed.Drain, n.Drain); diff != "" || !slices.Equal(n.Runs, reviewed.Runs) || n.PackageDigest != "sha256:other" {
+		t.Errorf("drain (-reviewed +kept):\n%s runs %v", diff, n.Runs)
+	}
+	if same := KeepDone(reviewed, live); len(same.Drain.Workloads) != 0 {
+		t.Error("KeepDone with no step done changed the live plan")
+	}
+}

@@ -99,7 +99,7 @@ func DecidePackage(node string, sim steps.Simulation, rec Simulated) (PackagePla
 		}
 		lines = append(lines, fmt.Sprintf("%s %s %s -> %s [%s]", pkg.Action, pkg.Name, old, pkg.NewVersion, pkg.Class))
 	}
-	return PackagePlan{Node: node, PackageDigest: sim.Plan.Digest, Lines: lines,
+	return PackagePlan{Node: node, PackageDigest: sim.Plan.Digest, Lines: lines, AptLines: sim.Plan.Lines,
 		TargetKernel: sim.Plan.TargetKernel, RunningKernel: rec.RunningKernel}, nil
 }
 

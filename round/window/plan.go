@@ -63,6 +63,9 @@ type PackagePlan struct {
 	Node          string   `json:"node"`
 	PackageDigest string   `json:"package_digest"`
 	Lines         []string `json:"lines"`
+	// AptLines are apt's own lines (Inst, Remv) the digest is computed
+	// over: what a drift from the reviewed plan is shown against.
+	AptLines      []string `json:"apt_lines,omitempty"`
 	TargetKernel  string   `json:"target_kernel,omitempty"`
 	RunningKernel string   `json:"running_kernel,omitempty"`
 }

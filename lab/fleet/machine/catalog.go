@@ -186,6 +186,33 @@ func Catalog(spec Spec) map[string]*Package {
 	return pkgs
 }
 
+// PublishUpdate makes the archive offer a newer version of an installed
+// package that has none (its version with ".1" appended, from
+// noble-updates), as an update published after a plan was made; it
+// returns the version offered. WithdrawUpdate takes it back.
+func PublishUpdate(s *State, name string) (string, error) {
+	p := s.Packages[name]
+	if p == nil || !p.Installed() {
+		return "", fmt.Errorf("package %s is not installed", name)
+	}
+	if p.Candidate != "" && p.Candidate != p.Version {
+		return "", fmt.Errorf("the archive already offers %s %s", name, p.Candidate)
+	}
+	p.Candidate, p.Origin, p.Site = p.Version+".1", ubuntuOrigin, ubuntuSite
+	if p.SizeKB == 0 {
+		p.SizeKB = 100
+	}
+	return p.Candidate, nil
+}
+
+// WithdrawUpdate takes back an update PublishUpdate offered and not yet
+// installed.
+func WithdrawUpdate(s *State, name string) {
+	if p := s.Packages[name]; p != nil && p.Candidate == p.Version+".1" {
+		p.Candidate = ""
+	}
+}
+
 // idFrom derives a stable hex id of n characters from seed parts.
 func idFrom(n int, parts ...string) string {
 	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
