@@ -108,7 +108,7 @@ func ApproveWindow() Tool {
 			return ApproveWindowOut{}, fmt.Errorf("record the window approval: %w", err)
 		}
 		out := ApproveWindowOut{Tools: tools, Result: Result{Reasons: []string{"the window of " + in.Node + " is approved by " + a.Principal},
-			NextAction: "drain_node " + in.Node + " (no further signature while its live plan matches)."}}
+			NextAction: "drain_node " + in.Node + " (no further signature while its live plan matches).", NextCall: CallTo("drain_node", "node", in.Node)}}
 		out.approvalID = a.ID
 		return out, nil
 	})

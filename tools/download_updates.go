@@ -44,6 +44,6 @@ func DownloadUpdates() Tool {
 		if err := s.finish(round.StepDownload, in.Node, "", ""); err != nil {
 			return DownloadOut{}, err
 		}
-		return DownloadOut{Download: &dl, Result: Result{NextAction: "snapshot_node on this node next."}}, nil
+		return DownloadOut{Download: &dl, Result: Result{NextAction: "snapshot_node on this node next.", NextCall: CallTo("snapshot_node", "node", in.Node)}}, nil
 	})
 }

@@ -54,7 +54,7 @@ func DrainNode() Tool {
 				return DrainOut{}, err
 			}
 			o, err := w.FollowDrain(ctx, in.Node, d.drainOptions(s), drainProgress(p))
-			return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome)}, err
+			return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome).then(CallTo("install_updates", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, in DrainIn) (string, window.DrainPlan, error) {
 			s, err := d.openSession()
@@ -102,7 +102,7 @@ func DrainNode() Tool {
 				return DrainOut{}, err
 			}
 			o, err := w.StartDrain(ctx, plan, a.grant(), d.drainOptions(s), drainProgress(p))
-			return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome)}, err
+			return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome).then(CallTo("install_updates", "node", in.Node))}, err
 		},
 	})
 }
@@ -177,6 +177,15 @@ func outcome(o window.Outcome) Result {
 	r := Result{Reasons: o.Reasons, NextAction: o.Next}
 	if o.InProgress {
 		r.Status = StatusInProgress
+	}
+	return r
+}
+
+// then makes c the next call of an ok result (one in progress calls the
+// same tool again).
+func (r Result) then(c *Call) Result {
+	if r.Status == "" || r.Status == StatusOK {
+		r.NextCall = c
 	}
 	return r
 }

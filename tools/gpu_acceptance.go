@@ -113,6 +113,7 @@ func GPUAcceptance() Tool {
 		}
 		out.Reasons = append(notes, fmt.Sprintf("%d GPUs healthy, driver %s; completion answered in %s", hc.GPUCount, hc.DriverVersion, comp.Latency.Round(time.Millisecond)))
 		out.NextAction = "promote_kernel this node next."
+		out.NextCall = CallTo("promote_kernel", "node", in.Node)
 		return out, nil
 	})
 }

@@ -70,6 +70,9 @@ func inspectNode(record bool) Tool {
 			return InspectOut{}, err
 		}
 		next, call := "Run simulate_upgrade on this node next.", CallTo("simulate_upgrade", "node", in.Node)
+		if rec != nil {
+			next, call = "Run record_simulation on this node next.", CallTo("record_simulation", "node", in.Node)
+		}
 		if len(reasons) > 0 {
 			next, call = "Read the reasons: each is something the window would trip over. Tell a person; fix or flag it (record_lesson open_question) before the window.", nil
 		}

@@ -44,7 +44,7 @@ func InstallUpdates() Tool {
 				return InstallOut{}, err
 			}
 			o, err := w.FollowInstall(ctx, in.Node)
-			return InstallOut{Install: o.Install, Result: outcome(o.Outcome)}, err
+			return InstallOut{Install: o.Install, Result: outcome(o.Outcome).then(CallTo("trial_boot", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, in InstallIn) (string, window.PackagePlan, error) {
 			s, err := d.openSession()
@@ -85,7 +85,7 @@ func InstallUpdates() Tool {
 				return InstallOut{}, err
 			}
 			o, err := w.StartInstall(ctx, plan, a.grant())
-			return InstallOut{Install: o.Install, Result: outcome(o.Outcome)}, err
+			return InstallOut{Install: o.Install, Result: outcome(o.Outcome).then(CallTo("trial_boot", "node", in.Node))}, err
 		},
 	})
 }

@@ -161,6 +161,8 @@ func PlanRound() Tool {
 		}
 		out.Reasons = append(out.Reasons, fl.Summary...)
 		out.NextAction = "A person reads rounds/" + in.Round + "/plan.md and signs the plan (sign_plan); then start with " + order.Positions[0].Node + "."
+		// sign_plan answers approval_required with the plan's statement.
+		out.NextCall = CallTo("sign_plan")
 		return out, nil
 	})
 }

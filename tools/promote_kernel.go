@@ -43,7 +43,7 @@ func PromoteKernel() Tool {
 				return PromoteOut{}, err
 			}
 			o, err := w.FollowPromote(ctx, in.Node)
-			return PromoteOut{Promote: o.Promote, Result: outcome(o.Outcome)}, err
+			return PromoteOut{Promote: o.Promote, Result: outcome(o.Outcome).then(CallTo("close_window", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, in PromoteIn) (string, window.PromotePlan, error) {
 			s, err := d.openSession()
@@ -69,7 +69,7 @@ func PromoteKernel() Tool {
 				return PromoteOut{}, err
 			}
 			o, err := w.Promote(ctx, plan, a.grant())
-			return PromoteOut{Promote: o.Promote, Result: outcome(o.Outcome)}, err
+			return PromoteOut{Promote: o.Promote, Result: outcome(o.Outcome).then(CallTo("close_window", "node", in.Node))}, err
 		},
 	})
 }

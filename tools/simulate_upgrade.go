@@ -79,6 +79,9 @@ func simulateUpgrade(record bool) Tool {
 		}
 		out.Reasons = []string{detail}
 		out.NextAction = "download_updates, then snapshot_node, then drain_node on this node when its turn comes."
+		if rec != nil {
+			out.NextCall = CallTo("download_updates", "node", in.Node)
+		}
 		if sim.Plan.TargetKernel == "" {
 			out.Reasons = append(out.Reasons, "no new kernel in this plan: the trial boot will reboot into the running kernel's successor only if one is installed")
 		}

@@ -56,6 +56,7 @@ func SnapshotNode() Tool {
 		}
 		return SnapshotOut{Snapshot: &snap, Result: Result{
 			Reasons:    []string{fmt.Sprintf("%d files in %s (etcd: %s)", len(snap.Files), snap.Dir, snap.EtcdMethod)},
-			NextAction: "When check_gate of the previous node is green, drain_node this node."}}, nil
+			NextAction: "drain_node this node once the previous node's window has closed behind a green gate; round_status names the call (approve_window first for a GPU server approved per window).",
+			NextCall:   CallTo("round_status")}}, nil
 	})
 }

@@ -46,7 +46,7 @@ func TrialBoot() Tool {
 				return TrialBootOut{}, err
 			}
 			o, err := w.FollowTrialBoot(ctx, in.Node)
-			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome)}, err
+			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome).then(CallTo("record_verification", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, in TrialBootIn) (string, window.TrialBootPlan, error) {
 			s, err := d.openSession()
@@ -81,7 +81,7 @@ func TrialBoot() Tool {
 				return TrialBootOut{}, err
 			}
 			o, err := w.StartTrialBoot(ctx, plan, a.grant(), p)
-			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome)}, err
+			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome).then(CallTo("record_verification", "node", in.Node))}, err
 		},
 	})
 }

@@ -74,10 +74,10 @@ func UncordonNode() Tool {
 		if err := s.finish(round.StepUncordon, in.Node, "", ""); err != nil {
 			return UncordonOut{}, err
 		}
-		next := "promote_kernel this node next."
+		next, call := "promote_kernel this node next.", CallTo("promote_kernel", "node", in.Node)
 		if n := s.j.State().Node(in.Node); n != nil && n.GPU {
-			next = "gpu_acceptance this node next."
+			next, call = "gpu_acceptance this node next.", CallTo("gpu_acceptance", "node", in.Node)
 		}
-		return UncordonOut{Uncordon: &res, Result: Result{Reasons: []string{in.Node + " is schedulable again"}, NextAction: next}}, nil
+		return UncordonOut{Uncordon: &res, Result: Result{Reasons: []string{in.Node + " is schedulable again"}, NextAction: next, NextCall: call}}, nil
 	})
 }

@@ -67,6 +67,9 @@ func verifyNode(record bool) Tool {
 		}
 		out.Reasons = append([]string{"kernel " + v.Kernel + ", bonds, RDMA and sysctls as the intent says"}, v.IdentityProblems...)
 		out.NextAction = "uncordon_node this node next."
+		if rec != nil {
+			out.NextCall = CallTo("uncordon_node", "node", in.Node)
+		}
 		return out, nil
 	})
 }

@@ -232,7 +232,7 @@ func (w *Window) FollowTrialBoot(ctx context.Context, node string) (TrialBootOut
 			return out, err
 		}
 		out.Reasons = []string{fmt.Sprintf("%s rebooted (boot_id %s) into the new kernel %s; the old kernel is still the default", node, tb.BootID, tb.Kernel)}
-		out.Next = "verify_node this node next."
+		out.Next = "record_verification this node next (verify_node, recorded in the round)."
 		return out, nil
 	case steps.OutcomeFellBack:
 		return out, w.Rec.FailWith(round.StepTrialBoot, node, "Stop the round: the new kernel does not boot here. The node runs the old kernel; tell a person (kernel logs, pstore) and let them sign abort or resume.",
@@ -273,7 +273,7 @@ func (w *Window) Promote(ctx context.Context, p PromotePlan, a Approval) (Promot
 		return out, err
 	}
 	out.Reasons = []string{p.Node + " boots " + res.NextBootKernel + " by default now"}
-	out.Next = "check_gate with this node: the next node's drain waits for it to be green."
+	out.Next = "close_window with this node: its gate (check_gate, recorded) must be green before the next node's drain."
 	return out, nil
 }
 
