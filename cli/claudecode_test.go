@@ -28,13 +28,20 @@ func claude(t *testing.T, home string, args ...string) string {
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = home
-	cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8",
-		"DISABLE_AUTOUPDATER=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
+	cmd.Env = claudeEnv(home)
 	out, err := cmd.CombinedOutput()
 	if err != nil && args[1] != "list" { // list exits non-zero when a server fails
 		t.Fatalf("claude %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// claudeEnv is Claude Code's whole environment: the throwaway HOME, and
+// nothing that updates it or reports anywhere.
+func claudeEnv(home string) []string {
+	return []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8",
+		"DISABLE_AUTOUPDATER=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+		"DISABLE_TELEMETRY=1", "DISABLE_ERROR_REPORTING=1"}
 }
 
 // TestClaudeCodeConnects: the README's `claude mcp add` commands, stdio and

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -198,28 +199,12 @@ func labUp(ctx context.Context, opts lab.Options, httpAddr string, stdio IO, log
 		return ExitNotOK
 	}
 	defer l.Close()
-	cfg := l.Config
-	d, cleanup, err := tools.Build(ctx, &cfg, log, stdio.Getenv, l.Clock.Now)
+	h, err := serveLabHTTP(ctx, l, httpAddr, stdio.Getenv, log)
 	if err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
 		return ExitNotOK
 	}
-	defer cleanup()
-	tok := make([]byte, 24)
-	_, _ = rand.Read(tok)
-	token := hex.EncodeToString(tok)
-	tokenFile := filepath.Join(opts.Dir, "http.token")
-	_ = os.WriteFile(tokenFile, []byte(token+"\n"), 0o600)
-	server := tools.NewServer(tools.Builtin(), d, Version)
-	handler := bearerHandler(server, token, log)
-	ln, err := net.Listen("tcp", httpAddr)
-	if err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
-		return ExitNotOK
-	}
-	srv, ln := newHTTPServer(ln, handler)
-	go srv.Serve(ln)
-	defer srv.Close()
+	defer h.Close()
 	ctl, err := listenControl(ctx, opts.Dir, l)
 	if err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
@@ -230,15 +215,66 @@ func labUp(ctx context.Context, opts lab.Options, httpAddr string, stdio IO, log
 	fmt.Fprintf(stdio.Stdout, `The lab is up (%d hosts). Connect Claude Code:
 
   stdio:  claude mcp add mcp-patch-lab -- %s serve --config %s
-  HTTP:   claude mcp add --transport http mcp-patch-lab http://%s/ --header "Authorization: Bearer $(cat %s)"
+  HTTP:   claude mcp add --transport http mcp-patch-lab %s --header "Authorization: Bearer $(cat %s)"
 
 Sign approvals as the lab's person:   %s approve --key %s request.txt
 Inject a fault:                      %s lab fault NAME --node HOST   (names: %s)
 Stop it:                             Ctrl-C, or %s lab down
-`, len(l.Fleet.Hosts()), self, l.ConfigFile, ln.Addr(), tokenFile, self, l.ApproverKey, self, strings.Join(lab.FaultNames(), ", "), self)
+`, len(l.Fleet.Hosts()), self, l.ConfigFile, h.URL, h.TokenFile, self, l.ApproverKey, self, strings.Join(lab.FaultNames(), ", "), self)
 	<-ctx.Done()
 	fmt.Fprintln(stdio.Stderr, "lab: stopping")
 	return ExitOK
+}
+
+// labHTTP is the lab's MCP server on streamable HTTP: the lab's
+// configuration and clock, behind a fresh bearer token that is also written
+// to http.token (mode 0600) in the lab directory.
+type labHTTP struct {
+	// URL is where the server answers, e.g. http://127.0.0.1:8765/.
+	URL, Token, TokenFile string
+	srv                   *http.Server
+	cleanup               func()
+}
+
+// serveLabHTTP starts the lab's MCP server on addr (host:port; port 0 picks
+// a free one). Close stops it.
+func serveLabHTTP(ctx context.Context, l *lab.Lab, addr string, getenv func(string) string, log *slog.Logger) (*labHTTP, error) {
+	cfg := l.Config
+	d, cleanup, err := tools.Build(ctx, &cfg, log, getenv, l.Clock.Now)
+	if err != nil {
+		return nil, err
+	}
+	tok := make([]byte, 24)
+	if _, err := rand.Read(tok); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("make the HTTP token: %w", err)
+	}
+	h := &labHTTP{Token: hex.EncodeToString(tok), TokenFile: filepath.Join(l.Dir, "http.token"), cleanup: cleanup}
+	if err := os.WriteFile(h.TokenFile, []byte(h.Token+"\n"), 0o600); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("write the HTTP token: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	server := tools.NewServer(tools.Builtin(), d, Version)
+	srv, ln := newHTTPServer(ln, bearerHandler(server, h.Token, log))
+	h.srv, h.URL = srv, "http://"+ln.Addr().String()+"/"
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("lab HTTP server stopped", "err", err)
+		}
+	}()
+	return h, nil
+}
+
+// Close stops the server and releases what it built.
+func (h *labHTTP) Close() error {
+	err := h.srv.Close()
+	h.cleanup()
+	return err
 }
 
 // The control socket lets `lab fault` and `lab down` reach a running lab.
