@@ -17,13 +17,19 @@ import (
 
 // windowThrough runs a node's window through its tools up to promote:
 // each destructive step approved on its own (perStep) or covered by the
-// window's one signature.
+// window's one signature. Each ok result's next_call names the next step.
 func (f *fleet) windowThrough(node string, perStep bool) {
 	f.t.Helper()
-	step := func(tool string, want Status) {
+	var last *Result // the last ok result
+	call := func(tool string, want Status, approve bool) {
 		f.t.Helper()
+		if last != nil {
+			if nc := last.NextCall; nc == nil || nc.Tool != tool || nc.Arguments["node"] != node {
+				f.t.Fatalf("on %s the result before %s names next_call %+v", node, tool, nc)
+			}
+		}
 		var res *Result
-		if perStep {
+		if approve {
 			_, res = f.approve(tool, map[string]any{"node": node})
 		} else {
 			_, res = f.call(tool, map[string]any{"node": node})
@@ -31,20 +37,28 @@ func (f *fleet) windowThrough(node string, perStep bool) {
 		if res.Status != want {
 			f.t.Fatalf("%s on %s: %s, want %s: %v", tool, node, res.Status, want, res.Reasons)
 		}
+		if want == StatusOK {
+			last = res
+		} else {
+			last = nil
+		}
 	}
-	step("drain_node", StatusOK)
-	step("install_updates", StatusInProgress)
+	call("drain_node", StatusOK, perStep)
+	call("install_updates", StatusInProgress, perStep)
 	f.host(node).InstallState = "finished"
-	f.must(StatusOK, "install_updates", map[string]any{"node": node})
-	step("trial_boot", StatusInProgress)
+	call("install_updates", StatusOK, false)
+	call("trial_boot", StatusInProgress, perStep)
 	f.host(node).Boot(false)
-	f.must(StatusOK, "trial_boot", map[string]any{"node": node})
-	f.must(StatusOK, "record_verification", map[string]any{"node": node})
-	f.must(StatusOK, "uncordon_node", map[string]any{"node": node})
+	call("trial_boot", StatusOK, false)
+	call("record_verification", StatusOK, false)
+	call("uncordon_node", StatusOK, false)
 	if f.state().Node(node).GPU {
-		f.must(StatusOK, "gpu_acceptance", map[string]any{"node": node})
+		call("gpu_acceptance", StatusOK, false)
 	}
-	step("promote_kernel", StatusOK)
+	call("promote_kernel", StatusOK, perStep)
+	if nc := last.NextCall; nc == nil || nc.Tool != "close_window" || nc.Arguments["node"] != node {
+		f.t.Fatalf("promote_kernel on %s names next_call %+v, want close_window", node, nc)
+	}
 }
 
 // gateAccepted closes a window whose gate cannot be green here (no etcd
@@ -93,8 +107,8 @@ func TestFleetRoundFromPlanToClose(t *testing.T) {
 	f.gateAccepted("cp-1")
 
 	f.preflight("gpu-1")
-	if _, res := f.approve("approve_window", map[string]any{"node": "gpu-1"}); res.Status != StatusOK {
-		t.Fatalf("approve_window gpu-1: %s %v", res.Status, res.Reasons)
+	if _, res := f.approve("approve_window", map[string]any{"node": "gpu-1"}); res.Status != StatusOK || res.NextCall == nil || res.NextCall.Tool != "drain_node" {
+		t.Fatalf("approve_window gpu-1: %s %v, next_call %+v", res.Status, res.Reasons, res.NextCall)
 	}
 	f.windowThrough("gpu-1", false)
 	smoke, err := f.kube.CoreV1().Pods("").List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=mcp-patch-gpu-smoke"})
@@ -135,8 +149,8 @@ func TestFleetRoundFromPlanToClose(t *testing.T) {
 		t.Fatalf("autoremove during the soak: %s %v", res.Status, res.Reasons)
 	}
 	f.advance(49 * time.Hour)
-	if _, res := f.approve("autoremove", nil); res.Status != StatusOK {
-		t.Fatalf("autoremove: %s %v", res.Status, res.Reasons)
+	if _, res := f.approve("autoremove", nil); res.Status != StatusOK || res.NextCall == nil || res.NextCall.Tool != "close_round" {
+		t.Fatalf("autoremove: %s %v, next_call %+v", res.Status, res.Reasons, res.NextCall)
 	}
 	for _, n := range []string{"cp-1", "gpu-1", "gpu-2"} {
 		if f.host(n).Count("autoremove") != 1 {
