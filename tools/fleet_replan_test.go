@@ -10,7 +10,8 @@ import (
 // replan_node on the fleet rig: a node whose package set changed after
 // the signature gets a new plan revision, committed; sign_plan then asks
 // only for what changed, and the window runs under the re-signed plan. A
-// node whose window started keeps its plan.
+// drained node is re-planned for the steps ahead; once its install
+// started, its plan is fixed.
 func TestFleetReplanSignsOnlyTheChange(t *testing.T) {
 	f := newFleet(t)
 	if _, res := f.call("replan_node", map[string]any{"node": "gpu-2"}); res.Status != StatusRefused {
@@ -70,10 +71,25 @@ func TestFleetReplanSignsOnlyTheChange(t *testing.T) {
 	if _, res := f.approve("drain_node", map[string]any{"node": "cp-1"}); res.Status != StatusOK {
 		t.Fatalf("drain after the re-sign: %s %v", res.Status, res.Reasons)
 	}
+	// Drained, install not started: the steps ahead are re-planned, the
+	// drain stays as reviewed.
 	f.host("cp-1").Digest = "sha256:" + strings.Repeat("e", 64)
+	m = f.must(StatusOK, "replan_node", map[string]any{"node": "cp-1"})
+	if ch, _ := m["changed"].([]any); len(ch) != 1 || ch[0] != "install" {
+		t.Fatalf("replan of a drained node changed %v, want [install]", m["changed"])
+	}
+	if _, res := f.approve("sign_plan", nil); res.Status != StatusOK {
+		t.Fatalf("sign the second re-plan: %s %v", res.Status, res.Reasons)
+	}
+	f.must(StatusOK, "record_simulation", map[string]any{"node": "cp-1"})
+	if _, res := f.approve("install_updates", map[string]any{"node": "cp-1"}); res.Status != StatusInProgress {
+		t.Fatalf("install under the re-signed plan: %s %v", res.Status, res.Reasons)
+	}
+	// Once the install started, the node's plan is fixed.
+	f.host("cp-1").Digest = "sha256:" + strings.Repeat("f", 64)
 	before, _ := os.ReadFile(planFile)
 	if _, res := f.call("replan_node", map[string]any{"node": "cp-1"}); res.Status != StatusRefused || !strings.Contains(reasons(res), "its plan is fixed") {
-		t.Fatalf("replan of a node whose window is open: %s %v", res.Status, res.Reasons)
+		t.Fatalf("replan of a node whose install started: %s %v", res.Status, res.Reasons)
 	}
 	if now, _ := os.ReadFile(planFile); string(now) != string(before) {
 		t.Fatal("a refused replan rewrote plan.json")
