@@ -389,7 +389,7 @@ func apiServerBehaviour(kc *fake.Clientset) {
 // newFleet is a cluster of cp-1 (control plane), gpu-1 (GPU canary) and
 // gpu-2 (GPU), each running fRunning with fTarget to install, one
 // inference pod on each GPU server.
-func newFleet(t *testing.T) *fleet {
+func newFleet(t *testing.T, configure ...func(*config.Config)) *fleet {
 	t.Helper()
 	f := &fleet{t: t, now: time.Date(2026, 11, 3, 8, 0, 0, 0, time.UTC), model: newModelEndpoint(t), hooks: newWebhookSink(t)}
 	f.repo = filepath.Join(t.TempDir(), "intent")
@@ -404,6 +404,9 @@ func newFleet(t *testing.T) *fleet {
 	c.IntentRepo, c.StateDir, c.Identity = f.repo, t.TempDir(), "server-a"
 	c.Approvals.AllowedSigners = signers
 	c.Notify.Webhooks = []config.Webhook{{Name: "ops", URL: f.hooks.srv.URL}}
+	for _, fn := range configure {
+		fn(&c)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	clock := func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
 	d, cleanup, err := Build(ctx, &c, slog.New(slog.NewTextHandler(io.Discard, nil)), func(string) string { return "" }, clock)
