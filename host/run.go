@@ -77,7 +77,7 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envNamePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // envNamesRefused change how the script itself is read or run; a caller
 // has no business setting them through env.
@@ -88,7 +88,7 @@ var envNamesRefused = []string{"IFS", "PATH", "ENV", "BASH_ENV", "PS4", "SHELLOP
 // and values holding a NUL byte, which no shell can carry.
 func ValidateEnv(env map[string]string) error {
 	for name, value := range env {
-		if !envNamePattern.MatchString(name) {
+		if !envNamePattern().MatchString(name) {
 			return fmt.Errorf("env name %q is not a shell identifier ([A-Za-z_][A-Za-z0-9_]*)", name)
 		}
 		if slices.Contains(envNamesRefused, name) || strings.HasPrefix(name, "LD_") {

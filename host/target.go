@@ -46,18 +46,18 @@ type Target struct {
 }
 
 var (
-	nodeNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+	nodeNamePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`) })
 	// POSIX portable user names, as useradd accepts them by default.
-	userPattern = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	userPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`) })
 	// A DNS name or IPv4 literal; IPv6 literals are checked with net.ParseIP.
-	addressPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$`)
+	addressPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$`) })
 )
 
 // ValidateNodeName refuses node names that are empty or carry anything but
 // letters, digits, '.', '_' and '-' (so a name can never reach a shell or a
 // known_hosts pattern as something else).
 func ValidateNodeName(name string) error {
-	if !nodeNamePattern.MatchString(name) {
+	if !nodeNamePattern().MatchString(name) {
 		return fmt.Errorf("invalid node name %q: want letters, digits, '.', '_' or '-' (max 253), starting with a letter or digit", name)
 	}
 	return nil
@@ -71,13 +71,13 @@ func (t Target) Validate() error {
 	if t.Address == "" {
 		return fmt.Errorf("node %s: address is required", t.Name)
 	}
-	if net.ParseIP(t.Address) == nil && !addressPattern.MatchString(t.Address) {
+	if net.ParseIP(t.Address) == nil && !addressPattern().MatchString(t.Address) {
 		return fmt.Errorf("node %s: address %q is neither an IP address nor a DNS name", t.Name, t.Address)
 	}
 	if t.Port < 0 || t.Port > 65535 {
 		return fmt.Errorf("node %s: port %d out of range 1-65535", t.Name, t.Port)
 	}
-	if t.User != "" && !userPattern.MatchString(t.User) {
+	if t.User != "" && !userPattern().MatchString(t.User) {
 		return fmt.Errorf("node %s: user %q is not a valid login name", t.Name, t.User)
 	}
 	if t.Jump != "" {
@@ -88,7 +88,7 @@ func (t Target) Validate() error {
 			return fmt.Errorf("node %s: jump names the node itself", t.Name)
 		}
 	}
-	if t.HostKeyAlias != "" && net.ParseIP(t.HostKeyAlias) == nil && !addressPattern.MatchString(t.HostKeyAlias) {
+	if t.HostKeyAlias != "" && net.ParseIP(t.HostKeyAlias) == nil && !addressPattern().MatchString(t.HostKeyAlias) {
 		return fmt.Errorf("node %s: host_key_alias %q is neither an IP address nor a DNS name", t.Name, t.HostKeyAlias)
 	}
 	for _, f := range t.IdentityFiles {

@@ -124,13 +124,13 @@ func (r *Repo) recordLesson(ctx context.Context, in LessonInput) (Commit, error)
 	if round == "" {
 		return Commit{}, fmt.Errorf("%w: no round id", ErrInvalid)
 	}
-	if !roundIDPattern.MatchString(round) {
+	if !roundIDPattern().MatchString(round) {
 		return Commit{}, fmt.Errorf("%w: round id %q: want letters, digits, '.', '_', '-' (at most 63)", ErrInvalid, round)
 	}
 	if in.Kind == KindOpenQuestion && in.Property == "" {
 		return Commit{}, fmt.Errorf("%w: an open question must name the property it is about", ErrInvalid)
 	}
-	if in.Property != "" && !idPattern.MatchString(in.Property) {
+	if in.Property != "" && !idPattern().MatchString(in.Property) {
 		return Commit{}, fmt.Errorf("%w: property id %q", ErrInvalid, in.Property)
 	}
 	text, err := checkText(in.Text, r.opts.MaxTextBytes)

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // The four sections of intent.md, in their required order.
@@ -80,13 +81,17 @@ type Lesson struct {
 
 var (
 	// idPattern is what a property or question id may look like.
-	idPattern   = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,31}$`)
-	leadingCode = regexp.MustCompile("^`([^`\n]+)`")
-	leadingBold = regexp.MustCompile(`^\*\*([^*\n]+)\*\*`)
-	refToken    = regexp.MustCompile("`([^`\n]+)`|\\*\\*([^*\n]+)\\*\\*")
-	questionRef = regexp.MustCompile("^against [`*]{1,2}[^`*\n]+[`*]{1,2} \\((\\d{4}-\\d{2}-\\d{2}), round ([^)\n]+)\\):\\s*")
-	lessonHead  = regexp.MustCompile("^(\\d{4}-\\d{2}-\\d{2})(?: · round (\\S+))?(?: · `([^`]+)`)?\\s*$")
-	qNumbered   = regexp.MustCompile(`^Q([0-9]{1,9})$`)
+	idPattern   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,31}$`) })
+	leadingCode = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile("^`([^`\n]+)`") })
+	leadingBold = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\*\*([^*\n]+)\*\*`) })
+	refToken    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile("`([^`\n]+)`|\\*\\*([^*\n]+)\\*\\*") })
+	questionRef = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile("^against [`*]{1,2}[^`*\n]+[`*]{1,2} \\((\\d{4}-\\d{2}-\\d{2}), round ([^)\n]+)\\):\\s*")
+	})
+	lessonHead = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile("^(\\d{4}-\\d{2}-\\d{2})(?: · round (\\S+))?(?: · `([^`]+)`)?\\s*$")
+	})
+	qNumbered = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^Q([0-9]{1,9})$`) })
 )
 
 // line is one line of a document with its byte offsets.
@@ -274,7 +279,7 @@ func parseProperty(item string) (Property, error) {
 	if strings.HasPrefix(rest, "~~") {
 		p.Retired = true
 	}
-	if m := leadingBold.FindStringSubmatch(rest); m != nil {
+	if m := leadingBold().FindStringSubmatch(rest); m != nil {
 		p.Title = strings.TrimRight(strings.TrimSpace(m[1]), ".")
 	}
 	return p, nil
@@ -282,10 +287,10 @@ func parseProperty(item string) (Property, error) {
 
 // leadingID splits "`P3` rest" or "**P3** rest" into id and rest.
 func leadingID(item string) (id, rest string, ok bool) {
-	for _, re := range []*regexp.Regexp{leadingCode, leadingBold} {
+	for _, re := range []*regexp.Regexp{leadingCode(), leadingBold()} {
 		if m := re.FindStringSubmatchIndex(item); m != nil {
 			id = item[m[2]:m[3]]
-			if !idPattern.MatchString(id) {
+			if !idPattern().MatchString(id) {
 				return "", "", false
 			}
 			return id, strings.TrimSpace(item[m[1]:]), true
@@ -299,14 +304,14 @@ func parseQuestion(item string, props []Property) OpenQuestion {
 	if id, rest, ok := leadingID(item); ok && !hasProperty(props, id) {
 		q.ID, q.Text = id, rest
 	}
-	for _, m := range refToken.FindAllStringSubmatch(q.Text, -1) {
+	for _, m := range refToken().FindAllStringSubmatch(q.Text, -1) {
 		ref := m[1] + m[2]
 		if hasProperty(props, ref) {
 			q.Property = ref
 			break
 		}
 	}
-	if m := questionRef.FindStringSubmatch(q.Text); m != nil {
+	if m := questionRef().FindStringSubmatch(q.Text); m != nil {
 		q.Date, q.Round = m[1], m[2]
 	}
 	return q
@@ -411,7 +416,7 @@ func ParseLessons(src string) []Lesson {
 	lessons := make([]Lesson, 0, len(o.sections))
 	for _, s := range o.sections {
 		l := Lesson{Heading: s.name, Text: prose(s.body)}
-		if m := lessonHead.FindStringSubmatch(s.name); m != nil {
+		if m := lessonHead().FindStringSubmatch(s.name); m != nil {
 			l.Date, l.Round, l.Property = m[1], m[2], m[3]
 		}
 		lessons = append(lessons, l)
@@ -423,7 +428,7 @@ func ParseLessons(src string) []Lesson {
 func nextQuestionID(qs []OpenQuestion) string {
 	highest := 0
 	for _, q := range qs {
-		if m := qNumbered.FindStringSubmatch(q.ID); m != nil {
+		if m := qNumbered().FindStringSubmatch(q.ID); m != nil {
 			if n, err := strconv.Atoi(m[1]); err == nil && n > highest {
 				highest = n
 			}

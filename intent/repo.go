@@ -148,8 +148,8 @@ type Repo struct {
 }
 
 var (
-	roundIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-	branchPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$`)
+	roundIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`) })
+	branchPattern  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$`) })
 )
 
 // Open opens the working copy whose root is path. It refuses a path that is
@@ -214,7 +214,7 @@ func (o Options) validate() error {
 	if strings.ContainsAny(o.AuthorName, "<>\n") || strings.ContainsAny(o.AuthorEmail, "<>\n ") {
 		errs = append(errs, fmt.Errorf("author %q <%s>: no <, > or newlines", o.AuthorName, o.AuthorEmail))
 	}
-	if o.RoundID != "" && !roundIDPattern.MatchString(o.RoundID) {
+	if o.RoundID != "" && !roundIDPattern().MatchString(o.RoundID) {
 		errs = append(errs, fmt.Errorf("round id %q: want letters, digits, '.', '_', '-' (at most 63)", o.RoundID))
 	}
 	if o.WorkingBranch != "" {
@@ -225,7 +225,7 @@ func (o Options) validate() error {
 			errs = append(errs, fmt.Errorf("working branch %q: %w", o.WorkingBranch, ErrProtectedBranch))
 		}
 	}
-	if o.Remote != "" && !branchPattern.MatchString(o.Remote) {
+	if o.Remote != "" && !branchPattern().MatchString(o.Remote) {
 		errs = append(errs, fmt.Errorf("remote %q is not a remote name", o.Remote))
 	}
 	if len(errs) > 0 {
@@ -235,7 +235,7 @@ func (o Options) validate() error {
 }
 
 func checkBranch(b string) error {
-	ok := branchPattern.MatchString(b) && !strings.Contains(b, "..") && !strings.Contains(b, "//") &&
+	ok := branchPattern().MatchString(b) && !strings.Contains(b, "..") && !strings.Contains(b, "//") &&
 		!strings.HasSuffix(b, "/") && !strings.HasSuffix(b, ".lock") && !strings.HasSuffix(b, ".") &&
 		!strings.Contains(b, "/.") && b != "HEAD"
 	if ok {

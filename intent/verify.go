@@ -53,10 +53,10 @@ type VerifySummary struct {
 	Skipped int    `json:"skipped"`
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`) })
 
 // ValidEnvName reports whether name can be passed to a verify script.
-func ValidEnvName(name string) bool { return envName.MatchString(name) }
+func ValidEnvName(name string) bool { return envName().MatchString(name) }
 
 // ErrVerifyDisabled is returned by RunVerify when this handle may not run
 // verify scripts (Options.VerifyDisabled).
@@ -110,7 +110,7 @@ func (r *Repo) runVerify(ctx context.Context, component string, timeout time.Dur
 		return VerifyResult{}, fmt.Errorf("%w: %d environment variables, at most 64", ErrInvalid, len(env))
 	}
 	for k, v := range env {
-		if !envName.MatchString(k) || strings.ContainsRune(v, 0) || len(v) > 4096 {
+		if !envName().MatchString(k) || strings.ContainsRune(v, 0) || len(v) > 4096 {
 			return VerifyResult{}, fmt.Errorf("%w: environment variable %q: want a shell name and a value without NUL, at most 4 KiB", ErrInvalid, k)
 		}
 		if slices.Contains(SetByVerify, k) {
@@ -183,7 +183,7 @@ func (r *Repo) verifyEnv(component string, extra map[string]string) []string {
 		lookup = os.LookupEnv
 	}
 	for _, k := range slices.Concat(BaseVerifyEnv, r.opts.VerifyPassEnv) {
-		if slices.Contains(SetByVerify, k) || !envName.MatchString(k) {
+		if slices.Contains(SetByVerify, k) || !envName().MatchString(k) {
 			continue
 		}
 		if v, ok := lookup(k); ok && !strings.ContainsRune(v, 0) {

@@ -155,7 +155,7 @@ func (s *FileNonceStore) Consume(ctx context.Context, nonce, approvalID string, 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("consume nonce %s: %w", nonce, err)
 	}
-	if !nonceRE.MatchString(nonce) {
+	if !nonceRE().MatchString(nonce) {
 		return fmt.Errorf("consume nonce %q: not 32 lowercase hex digits", nonce)
 	}
 	if approvalID == "" || strings.ContainsAny(approvalID, " \t\r\n") {
@@ -274,7 +274,7 @@ func (s *FileNonceStore) refresh() error {
 			continue
 		}
 		f := strings.Split(line, " ")
-		if len(f) != 3 || !nonceRE.MatchString(f[0]) || f[1] == "" {
+		if len(f) != 3 || !nonceRE().MatchString(f[0]) || f[1] == "" {
 			return fmt.Errorf("%s: damaged line %q", s.path, line)
 		}
 		if _, err := time.Parse(time.RFC3339Nano, f[2]); err != nil {

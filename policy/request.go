@@ -9,6 +9,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -343,14 +344,14 @@ func formatTime(t time.Time) string {
 }
 
 var (
-	toolRE          = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
-	nodeLabelRE     = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	roundRE         = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-	digestRE        = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	nonceRE         = regexp.MustCompile(`^[0-9a-f]{32}$`)
-	reviewTriggerRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,63}:[A-Za-z0-9.+~:_-]{1,128}$`)
-	stepRE          = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
-	stopRE          = regexp.MustCompile(`^(none|[1-9][0-9]{0,18} sha256:[0-9a-f]{64})$`)
+	toolRE          = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`) })
+	nodeLabelRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`) })
+	roundRE         = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
+	digestRE        = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sha256:[0-9a-f]{64}$`) })
+	nonceRE         = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{32}$`) })
+	reviewTriggerRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9-]{0,63}:[A-Za-z0-9.+~:_-]{1,128}$`) })
+	stepRE          = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`) })
+	stopRE          = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(none|[1-9][0-9]{0,18} sha256:[0-9a-f]{64})$`) })
 )
 
 func checkField(k Kind, name, v string) error {
@@ -362,7 +363,7 @@ func checkField(k Kind, name, v string) error {
 	}
 	switch name {
 	case fieldTool:
-		if !toolRE.MatchString(v) {
+		if !toolRE().MatchString(v) {
 			return bad("want a snake_case tool name")
 		}
 	case fieldNode:
@@ -373,11 +374,11 @@ func checkField(k Kind, name, v string) error {
 			return bad("want a Kubernetes node name (lowercase DNS subdomain)")
 		}
 	case fieldRound:
-		if !roundRE.MatchString(v) {
+		if !roundRE().MatchString(v) {
 			return bad("want letters, digits, '.', '_' or '-', at most 64")
 		}
 	case fieldPlanDigest:
-		if !digestRE.MatchString(v) {
+		if !digestRE().MatchString(v) {
 			return bad("want sha256: and 64 lowercase hex digits")
 		}
 	case fieldReason:
@@ -385,15 +386,15 @@ func checkField(k Kind, name, v string) error {
 			return bad("%v", err)
 		}
 	case fieldReviewTrigger:
-		if !reviewTriggerRE.MatchString(v) {
+		if !reviewTriggerRE().MatchString(v) {
 			return bad("want <event>:<value>, e.g. driver-version-change:550.90.07")
 		}
 	case fieldStep:
-		if !stepRE.MatchString(v) {
+		if !stepRE().MatchString(v) {
 			return bad("want a step name such as install, or none")
 		}
 	case fieldStop:
-		if !stopRE.MatchString(v) {
+		if !stopRE().MatchString(v) {
 			return bad("want the failure's journal record as <seq> sha256:<64 hex>, or none")
 		}
 	case fieldIssued, fieldExpires:
@@ -402,7 +403,7 @@ func checkField(k Kind, name, v string) error {
 			return bad("want UTC time as 2006-01-02T15:04:05Z")
 		}
 	case fieldNonce:
-		if !nonceRE.MatchString(v) {
+		if !nonceRE().MatchString(v) {
 			return bad("want 32 lowercase hex digits")
 		}
 	}
@@ -414,7 +415,7 @@ func validNodeName(v string) bool {
 		return false
 	}
 	for label := range strings.SplitSeq(v, ".") {
-		if !nodeLabelRE.MatchString(label) {
+		if !nodeLabelRE().MatchString(label) {
 			return false
 		}
 	}

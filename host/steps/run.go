@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -189,24 +190,28 @@ func ValidateNode(node string) error {
 }
 
 var (
-	roundPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-	kernelPattern = regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?([.+~_-][A-Za-z0-9]+){0,12}$`)
-	digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	entryPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,199}(>[A-Za-z0-9][A-Za-z0-9._-]{0,199})?$`)
+	roundPattern  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
+	kernelPattern = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?([.+~_-][A-Za-z0-9]+){0,12}$`)
+	})
+	digestPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sha256:[0-9a-f]{64}$`) })
+	entryPattern  = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,199}(>[A-Za-z0-9][A-Za-z0-9._-]{0,199})?$`)
+	})
 )
 
 // ValidateRound checks a round id (letters, digits, '.', '_', '-'; at
 // most 64; the scripts use it in file and unit names).
 func ValidateRound(round string) error {
-	if !roundPattern.MatchString(round) {
-		return fmt.Errorf("%w: round id %q must match %s", ErrBadInput, round, roundPattern)
+	if !roundPattern().MatchString(round) {
+		return fmt.Errorf("%w: round id %q must match %s", ErrBadInput, round, roundPattern())
 	}
 	return nil
 }
 
 // ValidateKernel checks a kernel release such as 5.15.0-86-generic.
 func ValidateKernel(what, release string) error {
-	if len(release) > 100 || !kernelPattern.MatchString(release) {
+	if len(release) > 100 || !kernelPattern().MatchString(release) {
 		return fmt.Errorf("%w: %s %q is not a kernel release", ErrBadInput, what, release)
 	}
 	return nil
@@ -214,7 +219,7 @@ func ValidateKernel(what, release string) error {
 
 // ValidatePlanDigest checks a plan digest ("sha256:" and 64 hex digits).
 func ValidatePlanDigest(d string) error {
-	if !digestPattern.MatchString(d) {
+	if !digestPattern().MatchString(d) {
 		return fmt.Errorf("%w: plan digest %q must be sha256:<64 lower-case hex>", ErrBadInput, d)
 	}
 	return nil
@@ -224,7 +229,7 @@ func ValidatePlanDigest(d string) error {
 // "<submenu id>><entry id>" or a top-level "<entry id>", each made of
 // letters, digits, '.', '_' and '-'.
 func ValidateEntryID(what, id string) error {
-	if !entryPattern.MatchString(id) {
+	if !entryPattern().MatchString(id) {
 		return fmt.Errorf("%w: %s %q is not a GRUB entry id path (submenu-id>entry-id)", ErrBadInput, what, id)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"sync"
 )
 
 // Node roles for Snapshot.
@@ -35,7 +36,7 @@ type SnapshotResult struct {
 	HostConfigPaths []string `json:"host_config_paths"`
 }
 
-var etcdEndpointPattern = regexp.MustCompile(`^https?://[A-Za-z0-9.:\[\]-]+$`)
+var etcdEndpointPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^https?://[A-Za-z0-9.:\[\]-]+$`) })
 
 // Snapshot backs up /etc/kubernetes, host configuration and, on control
 // planes, etcd into the round's backup directory (snapshot.sh).
@@ -50,7 +51,7 @@ func (s *Steps) Snapshot(ctx context.Context, node, round, role, etcdEndpoint st
 	}
 	env := map[string]string{"ROUND": round, "ROLE": role}
 	if etcdEndpoint != "" {
-		if !etcdEndpointPattern.MatchString(etcdEndpoint) {
+		if !etcdEndpointPattern().MatchString(etcdEndpoint) {
 			return res, fmt.Errorf("snapshot node %s: %w: etcd endpoint %q", node, ErrBadInput, etcdEndpoint)
 		}
 		env["ETCD_ENDPOINT"] = etcdEndpoint

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/mcp-patch/mcp-patch/host/parse"
 )
@@ -66,11 +67,11 @@ type NodeVerification struct {
 }
 
 var (
-	ifacePattern  = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
-	sysctlKey     = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_./-]*$`)
-	sysctlValue   = regexp.MustCompile(`^[^,=\x00-\x1f\x7f]*$`)
-	identityName  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?$`)
-	blankRunsExpr = regexp.MustCompile(`[ \t]+`)
+	ifacePattern  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`) })
+	sysctlKey     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_./-]*$`) })
+	sysctlValue   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[^,=\x00-\x1f\x7f]*$`) })
+	identityName  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?$`) })
+	blankRunsExpr = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[ \t]+`) })
 )
 
 // Verify checks the node on its new kernel (verify.sh): kernel, bonds,
@@ -135,7 +136,7 @@ func verifyEnv(in VerifyInput) (map[string]string, error) {
 	}
 	env := map[string]string{"TARGET_KERNEL": in.TargetKernel}
 	for _, b := range in.ExpectedBonds {
-		if !ifacePattern.MatchString(b) {
+		if !ifacePattern().MatchString(b) {
 			return nil, fmt.Errorf("%w: bond name %q", ErrBadInput, b)
 		}
 	}
@@ -150,10 +151,10 @@ func verifyEnv(in VerifyInput) (map[string]string, error) {
 	}
 	keys := make([]string, 0, len(in.ExpectedSysctls))
 	for k, val := range in.ExpectedSysctls {
-		if !sysctlKey.MatchString(k) || strings.Contains(k, "..") {
+		if !sysctlKey().MatchString(k) || strings.Contains(k, "..") {
 			return nil, fmt.Errorf("%w: sysctl key %q", ErrBadInput, k)
 		}
-		if !sysctlValue.MatchString(val) || strings.Contains(val, "..") {
+		if !sysctlValue().MatchString(val) || strings.Contains(val, "..") {
 			return nil, fmt.Errorf("%w: sysctl %s value %q (no commas, '=', '..' or control characters)", ErrBadInput, k, val)
 		}
 		keys = append(keys, k)
@@ -161,14 +162,14 @@ func verifyEnv(in VerifyInput) (map[string]string, error) {
 	sort.Strings(keys)
 	var pairs []string
 	for _, k := range keys {
-		pairs = append(pairs, k+"="+blankRunsExpr.ReplaceAllString(in.ExpectedSysctls[k], " "))
+		pairs = append(pairs, k+"="+blankRunsExpr().ReplaceAllString(in.ExpectedSysctls[k], " "))
 	}
 	if len(pairs) > 0 {
 		env["EXPECTED_SYSCTLS"] = strings.Join(pairs, ",")
 	}
 	for what, list := range map[string][]string{"VERIFY_USERS": in.Users, "VERIFY_GROUPS": in.Groups} {
 		for _, n := range list {
-			if !identityName.MatchString(n) {
+			if !identityName().MatchString(n) {
 				return nil, fmt.Errorf("%w: %s entry %q", ErrBadInput, strings.ToLower(strings.TrimPrefix(what, "VERIFY_")), n)
 			}
 		}
