@@ -73,9 +73,6 @@ type Deps struct {
 	// Resources, when set, adds MCP resources (the intent documents).
 	Resources func(s *mcp.Server)
 
-	// jobWaits remembers when each node's drain began waiting for jobs.
-	jobWaits jobWaits
-
 	// Ops sends notifications and keeps metrics and node Events; nil does
 	// none of it.
 	Ops *Ops

@@ -32,8 +32,10 @@ func DrainNode() Tool {
 		Name:  "drain_node",
 		Title: "Cordon and drain a node",
 		Description: "Cordon the node (recording that this round cordoned it) and evict its pods through the Eviction API, PDBs " +
-			"respected, DaemonSet pods left alone, emptyDir policy from the intent. The eviction preview (pods that will go) is " +
-			"part of the plan a person approves. Opens the node's window: only one window at a time, and only when the previous " +
+			"respected, DaemonSet pods left alone, emptyDir policy from the intent. The eviction preview (pods that will go, and the " +
+			"jobs it waits for) is part of the plan a person approves. Where the intent names jobs to wait for (drain.wait_for_jobs), " +
+			"the node is cordoned first and the drain answers in_progress while they run, up to the bound counted from the drain's " +
+			"journaled start; then the round stops. Opens the node's window: only one window at a time, and only when the previous " +
 			"node's gate is green. On failure the node stays cordoned and the blocking pods are named.",
 		Idempotent: false, OpenWorld: true,
 	}, Steps[DrainIn, DrainOut, window.DrainPlan]{
@@ -76,10 +78,9 @@ func DrainNode() Tool {
 			if err := d.etcdBeforeControlPlane(ctx, s, in.Node); err != nil {
 				return "", window.DrainPlan{}, err
 			}
-			if s.inFlightRun(round.StepDrain, in.Node) == nil {
-				if err := d.holdForJobs(ctx, s, in.Node); err != nil {
-					return "", window.DrainPlan{}, err
-				}
+			jobs, jobWait, err := jobWaitOf(s.settings)
+			if err != nil {
+				return "", window.DrainPlan{}, err
 			}
 			w, err := d.window(ctx, s, needCluster)
 			if err != nil {
@@ -90,7 +91,20 @@ func DrainNode() Tool {
 				return "", window.DrainPlan{}, Fail("Check the node name and the API server.", "preview drain: "+err.Error())
 			}
 			plan, err := window.DecideDrain(in.Node, pv)
-			return s.id, plan, err
+			if err != nil || jobs == nil {
+				return s.id, plan, err
+			}
+			// The jobs it waits for are part of what a person reads (not of
+			// the digest: jobs come and go; the wait is bounded).
+			holding, err := w.Cluster.HoldingPods(ctx, in.Node, jobs)
+			if err != nil {
+				return "", window.DrainPlan{}, Fail("Check the API server and call again.", err.Error())
+			}
+			plan.JobWaitMinutes = int(jobWait / time.Minute)
+			for _, p := range holding {
+				plan.WaitsFor = append(plan.WaitsFor, p.String())
+			}
+			return s.id, plan, nil
 		},
 		Do: func(ctx context.Context, d *Deps, in DrainIn, plan window.DrainPlan, a Approved, p Progress) (DrainOut, error) {
 			s, err := d.openSession()
@@ -164,8 +178,13 @@ func (d *Deps) drainTimeout(s *session) time.Duration {
 }
 
 func (d *Deps) drainOptions(s *session) window.DrainOptions {
-	return window.DrainOptions{Policy: d.drainPolicy(s), Identity: d.Identity,
+	o := window.DrainOptions{Policy: d.drainPolicy(s), Identity: d.Identity,
 		Options: drain.Options{Timeout: d.drainTimeout(s), EvictRetryDelay: d.Config.Kube.EvictRetry.D(), Logger: d.Log}}
+	// A selector that does not parse was refused by the drain's Plan.
+	if sel, wait, err := jobWaitOf(s.settings); err == nil {
+		o.JobSelector, o.JobWait = sel, wait
+	}
+	return o
 }
 
 func drainProgress(p Progress) func(done, total int, msg string) {

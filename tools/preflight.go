@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
@@ -115,12 +118,19 @@ func factsOf(sim steps.Simulation, insp steps.Inspection) plan.Facts {
 
 // drainFacts previews the node's drain and asks the API server, with a
 // dry-run eviction of each pod, whether it would be admitted.
-func drainFacts(ctx context.Context, kc *kube.Clients, node string, pol drain.Policy) (plan.DrainFacts, []drain.PodRef) {
+func drainFacts(ctx context.Context, kc *kube.Clients, node string, pol drain.Policy, jobs labels.Selector, jobWait time.Duration) (plan.DrainFacts, []drain.PodRef) {
 	pv, err := drain.Preview(ctx, kc.Kube, node, pol)
 	if err != nil {
 		return plan.DrainFacts{Err: oneLine(err.Error())}, nil
 	}
-	df := plan.DrainFacts{Blockers: pv.Blockers, Warnings: pv.Warnings}
+	df := plan.DrainFacts{Blockers: pv.Blockers, Warnings: pv.Warnings, JobWaitMinutes: int(jobWait / time.Minute)}
+	holding, err := drain.HoldingPods(ctx, kc.Kube, node, jobs)
+	if err != nil {
+		return plan.DrainFacts{Err: oneLine(err.Error())}, nil
+	}
+	for _, p := range holding {
+		df.WaitsFor = append(df.WaitsFor, p.String())
+	}
 	checks, err := drain.CheckEvictions(ctx, kc.Kube, pv)
 	if err != nil {
 		return plan.DrainFacts{Err: oneLine(err.Error())}, nil
@@ -169,12 +179,16 @@ func (d *Deps) preflight(ctx context.Context, kc *kube.Clients, in preflightInpu
 		p(float64(done.Add(1)), total, "preflight "+node+": "+orDash(f.Err))
 	})
 	pol := drainPolicyOf(in.settings)
+	jobs, jobWait, err := jobWaitOf(in.settings)
+	if err != nil {
+		return plan.Fleet{}, err
+	}
 	type drained struct {
 		facts plan.DrainFacts
 		pods  []drain.PodRef
 	}
 	kubeRes := host.FanOut(ctx, nodes, kubeConcurrency, func(ctx context.Context, node string) (drained, error) {
-		df, pods := drainFacts(ctx, kc, node, pol)
+		df, pods := drainFacts(ctx, kc, node, pol, jobs, jobWait)
 		p(float64(done.Add(1)), total, "drain preview "+node)
 		return drained{df, pods}, nil
 	})

@@ -65,7 +65,11 @@ func ReplanNode() Tool {
 		var evicted []drain.PodRef
 		if len(done) == 0 {
 			p(1, 2, "drain preview "+in.Node)
-			facts.Drain, evicted = drainFacts(ctx, kc, in.Node, drainPolicyOf(s.settings))
+			jobs, jobWait, err := jobWaitOf(s.settings)
+			if err != nil {
+				return ReplanOut{}, err
+			}
+			facts.Drain, evicted = drainFacts(ctx, kc, in.Node, drainPolicyOf(s.settings), jobs, jobWait)
 		}
 		var pos plan.Position
 		for _, ps := range positionsOf(st.Plan.Order) {

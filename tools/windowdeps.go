@@ -22,8 +22,12 @@ const (
 // window builds the round's window machinery for one call: the journal's
 // recorder, and the hosts and the cluster when the step needs them.
 func (d *Deps) window(ctx context.Context, s *session, n need) (*window.Window, error) {
+	bounds := window.DefaultBounds(d.drainTimeout(s), d.Config.SSH.RebootTimeout.D())
+	if _, wait, err := jobWaitOf(s.settings); err == nil {
+		bounds.Drain += wait // a drain may wait that long for jobs before it evicts
+	}
 	w := &window.Window{Round: s.id, Rec: &window.Recorder{J: s.j, Events: d.WindowEvents, Now: d.now},
-		Bounds: window.DefaultBounds(d.drainTimeout(s), d.Config.SSH.RebootTimeout.D()), Now: d.now, Log: d.Log}
+		Bounds: bounds, Now: d.now, Log: d.Log}
 	if n&needHost != 0 {
 		h, err := d.hosts(ctx)
 		if err != nil {

@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -25,4 +26,16 @@ func (c Cluster) Drain(ctx context.Context, node string, o Options, progress fun
 // CordonState is ReadState on c's cluster.
 func (c Cluster) CordonState(ctx context.Context, node string) (State, error) {
 	return ReadState(ctx, c.Kube, node)
+}
+
+// Cordon is Cordon on c's cluster: the node cordoned and recorded as this
+// round's (a node already cordoned by this round stays so).
+func (c Cluster) Cordon(ctx context.Context, node, round, identity string) error {
+	_, err := Cordon(ctx, c.Kube, node, round, identity)
+	return err
+}
+
+// HoldingPods is HoldingPods on c's cluster.
+func (c Cluster) HoldingPods(ctx context.Context, node string, sel labels.Selector) ([]PodRef, error) {
+	return HoldingPods(ctx, c.Kube, node, sel)
 }

@@ -94,6 +94,10 @@ type DrainFacts struct {
 	Pods     []Pod
 	Blockers []string
 	Warnings []string
+	// WaitsFor are the running jobs the drain waits for ("ns/pod"), up to
+	// JobWaitMinutes.
+	WaitsFor       []string
+	JobWaitMinutes int
 }
 
 // Pod is one pod the drain would evict.
@@ -313,7 +317,10 @@ func drainOf(node string, df DrainFacts, n *Node) Drain {
 	block := func(cause, fix string) {
 		n.Blockers = append(n.Blockers, Blocker{Node: node, Cause: cause, Fix: fix, Check: CheckInspect})
 	}
-	d := Drain{Workloads: []Workload{}}
+	d := Drain{Workloads: []Workload{}, WaitsFor: df.WaitsFor}
+	if len(df.WaitsFor) > 0 {
+		d.JobWaitMinutes = df.JobWaitMinutes
+	}
 	if df.Err != "" {
 		block("the drain preview failed: "+df.Err, "check the API server and the node, then plan again")
 		return d

@@ -107,6 +107,11 @@ type Drain struct {
 	Refused []string `json:"refused,omitempty"`
 	// EmptyDirData says how many evicted pods lose emptyDir data.
 	EmptyDirData int `json:"emptydir_data,omitempty"`
+	// WaitsFor are the jobs (the intent's drain.wait_for_jobs) running on
+	// the node now, "ns/pod": the drain cordons, then waits for them, up to
+	// JobWaitMinutes. Not in the digest: jobs come and go.
+	WaitsFor       []string `json:"waits_for,omitempty"`
+	JobWaitMinutes int      `json:"job_wait_minutes,omitempty"`
 }
 
 // Node is one node's reviewed plan: what moves, what boots, what the

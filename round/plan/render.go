@@ -90,6 +90,12 @@ func Markdown(w io.Writer, f Fleet) error {
 		for _, r := range n.Drain.Refused {
 			p("- refused now by the API server: %s\n", r)
 		}
+		if len(n.Drain.WaitsFor) > 0 {
+			p("- cordons, then waits up to %d min for %d running job(s) before evicting (then the round stops):\n", n.Drain.JobWaitMinutes, len(n.Drain.WaitsFor))
+			for _, j := range n.Drain.WaitsFor {
+				p("  - %s\n", j)
+			}
+		}
 		if len(n.Risks) > 0 {
 			p("\n### Risks\n\n")
 			for _, r := range n.Risks {

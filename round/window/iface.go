@@ -3,6 +3,8 @@ package window
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round"
@@ -23,11 +25,14 @@ type Host interface {
 
 var _ Host = (*steps.Steps)(nil)
 
-// Cluster is what the window needs of the cluster: the drain.
+// Cluster is what the window needs of the cluster: the drain, and the
+// cordon and job list of a drain that waits for jobs.
 type Cluster interface {
 	PreviewDrain(ctx context.Context, node string, pol drain.Policy) (drain.Plan, error)
 	Drain(ctx context.Context, node string, o drain.Options, progress func(done, total int, msg string)) (drain.Result, error)
 	CordonState(ctx context.Context, node string) (drain.State, error)
+	Cordon(ctx context.Context, node, round, identity string) error
+	HoldingPods(ctx context.Context, node string, sel labels.Selector) ([]drain.PodRef, error)
 }
 
 var _ Cluster = drain.Cluster{}

@@ -43,6 +43,11 @@ type DrainPlan struct {
 	PreviewDigest string   `json:"preview_digest"`
 	Evict         []string `json:"evict"`
 	Warnings      []string `json:"warnings,omitempty"`
+	// WaitsFor are the jobs (drain.wait_for_jobs) running on the node when
+	// the plan was made: the drain cordons, then waits for them, up to
+	// JobWaitMinutes. Not in the digest: jobs come and go.
+	WaitsFor       []string `json:"waits_for,omitempty"`
+	JobWaitMinutes int      `json:"job_wait_minutes,omitempty"`
 }
 
 func (p DrainPlan) Step() round.Step { return round.StepDrain }
@@ -50,6 +55,13 @@ func (p DrainPlan) Target() string   { return p.Node }
 func (p DrainPlan) Digest() string   { return p.PreviewDigest }
 func (p DrainPlan) Summary() []string {
 	s := []string{fmt.Sprintf("cordon %s and evict %d pods (PDBs respected, DaemonSets stay)", p.Node, len(p.Evict))}
+	if len(p.WaitsFor) > 0 {
+		s = append(s, fmt.Sprintf("after the cordon, wait up to %d minutes for %d running jobs before evicting (then the round stops, the node cordoned):",
+			p.JobWaitMinutes, len(p.WaitsFor)))
+		for _, j := range Clip(p.WaitsFor, 20) {
+			s = append(s, "wait for "+j)
+		}
+	}
 	s = append(s, Clip(p.Evict, 40)...)
 	for _, w := range p.Warnings {
 		s = append(s, "warning: "+OneLine(w))

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/labels"
 	"strings"
+	"time"
 
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
@@ -296,6 +298,13 @@ type DrainOptions struct {
 	Policy   drain.Policy
 	Options  drain.Options // Round, Identity, Policy and ExpectDigest are set here
 	Identity string
+	// JobSelector, when set, picks the pods (batch training jobs) whose work
+	// the drain must not cut short: the drain cordons first, so no new job
+	// lands, then waits while they run, for at most JobWait counted from
+	// the drain's start in the journal (a re-entry or a restarted server
+	// does not reset it); then the round stops with the node cordoned.
+	JobSelector labels.Selector
+	JobWait     time.Duration
 }
 
 // StartDrain opens the node's window: the Lease, then the journal, then
@@ -345,6 +354,11 @@ func (w *Window) FollowDrain(ctx context.Context, node string, o DrainOptions, p
 }
 
 func (w *Window) drain(ctx context.Context, node, expect string, o DrainOptions, progress func(done, total int, msg string)) (DrainOutcome, error) {
+	if o.JobSelector != nil && !o.JobSelector.Empty() {
+		if out, held, err := w.waitForJobs(ctx, node, o); held {
+			return out, err
+		}
+	}
 	opts := o.Options
 	opts.Policy, opts.Round, opts.Identity, opts.ExpectDigest = o.Policy, w.Round, o.Identity, expect
 	res, err := w.Cluster.Drain(ctx, node, opts, progress)
@@ -366,6 +380,48 @@ func (w *Window) drain(ctx context.Context, node, expect string, o DrainOptions,
 	out.Reasons = []string{fmt.Sprintf("%s cordoned (recorded as ours) and %d pods evicted", node, len(res.Evicted))}
 	out.Next = "install_updates on this node next."
 	return out, nil
+}
+
+// waitForJobs cordons the node (recorded as ours) and holds the drain
+// while jobs matching o.JobSelector run there, within the bound counted
+// from the drain's journaled start; held is false when the drain may
+// evict now.
+func (w *Window) waitForJobs(ctx context.Context, node string, o DrainOptions) (out DrainOutcome, held bool, err error) {
+	run := w.Rec.InFlight(round.StepDrain, node)
+	if run == nil || len(run.Attempts) == 0 {
+		return out, true, fmt.Errorf("drain of %s is not in flight", node)
+	}
+	since := run.Attempts[len(run.Attempts)-1].Started
+	if err := w.Cluster.Cordon(ctx, node, w.Round, o.Identity); err != nil {
+		return out, true, w.Rec.FailWith(round.StepDrain, node, "Stop: a person looks at the node's cordon, then signs resume or abort.",
+			"cordon "+node+" before waiting for its jobs: "+err.Error())
+	}
+	holding, err := w.Cluster.HoldingPods(ctx, node, o.JobSelector)
+	if err != nil {
+		// The API server did not answer: the node stays cordoned, the
+		// wait goes on; the bound still holds.
+		if w.now().Sub(since) < o.JobWait {
+			out.InProgress = true
+			out.Reasons = []string{node + " is cordoned (recorded as ours); its jobs could not be listed: " + err.Error()}
+			out.Next = "Call drain_node again with the same node in a little while."
+			return out, true, nil
+		}
+		return out, true, w.Rec.FailWith(round.StepDrain, node, "Stop: the node stays cordoned and recorded as ours. A person checks the API server, then signs resume or abort.",
+			"the jobs on "+node+" could not be listed after the wait's bound: "+err.Error())
+	}
+	h := drain.DecideHold(holding, since, w.now(), o.JobWait)
+	switch {
+	case h.Wait:
+		out.InProgress = true
+		out.Reasons = []string{h.Reason, node + " is cordoned (recorded as ours): no new job lands there; nothing was evicted yet"}
+		out.Next = "Call drain_node again with the same node in a little while: it evicts once the jobs finished."
+		return out, true, nil
+	case h.Stop:
+		return out, true, w.Rec.FailWith(round.StepDrain, node,
+			"Stop: the node stays cordoned and recorded as ours, nothing was evicted. A person decides: let the jobs finish and sign resume, or tell their owners and drain anyway.",
+			h.Reason)
+	}
+	return out, false, nil
 }
 
 func orUnknown(s string) string {

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/mcp-patch/mcp-patch/host/parse"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
@@ -261,7 +263,10 @@ type Cluster struct {
 	Pods     map[string][]drain.PodRef
 	Blockers map[string][]string
 	Cordoned map[string]string // node → identity that cordoned it
-	Actions  []Action
+	// Jobs are the pods on each node a drain that waits for jobs sees
+	// running (every selector matches them).
+	Jobs    map[string][]drain.PodRef
+	Actions []Action
 }
 
 var _ window.Cluster = (*Cluster)(nil)
@@ -289,6 +294,28 @@ func (c *Cluster) Drain(ctx context.Context, node string, o drain.Options, progr
 	res := drain.Result{Evicted: c.Pods[node]}
 	c.Pods[node] = nil
 	return res, nil
+}
+
+func (c *Cluster) Cordon(ctx context.Context, node, round, identity string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.Cordoned == nil {
+		c.Cordoned = map[string]string{}
+	}
+	if id, ok := c.Cordoned[node]; ok && id != identity {
+		return fmt.Errorf("cordon %s: cordoned by %s", node, id)
+	}
+	if _, ok := c.Cordoned[node]; !ok {
+		c.Actions = append(c.Actions, Action{Node: node, What: "cordon"})
+	}
+	c.Cordoned[node] = identity
+	return nil
+}
+
+func (c *Cluster) HoldingPods(ctx context.Context, node string, sel labels.Selector) ([]drain.PodRef, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]drain.PodRef(nil), c.Jobs[node]...), nil
 }
 
 func (c *Cluster) CordonState(ctx context.Context, node string) (drain.State, error) {
