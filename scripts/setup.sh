@@ -47,6 +47,8 @@ phase "Debian packages" "$t"
 echo "setup: Go modules"
 t=$(date +%s)
 go mod download
+# Prometheus' rule parser for the alert rules check (a module of its own).
+(cd test/promrules && go mod download)
 phase "Go modules" "$t"
 
 if [ -f test/interop/package.json ] && { [ ! -d test/interop/node_modules/@modelcontextprotocol/sdk ] || [ ! -x test/interop/node_modules/.bin/claude ]; }; then

@@ -48,6 +48,14 @@ else
 	echo "test: go test (TestRealVM left out; MCP_PATCH_VM=1 scripts/test.sh runs it)"
 	go test -count=1 -timeout 80m -skip '^TestRealVM$' "$@" ./...
 fi
+# The example alert rules, checked as `promtool check rules` does: with
+# Prometheus' own rule-file and PromQL parsers (model/rulefmt), in a module
+# of their own so Prometheus' requirements stay out of go.mod. (Building
+# promtool itself compiles all of Prometheus' service discovery.)
+echo "test: alert rules (examples/alerts) with Prometheus' rule parser"
+start=$(date +%s)
+(cd test/promrules && go vet ./... && go test -count=1 ./...)
+echo "test: alert rules phase took $(( $(date +%s) - start ))s"
 # The window state machine and the MCP surface, from their own unit tests
 # (fakes, no control plane): statement coverage of both together.
 echo "test: window and tools coverage (no control plane)"
