@@ -176,7 +176,7 @@ func bindSchemaFlags(fs *pflag.FlagSet, sch *jsonschema.Schema) []schemaField {
 			continue
 		}
 		typ := schemaType(p)
-		help := flagHelp(p, required[name])
+		help := flagHelp(name, p, required[name])
 		switch typ {
 		case "string":
 			fs.String(flagName, "", help)
@@ -212,10 +212,22 @@ func schemaType(p *jsonschema.Schema) string {
 	return ""
 }
 
-// flagHelp is a property's description with its allowed values, default
-// and whether it is required.
-func flagHelp(p *jsonschema.Schema, required bool) string {
+// argHelp says what an argument is where its input schema does not: the
+// ones many tools take, which tools/list leaves undescribed rather than
+// repeat in every tool (the server's instructions explain them).
+var argHelp = map[string]string{
+	"approval":  "the approval a person signed; omit it to get the request",
+	"node":      "the Kubernetes node name",
+	"component": "an intent component",
+}
+
+// flagHelp is a property's description (or argHelp's) with its allowed
+// values, default and whether it is required.
+func flagHelp(name string, p *jsonschema.Schema, required bool) string {
 	help := p.Description
+	if help == "" {
+		help = argHelp[name]
+	}
 	if len(p.Enum) > 0 {
 		vals := make([]string, len(p.Enum))
 		for i, v := range p.Enum {

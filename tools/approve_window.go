@@ -13,7 +13,7 @@ import (
 // ApproveWindowIn is the node whose whole window a person approves.
 type ApproveWindowIn struct {
 	ApprovalArg
-	Node string `json:"node" jsonschema:"a GPU server whose window the intent lets one signature approve (approvals.gpu_servers: per_window)"`
+	Node string `json:"node" jsonschema:"a GPU server"`
 }
 
 // ApproveWindowOut is the recorded window approval.
@@ -27,10 +27,8 @@ func ApproveWindow() Tool {
 	return New[ApproveWindowIn, ApproveWindowOut](Spec{
 		Name:  "approve_window",
 		Title: "Approve a node's whole window",
-		Description: "Where the intent sizes approvals per window (approvals.gpu_servers: per_window), record one signature for a GPU " +
-			"server's whole window, bound to every step digest of that node in the signed plan (drain preview, package plan, GRUB " +
-			"entries, promote target). Each step then runs without its own signature as long as its live plan equals those digests, " +
-			"and is refused the moment any of them drifts. Control-plane nodes always need a signature per step.",
+		Description: "Where the intent allows it: one signature for every step of a GPU server's window, bound to each step's " +
+			"digest; a live plan that drifts needs signing again.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in ApproveWindowIn, p Progress) (ApproveWindowOut, error) {
 		if err := ValidNode(in.Node); err != nil {

@@ -8,7 +8,7 @@ import (
 
 // GateIn optionally names the node whose window the gate closes.
 type GateIn struct {
-	Node string `json:"node,omitempty" jsonschema:"the node whose window this gate closes; omit for a look at the cluster only"`
+	Node string `json:"node,omitempty" jsonschema:"the node whose window it closes; omit for the cluster only"`
 }
 
 // GateOut is the gate, each check with its evidence.
@@ -22,11 +22,8 @@ func CheckGate() Tool {
 	return New[GateIn, GateOut](Spec{
 		Name:  "check_gate",
 		Title: "Check the gate",
-		Description: "Report whether the next cordon may start: etcd has quorum and a leader (every member's status); every " +
-			"CloudNativePG cluster is ready with no switchover in progress; every admission webhook's Deployment is at full ready " +
-			"replicas; stack health shows no NEW failure against the baseline taken at round start; the API server's OIDC issuer " +
-			"answers discovery. Each check is reported with its evidence. Writes nothing and stops nothing: close_window records " +
-			"the gate of a node's window.",
+		Description: "May the next cordon start: etcd quorum and leader, CloudNativePG ready, webhooks at full replicas, no " +
+			"new health failure against the baseline, OIDC discovery; evidence per check.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in GateIn, p Progress) (GateOut, error) {
 		s, err := d.openSession()

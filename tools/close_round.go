@@ -19,12 +19,8 @@ func CloseRound() Tool {
 	return New[struct{}, CloseRoundOut](Spec{
 		Name:  "close_round",
 		Title: "Close the round",
-		Description: "Write the round report (Markdown, with each window's steps and durations, failures, decisions and kernels " +
-			"before and after) and its timeline picture (SVG), commit them with the journal and audit log to the intent " +
-			"repository's working branch, and close the round. It also writes the components' docs: the round's entry in " +
-			"os-layer/changelog.md (date, kernel before and after per role, packages of note, deviations, link to the report) and " +
-			"runbook.md edits proposed for the lessons that change a step, committed on the same branch; it refuses while they " +
-			"are missing or uncommitted. Only after autoremove (or an abort).",
+		Description: "After autoremove (or an abort): the round report (Markdown, SVG timeline), changelog entry and runbook edits " +
+			"from lessons, committed with the journal and audit log; closes the round.",
 		Kind: Write, Idempotent: false, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (CloseRoundOut, error) {
 		s, err := d.openSession()

@@ -13,7 +13,7 @@ import (
 
 // CloseWindowIn names the node whose window the gate closes.
 type CloseWindowIn struct {
-	Node string `json:"node" jsonschema:"the node whose kernel was promoted"`
+	Node string `json:"node"`
 }
 
 // CloseWindow is the close_window tool: the gate of a node's window, recorded.
@@ -21,10 +21,8 @@ func CloseWindow() Tool {
 	return New[CloseWindowIn, GateOut](Spec{
 		Name:  "close_window",
 		Title: "Close a node's window at a green gate",
-		Description: "After promote_kernel: evaluate the gate (as check_gate) and record it. Green closes the node's window, " +
-			"releases the window Lease and commits the round record; restarts the node's own reboot explains are kept in the " +
-			"baseline. Red answers in_progress until the settle time, then records the failure, which stops the round. " +
-			"Before its phase it answers not yet and records nothing.",
+		Description: "check_gate after promote_kernel, recorded: green closes the node's window and frees the window Lease; red " +
+			"answers in_progress until the settle time, then stops the round.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in CloseWindowIn, p Progress) (GateOut, error) {
 		if err := ValidNode(in.Node); err != nil {

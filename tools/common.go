@@ -22,7 +22,7 @@ import (
 
 // NodeIn is the input of tools that act on one node.
 type NodeIn struct {
-	Node string `json:"node" jsonschema:"the Kubernetes node name"`
+	Node string `json:"node"`
 }
 
 // session is the open round: its journal and the intent's settings.
@@ -288,15 +288,16 @@ func recording(s *session, record bool) *session {
 // checkSpec is a check's spec as the read-only tool or as its recording
 // twin, which is a write and says so.
 func checkSpec(record bool, recordName string, spec Spec) Spec {
+	// The server's instructions say how the two forms differ; the twin
+	// says what it adds, not the read-only tool's description again.
 	if !record {
 		spec.Kind = ReadOnly
-		spec.Description += " Writes nothing anywhere and stops nothing; " + recordName + " records it in the round."
 		return spec
 	}
 	readName := spec.Name
 	spec.Name, spec.Kind = recordName, Write
 	spec.Title = "Record: " + strings.ToLower(spec.Title[:1]) + spec.Title[1:]
-	spec.Description = "As " + readName + ", and recorded in the open round's journal (a write): green counts for the round's standing rules, red fails the step and stops the round. " + spec.Description
+	spec.Description = "As " + readName + ", recorded in the round: green counts for its standing rules, red stops the round."
 	return spec
 }
 

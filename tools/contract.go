@@ -85,14 +85,26 @@ func EncodeResult(out any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// ResultSchemaID names the one output schema every tool shares. A client
+// that caches compiled schemas by $id (the TypeScript SDK's Ajv validator
+// does) compiles it once for the whole tools/list instead of once a tool.
+// Change the id whenever the schema changes.
+const ResultSchemaID = "urn:mcp-patch:result"
+
 // leanOutputSchema is every tool's output schema: the contract, typed, and
 // nothing of the payload (each tool's description says what it returns, the
 // server's instructions say what the contract fields mean). A schema of every
 // nested payload field made tools/list several times larger and slow for
-// clients to compile, for no gain to the agent.
+// clients to compile, for no gain to the agent. It is the same document for
+// every tool, under ResultSchemaID.
 func leanOutputSchema(*jsonschema.Schema) *jsonschema.Schema {
+	// Each contract field with its JSON type, the statuses and next_call's
+	// tool; next_call's arguments, what lies inside approval and what each
+	// field means the instructions say. Every byte here is paid once a tool
+	// in tools/list.
 	str := &jsonschema.Schema{Type: "string"}
 	return &jsonschema.Schema{
+		ID:       ResultSchemaID,
 		Type:     "object",
 		Required: []string{"status", "reasons", "next_action"},
 		Properties: map[string]*jsonschema.Schema{
@@ -100,9 +112,8 @@ func leanOutputSchema(*jsonschema.Schema) *jsonschema.Schema {
 				Enum: []any{string(StatusOK), string(StatusInProgress), string(StatusApprovalRequired), string(StatusRefused), string(StatusFailed)}},
 			"reasons":     {Type: "array", Items: str},
 			"next_action": str,
-			"next_call": {Type: "object",
-				Properties: map[string]*jsonschema.Schema{"tool": str, "arguments": {Type: "object"}}},
-			"approval": {Type: "object"},
+			"next_call":   {Type: "object", Required: []string{"tool"}, Properties: map[string]*jsonschema.Schema{"tool": str}},
+			"approval":    {Type: "object"},
 		},
 	}
 }
@@ -121,8 +132,7 @@ func constrainInput(tool string, s *jsonschema.Schema) {
 	for name, p := range s.Properties {
 		switch name {
 		case "node":
-			p.Pattern = NodePattern
-			p.MaxLength = ptr(253)
+			p.Pattern = NodePattern // ValidNode bounds the length
 		case "nodes":
 			if p.Items != nil {
 				p.Items.Pattern = NodePattern

@@ -184,7 +184,7 @@ func TestBuiltinSchemas(t *testing.T) {
 		{"record_lesson", "text", `"maxLength":16384`},
 		{"plan_round", "round", `"pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"`},
 		{"run_verify", "timeout_seconds", `"maximum":600`},
-		{"drain_node", "node", `"maxLength":253`},
+		{"drain_node", "node", `"pattern":"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$"`},
 	} {
 		b, _ := json.Marshal(reg.Get(tc.tool).InputSchema().Properties[tc.prop])
 		if !strings.Contains(string(b), tc.want) {

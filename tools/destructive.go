@@ -12,7 +12,7 @@ import (
 
 // ApprovalArg is embedded in the input of every destructive tool.
 type ApprovalArg struct {
-	Approval string `json:"approval,omitempty" jsonschema:"the signed approval a person handed back; omit it to get the request to sign"`
+	Approval string `json:"approval,omitempty"` // the instructions say how approvals go
 }
 
 func (a ApprovalArg) approval() string { return a.Approval }

@@ -15,8 +15,8 @@ import (
 // DrainIn is the node to drain.
 type DrainIn struct {
 	ApprovalArg
-	Node   string `json:"node" jsonschema:"the node to cordon and drain"`
-	DryRun bool   `json:"dry_run,omitempty" jsonschema:"cordon and evict with the API server's dry run: every check runs, nothing is persisted, no approval needed"`
+	Node   string `json:"node"`
+	DryRun bool   `json:"dry_run,omitempty" jsonschema:"the API server's dry run: every check, nothing persisted, no approval"`
 }
 
 // DrainOut is what the drain did.
@@ -31,12 +31,9 @@ func DrainNode() Tool {
 	return NewDestructive[DrainIn, DrainOut, window.DrainPlan](Spec{
 		Name:  "drain_node",
 		Title: "Cordon and drain a node",
-		Description: "Cordon the node (recording that this round cordoned it) and evict its pods through the Eviction API, PDBs " +
-			"respected, DaemonSet pods left alone, emptyDir policy from the intent. The eviction preview (pods that will go, and the " +
-			"jobs it waits for) is part of the plan a person approves. Where the intent names jobs to wait for (drain.wait_for_jobs), " +
-			"the node is cordoned first and the drain answers in_progress while they run, up to the bound counted from the drain's " +
-			"journaled start; then the round stops. Opens the node's window: only one window at a time, and only when the previous " +
-			"node's gate is green. On failure the node stays cordoned and the blocking pods are named.",
+		Description: "Cordon the node (as this round's) and evict its pods, PDBs respected, DaemonSets left alone; jobs the intent " +
+			"waits for (drain.wait_for_jobs) run out first, up to a bound, else the round stops. Opens its window, one at a time, " +
+			"after the previous gate is green. On failure it stays cordoned, the blocking pods named.",
 		Idempotent: false, OpenWorld: true,
 	}, Steps[DrainIn, DrainOut, window.DrainPlan]{
 		Target: func(in DrainIn) string { return in.Node },

@@ -12,7 +12,7 @@ import (
 // DrillIn names the canary.
 type DrillIn struct {
 	ApprovalArg
-	Node string `json:"node" jsonschema:"the canary GPU server, after install_updates and before its trial_boot"`
+	Node string `json:"node" jsonschema:"the canary GPU server"`
 }
 
 // DrillOut says how the drill went.
@@ -27,11 +27,8 @@ func FallbackDrill() Tool {
 	return NewDestructive[DrillIn, DrillOut, window.FallbackDrillPlan](Spec{
 		Name:  "fallback_drill",
 		Title: "Fallback drill on the canary",
-		Description: "On the canary, after install and before its trial boot: prove that a trial kernel which panics brings the " +
-			"host back on the old kernel by itself. Arms a one-shot unit that crashes the new kernel once after its sysctls " +
-			"load (so kernel.panic is in force), then trial-boots it: GRUB boots the new kernel once, it panics, the host " +
-			"reboots into the old default. Answers in_progress while that happens; the result is recorded in the round. " +
-			"Then run trial_boot as usual.",
+		Description: "On the canary, after install_updates and before trial_boot: prove that a panicking trial kernel falls back " +
+			"to the old one (a one-shot crash, then a trial boot).",
 		Idempotent: false, OpenWorld: true,
 	}, Steps[DrillIn, DrillOut, window.FallbackDrillPlan]{
 		Target: func(in DrillIn) string { return in.Node },

@@ -85,9 +85,8 @@ func FleetCheck() Tool {
 	return New[struct{}, FleetCheckOut](Spec{
 		Name:  "fleet_check",
 		Title: "Fleet kernel check",
-		Description: "After every window closed: read the running kernel of every node of the round over SSH (bounded fan-out) " +
-			"and compare it with the kernel the round installed there; a node left behind is named. Writes nothing and stops " +
-			"nothing (record_fleet_check records it). Before its phase it answers not yet.",
+		Description: "After every window closed: each node's running kernel against the kernel the round installed; names any " +
+			"node left behind.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (FleetCheckOut, error) {
 		s, err := d.openSession()

@@ -146,12 +146,17 @@ type Spec struct {
 
 func (s Spec) annotations() *mcp.ToolAnnotations {
 	// The title is the tool's own Title field; said once is enough.
-	return &mcp.ToolAnnotations{
-		ReadOnlyHint:    s.Kind == ReadOnly,
-		DestructiveHint: ptr(s.Kind == Destructive),
-		IdempotentHint:  s.Idempotent,
-		OpenWorldHint:   ptr(s.OpenWorld),
+	// A hint equal to the protocol's default is left out (destructive and
+	// open-world unless said otherwise; destructive means nothing for a
+	// read-only tool): every byte is paid once a tool in tools/list.
+	a := &mcp.ToolAnnotations{ReadOnlyHint: s.Kind == ReadOnly, IdempotentHint: s.Idempotent}
+	if s.Kind == Write {
+		a.DestructiveHint = ptr(false)
 	}
+	if !s.OpenWorld {
+		a.OpenWorldHint = ptr(false)
+	}
+	return a
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -269,6 +274,9 @@ func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, args m
 	if res.NextCall == nil {
 		res.NextCall = inferNextCall(t.spec.Name, res.Status, res.NextAction, args)
 	}
+	if res.NextCall != nil && res.NextCall.Arguments == nil {
+		res.NextCall.Arguments = map[string]any{} // the schema says object, never null
+	}
 	d.audit(ctx, t.spec, in, res)
 	return out, res
 }
@@ -365,8 +373,11 @@ func (t *typedTool[In, Out, PO]) addTo(s *mcp.Server, d *Deps) {
 // Kubernetes accepts as a node name, and nothing a shell would interpret.
 var nodeName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
 
-// NodePattern is the JSON Schema pattern for node names.
-const NodePattern = `^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`
+// NodePattern is the JSON Schema pattern for node names: the characters
+// and the ends of a DNS-1123 name, so nothing a shell would read as an
+// option or a path matches; ValidNode adds the label rules (dot-separated
+// labels of at most 63), which cost tools/list bytes in every node argument.
+const NodePattern = `^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`
 
 // ValidNode checks a node name.
 func ValidNode(name string) error {

@@ -273,11 +273,44 @@ func TestModes(t *testing.T) {
 	}
 }
 
-func TestAnnotationsAreExplicit(t *testing.T) {
-	reg := &Registry{}
-	executed := 0
-	d := "x"
-	reg.Add(echoTool(), stepTool(&executed, &d))
+// TestAnnotationsSayTheKind: what a client reads from a tool's hints,
+// with the protocol's defaults for those left out (destructive and
+// open-world unless said otherwise), is the tool's kind, and a hint is
+// left out only where the default says the same.
+func TestAnnotationsSayTheKind(t *testing.T) {
+	for _, tc := range []struct {
+		spec                                         Spec
+		readOnly, destructive, idempotent, openWorld bool
+		wire                                         string
+	}{
+		{Spec{Kind: ReadOnly, Idempotent: true}, true, false, true, false,
+			`{"idempotentHint":true,"openWorldHint":false,"readOnlyHint":true}`},
+		{Spec{Kind: ReadOnly, OpenWorld: true}, true, false, false, true,
+			`{"idempotentHint":false,"readOnlyHint":true}`},
+		{Spec{Kind: Write, Idempotent: true, OpenWorld: true}, false, false, true, true,
+			`{"destructiveHint":false,"idempotentHint":true,"readOnlyHint":false}`},
+		{Spec{Kind: Write}, false, false, false, false,
+			`{"destructiveHint":false,"idempotentHint":false,"openWorldHint":false,"readOnlyHint":false}`},
+		{Spec{Kind: Destructive, OpenWorld: true}, false, true, false, true,
+			`{"idempotentHint":false,"readOnlyHint":false}`},
+		{Spec{Kind: Destructive, Idempotent: true}, false, true, true, false,
+			`{"idempotentHint":true,"openWorldHint":false,"readOnlyHint":false}`},
+	} {
+		b, err := json.Marshal(tc.spec.annotations())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != tc.wire {
+			t.Errorf("%+v: annotations %s, want %s", tc.spec, b, tc.wire)
+		}
+		ro, de, id, ow := readHints(t, b)
+		if ro != tc.readOnly || id != tc.idempotent || ow != tc.openWorld || (!ro && de != tc.destructive) {
+			t.Errorf("%+v: a client reads readOnly %v destructive %v idempotent %v openWorld %v from %s", tc.spec, ro, de, id, ow, b)
+		}
+	}
+	// Every built-in tool, as listed: destructive exactly when it needs an
+	// approval.
+	reg := Builtin()
 	cs := connect(t, reg, testDeps(ModeNormal), nil)
 	lt, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
@@ -285,14 +318,23 @@ func TestAnnotationsAreExplicit(t *testing.T) {
 	}
 	for _, tl := range lt.Tools {
 		b, _ := json.Marshal(tl.Annotations)
-		var a map[string]any
-		_ = json.Unmarshal(b, &a)
-		for _, k := range []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"} {
-			if _, ok := a[k]; !ok {
-				t.Errorf("tool %s: annotation %s not set explicitly (%s)", tl.Name, k, b)
-			}
+		ro, de, _, _ := readHints(t, b)
+		kind := reg.Get(tl.Name).Spec().Kind
+		if ro != (kind == ReadOnly) || (!ro && de != (kind == Destructive)) {
+			t.Errorf("tool %s (%s): annotations %s", tl.Name, kind, b)
 		}
 	}
+}
+
+// readHints reads annotations as a client does, with the protocol's
+// defaults for hints left out.
+func readHints(t *testing.T, b []byte) (readOnly, destructive, idempotent, openWorld bool) {
+	t.Helper()
+	m := map[string]bool{"destructiveHint": true, "openWorldHint": true}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("annotations %s: %v", b, err)
+	}
+	return m["readOnlyHint"], m["destructiveHint"], m["idempotentHint"], m["openWorldHint"]
 }
 
 func toStrings(v any) []string {

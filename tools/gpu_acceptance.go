@@ -24,10 +24,8 @@ func GPUAcceptance() Tool {
 	return New[NodeIn, GPUAcceptanceOut](Spec{
 		Name:  "gpu_acceptance",
 		Title: "GPU acceptance",
-		Description: "Prove a GPU server works on its new kernel: the NVIDIA driver is loaded and `nvidia-smi -q -x` shows every GPU " +
-			"healthy (count as the intent says), Fabric Manager is active on NVSwitch systems; a smoke pod requesting nvidia.com/gpu " +
-			"runs on the node (when no GPU is free that is reported as no capacity, not a regression); and a real completion comes " +
-			"back from the model endpoint named in the intent. Starts and deletes a pod.",
+		Description: "On a GPU server's new kernel: driver loaded, every GPU healthy, Fabric Manager up (NVSwitch), a smoke pod on " +
+			"nvidia.com/gpu (none free: no capacity, not a regression), a model endpoint completion.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in NodeIn, p Progress) (GPUAcceptanceOut, error) {
 		if err := ValidNode(in.Node); err != nil {

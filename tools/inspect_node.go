@@ -24,10 +24,8 @@ func inspectNode(record bool) Tool {
 	return New[NodeIn, InspectOut](checkSpec(record, "record_inspection", Spec{
 		Name:  "inspect_node",
 		Title: "Inspect a node",
-		Description: "Read a node over SSH (inspect.sh): running and installed kernels, boot_id, uptime, apt holds, pending upgrades, " +
-			"GRUB entries (full ids with submenu path) and grubenv, kernel.panic, what /boot/grub sits on (mdraid/LVM/btrfs/zfs make " +
-			"one-shot boot unreliable), Livepatch, unattended-upgrades exclusions, reboot-required, NVIDIA driver and whether NVIDIA " +
-			"modules exist for the target kernel. Changes nothing on the node.",
+		Description: "Read a node over SSH: kernels, boot_id, apt holds, pending upgrades, GRUB entry ids and grubenv, " +
+			"kernel.panic, Livepatch, NVIDIA driver and modules for the target kernel.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}), func(ctx context.Context, d *Deps, in NodeIn, p Progress) (InspectOut, error) {
 		if err := ValidNode(in.Node); err != nil {

@@ -11,7 +11,7 @@ import (
 // InstallIn is the node to install on.
 type InstallIn struct {
 	ApprovalArg
-	Node string `json:"node" jsonschema:"the drained node to install the approved package set on"`
+	Node string `json:"node"`
 }
 
 // InstallOut is where the install stands.
@@ -25,9 +25,8 @@ func InstallUpdates() Tool {
 	return NewDestructive[InstallIn, InstallOut, window.PackagePlan](Spec{
 		Name:  "install_updates",
 		Title: "Install the approved updates",
-		Description: "Start `apt-get full-upgrade` (non-interactive, needrestart listing only) detached on the drained node, so a " +
-			"dropped SSH session cannot kill dpkg. The package set is re-simulated first and must equal the approved plan digest. " +
-			"Answers in_progress: call again with the same node to follow it until it finishes. The old kernel stays installed and default.",
+		Description: "On the drained node: re-simulate against the approved plan digest, then `apt-get full-upgrade` detached from " +
+			"SSH; call again to follow it. The old kernel stays default.",
 		Idempotent: false, OpenWorld: true,
 	}, Steps[InstallIn, InstallOut, window.PackagePlan]{
 		Target: func(in InstallIn) string { return in.Node },

@@ -14,7 +14,7 @@ import (
 
 // PlanRoundIn names the round.
 type PlanRoundIn struct {
-	Round string `json:"round" jsonschema:"the round id, e.g. 2026-11 (one round a month)"`
+	Round string `json:"round" jsonschema:"e.g. 2026-11 (one round a month)"`
 }
 
 // PlanRoundOut is the order with its reasons, the placement it rests on,
@@ -35,16 +35,9 @@ func PlanRound() Tool {
 	return New[PlanRoundIn, PlanRoundOut](Spec{
 		Name:  "plan_round",
 		Title: "Plan the round",
-		Description: "Take the inventory from the cluster, find where the Postgres primary (CloudNativePG currentPrimary) and the " +
-			"API VIP (kube-vip's Lease) run and pick the canary, then fix the round's order with a reason for each position: " +
-			"control-plane nodes first, the one holding the primary and VIP last among them, the canary GPU server, then the " +
-			"other GPU servers. Takes the stack-health baseline the gates compare against, records the plan in the round's " +
-			"journal in the intent repository, and estimates when the round ends against the intent's compliance deadline. " +
-			"Then the fleet-wide preflight: every node's package plan (kernel, NVIDIA, Kubernetes, other), target kernel, " +
-			"NVIDIA modules for it, GRUB entry ids, /boot space and what its drain would evict now (server-side dry-run " +
-			"eviction), written as rounds/<id>/plan.md and plan.json and committed; any blocker stops the round before the " +
-			"first cordon, naming node and cause. A person then signs the plan (sign_plan). " +
-			"Changes nothing on hosts or cluster; it writes the round's record in the intent repository (a write).",
+		Description: "The order with a reason each (control plane first, the node with the Postgres primary and API VIP last of " +
+			"them, a canary GPU server, the rest), the health baseline, the ETA, each node's preflight (packages, kernel, " +
+			"GRUB ids, drain preview): plan.md and plan.json, committed. A blocker stops the round before any cordon.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in PlanRoundIn, p Progress) (PlanRoundOut, error) {
 		if d.Book == nil {

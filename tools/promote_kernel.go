@@ -11,7 +11,7 @@ import (
 // PromoteIn is the node to promote.
 type PromoteIn struct {
 	ApprovalArg
-	Node string `json:"node" jsonschema:"the node whose new kernel becomes the default"`
+	Node string `json:"node"`
 }
 
 // PromoteOut says what GRUB boots next.
@@ -25,8 +25,8 @@ func PromoteKernel() Tool {
 	return NewDestructive[PromoteIn, PromoteOut, window.PromotePlan](Spec{
 		Name:  "promote_kernel",
 		Title: "Make the new kernel the default",
-		Description: "Remove the trial-boot drop-in and run update-grub so the new kernel (the one the approved trial boot booted) " +
-			"becomes GRUB's default, then confirm it. Only after verify_node (and gpu_acceptance on GPU servers) is green on the new kernel.",
+		Description: "Make the trial-booted kernel GRUB's default (trial-boot drop-in removed, update-grub) and confirm it. Only " +
+			"after verify_node (and gpu_acceptance on GPU servers) is green.",
 		Idempotent: true, OpenWorld: true,
 	}, Steps[PromoteIn, PromoteOut, window.PromotePlan]{
 		Target: func(in PromoteIn) string { return in.Node },

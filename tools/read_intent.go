@@ -9,7 +9,7 @@ import (
 
 // ReadIntentIn selects what to read.
 type ReadIntentIn struct {
-	Component string `json:"component,omitempty" jsonschema:"a component name; omit to list every component"`
+	Component string `json:"component,omitempty" jsonschema:"omit to list every component"`
 }
 
 // ReadIntentOut is the component list, or one component in full.
@@ -24,10 +24,8 @@ func ReadIntent() Tool {
 	return New[ReadIntentIn, ReadIntentOut](Spec{
 		Name:  "read_intent",
 		Title: "Read intent documents",
-		Description: "List the platform components of the intent repository, or return one component's documents " +
-			"(intent.md, runbook.md, changelog.md, verify.sh, lessons.md, settings.yaml) with intent.md parsed into " +
-			"its sections: why it exists, properties it must keep (with ids such as P3), out of scope, open questions. " +
-			"Read these before planning: the properties are what the round must keep true.",
+		Description: "List the intent repository's components, or one component's documents with intent.md parsed (why, " +
+			"properties such as P3, out of scope, open questions). The round must keep the properties.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, in ReadIntentIn, p Progress) (ReadIntentOut, error) {
 		r, err := d.intentRepo("")

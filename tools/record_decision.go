@@ -11,12 +11,12 @@ import (
 
 // DecisionIn is a decision that belongs to a person.
 type DecisionIn struct {
-	Decision      string `json:"decision" jsonschema:"what the person decided"`
-	Node          string `json:"node,omitempty" jsonschema:"the node it concerns (default: where the round stopped)"`
-	Step          string `json:"step,omitempty" jsonschema:"for residual_risk_accepted: the failed check accepted"`
-	Reason        string `json:"reason,omitempty" jsonschema:"the person's reason, plain ASCII"`
-	ReviewTrigger string `json:"review_trigger,omitempty" jsonschema:"for residual_risk_accepted: when to review it again, <event>:<value>, e.g. driver-version-change:550.90.07"`
-	Attestation   string `json:"attestation,omitempty" jsonschema:"the signed statement a person handed back; omit it to get the statement to sign"`
+	Decision      string `json:"decision"`
+	Node          string `json:"node,omitempty" jsonschema:"default: where the round stopped"`
+	Step          string `json:"step,omitempty" jsonschema:"for residual_risk_accepted: the failed check"`
+	Reason        string `json:"reason,omitempty" jsonschema:"plain ASCII"`
+	ReviewTrigger string `json:"review_trigger,omitempty" jsonschema:"for residual_risk_accepted: <event>:<value>, e.g. driver-version-change:550.90.07"`
+	Attestation   string `json:"attestation,omitempty" jsonschema:"a person's signed statement; omit it to get the text to sign"`
 }
 
 // DecisionOut is the recorded decision.
@@ -40,10 +40,9 @@ func RecordDecision() Tool {
 	return New[DecisionIn, DecisionOut](Spec{
 		Name:  "record_decision",
 		Title: "Record a person's decision",
-		Description: "Record a decision that belongs to a person, as a statement they signed with their SSH key: resume or abort a " +
-			"stopped round; hypervisor_snapshot_taken for a VM node (needed before install there); residual_risk_accepted with " +
-			"a reason and a review trigger (e.g. the NVIDIA driver container's userland, flagged again at every driver version " +
-			"change). Without the signed statement it answers approval_required with the text to sign.",
+		Description: "A person's signed decision: resume or abort a stopped round, hypervisor_snapshot_taken (VM node), " +
+			"residual_risk_accepted (a failed check, with reason and review trigger). Without attestation: the text to " +
+			"sign.",
 		Kind: Write, Idempotent: false, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, in DecisionIn, p Progress) (DecisionOut, error) {
 		dk, ok := decisionKinds[in.Decision]

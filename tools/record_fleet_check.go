@@ -12,11 +12,10 @@ import (
 // RecordFleetCheck is the record_fleet_check tool.
 func RecordFleetCheck() Tool {
 	return New[struct{}, FleetCheckOut](Spec{
-		Name:  "record_fleet_check",
-		Title: "Record the fleet kernel check",
-		Description: "The fleet kernel check (as fleet_check), recorded in the round: green closes the windows phase and starts " +
-			"the soak; a node left behind fails the check, which stops the round. Before its phase it answers not yet and records nothing.",
-		Kind: Write, Idempotent: true, OpenWorld: true,
+		Name:        "record_fleet_check",
+		Title:       "Record the fleet kernel check",
+		Description: "As fleet_check, recorded in the round: green starts the soak; a node left behind stops the round.",
+		Kind:        Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (FleetCheckOut, error) {
 		s, err := d.openSession()
 		if err != nil {

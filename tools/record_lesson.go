@@ -10,11 +10,11 @@ import (
 
 // RecordLessonIn is one lesson or open question.
 type RecordLessonIn struct {
-	Component string `json:"component" jsonschema:"the component the lesson is about"`
-	Kind      string `json:"kind" jsonschema:"lesson: appended to lessons.md; open_question: appended to intent.md's open questions, naming a property (how the live system contradicting the intent is flagged)"`
-	Property  string `json:"property,omitempty" jsonschema:"the property id it concerns, e.g. P1; required for an open question"`
-	Text      string `json:"text" jsonschema:"what was learned or what is in question, plain words, at most 16 KiB"`
-	Round     string `json:"round,omitempty" jsonschema:"the round id; default the current round, else this month (YYYY-MM)"`
+	Component string `json:"component"`
+	Kind      string `json:"kind"`
+	Property  string `json:"property,omitempty" jsonschema:"the property id, e.g. P1; required for an open question"`
+	Text      string `json:"text" jsonschema:"plain words"`
+	Round     string `json:"round,omitempty" jsonschema:"default: the open round, else this month (YYYY-MM)"`
 }
 
 // RecordLessonOut is the commit made.
@@ -28,10 +28,8 @@ func RecordLesson() Tool {
 	return New[RecordLessonIn, RecordLessonOut](Spec{
 		Name:  "record_lesson",
 		Title: "Record a lesson or open question",
-		Description: "Append a dated lesson to a component's lessons.md, or an open question against a named property " +
-			"of its intent.md, and commit only that file to the round's working branch of the intent repository " +
-			"(never the protected main; people review and merge). Use open_question when the live system contradicts " +
-			"the intent: flag it, never work around it.",
+		Description: "A dated lesson in a component's lessons.md, or an open question against a property of its intent.md, " +
+			"committed on the round's branch. Flag a live system that contradicts the intent; never work around it.",
 		Kind: Write, Idempotent: false, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, in RecordLessonIn, p Progress) (RecordLessonOut, error) {
 		var kind intent.LessonKind

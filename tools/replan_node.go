@@ -11,7 +11,7 @@ import (
 
 // ReplanIn is the node to plan again.
 type ReplanIn struct {
-	Node string `json:"node" jsonschema:"the node whose live state differs from the reviewed plan"`
+	Node string `json:"node"`
 }
 
 // ReplanOut is the new plan revision.
@@ -26,10 +26,9 @@ func ReplanNode() Tool {
 	return New[ReplanIn, ReplanOut](Spec{
 		Name:  "replan_node",
 		Title: "Plan one node again",
-		Description: "Read one node again (simulate, inspect, drain preview) and replace its part of the reviewed plan: plan.md and " +
-			"plan.json get a new revision, committed on the round's working branch. Only the steps whose digest changed need a new " +
-			"signature: sign_plan lists just those. A drained node whose install has not started is re-planned for the steps ahead " +
-			"(its drain stays as reviewed); once install has started, the node's plan is fixed.",
+		Description: "Read one node again (simulate, inspect, drain preview) and replace its part of the reviewed plan (a new " +
+			"revision, committed); sign_plan then asks only for steps whose digest changed. A drained node is re-planned for " +
+			"the steps ahead; once install started, its plan is fixed.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in ReplanIn, p Progress) (ReplanOut, error) {
 		if err := ValidNode(in.Node); err != nil {

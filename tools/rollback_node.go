@@ -11,7 +11,7 @@ import (
 // RollbackIn is the node to bring back to its old kernel.
 type RollbackIn struct {
 	ApprovalArg
-	Node string `json:"node" jsonschema:"the node whose new kernel booted but whose checks are red"`
+	Node string `json:"node"`
 }
 
 // RollbackOut is where the rollback stands.
@@ -27,11 +27,8 @@ func RollbackNode() Tool {
 	return NewDestructive[RollbackIn, RollbackOut, window.RollbackPlan](Spec{
 		Name:  "rollback_node",
 		Title: "Roll a node back to its old kernel",
-		Description: "For a node whose new kernel booted but whose checks are red (verify_node, gpu_acceptance or the gate) while the round " +
-			"is stopped at it: reboot into the old kernel (GRUB's default; for a promoted node the default is set back to the old entry " +
-			"first), prove it by a new boot_id and uname, keep the drop-in so the new kernel is not the default, verify on the old " +
-			"kernel, and uncordon only if green and only if this round cordoned it. Answers in_progress while the node reboots: call " +
-			"again with the same node. The round stays stopped for a person's decision.",
+		Description: "For a node whose new kernel booted with red checks (the round stopped there): reboot into the old kernel " +
+			"(default restored if promoted), prove it by boot_id, verify, uncordon if green and ours.",
 		Idempotent: false, OpenWorld: true,
 	}, Steps[RollbackIn, RollbackOut, window.RollbackPlan]{
 		Target: func(in RollbackIn) string { return in.Node },

@@ -11,7 +11,7 @@ import (
 
 // RoundStatusIn optionally names a round.
 type RoundStatusIn struct {
-	Round string `json:"round,omitempty" jsonschema:"a round id; default the open round"`
+	Round string `json:"round,omitempty" jsonschema:"default: the open round"`
 }
 
 // RoundStatusOut is where the round stands.
@@ -31,9 +31,8 @@ func RoundStatus() Tool {
 	return New[RoundStatusIn, RoundStatusOut](Spec{
 		Name:  "round_status",
 		Title: "Round status",
-		Description: "Say exactly where the round stands, from its journal: the phase, the open window, each node's steps, a stop " +
-			"and why, steps left in flight by a crash that must be re-checked, the soak's end, and what to do next. Also the ETA " +
-			"against the compliance deadline. Changes nothing.",
+		Description: "Where the round stands, from its journal: phase, open window, each node's steps, a stop and why, steps a " +
+			"crash left in flight, the soak's end, the ETA; the next step as next_call.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, in RoundStatusIn, p Progress) (RoundStatusOut, error) {
 		if d.Book == nil {

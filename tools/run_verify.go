@@ -10,8 +10,8 @@ import (
 
 // RunVerifyIn names the component.
 type RunVerifyIn struct {
-	Component      string `json:"component" jsonschema:"the component whose verify.sh to run"`
-	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"bound on the run, 1 to 600; default 60"`
+	Component      string `json:"component"`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"default 60"`
 }
 
 // RunVerifyOut is the script's outcome.
@@ -25,8 +25,8 @@ func RunVerify() Tool {
 	return New[RunVerifyIn, RunVerifyOut](Spec{
 		Name:  "run_verify",
 		Title: "Run a component's verify.sh",
-		Description: "Run a component's verify.sh from the intent repository with a bounded time and report its exit " +
-			"code and output. Exit 0 means the component's properties hold as far as the script can tell.",
+		Description: "Run a component's verify.sh from the intent repository, bounded in time: exit code and output. Exit 0: " +
+			"its properties hold as far as the script can tell.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in RunVerifyIn, p Progress) (RunVerifyOut, error) {
 		timeout := 60 * time.Second

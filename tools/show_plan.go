@@ -11,7 +11,7 @@ import (
 
 // ShowPlanIn optionally names a round.
 type ShowPlanIn struct {
-	Round string `json:"round,omitempty" jsonschema:"a round id; default the open round"`
+	Round string `json:"round,omitempty" jsonschema:"default: the open round"`
 }
 
 // ShowPlanOut is the reviewed plan.
@@ -28,10 +28,8 @@ func ShowPlan() Tool {
 	return New[ShowPlanIn, ShowPlanOut](Spec{
 		Name:  "show_plan",
 		Title: "Show the round's plan",
-		Description: "Show the plan people review (rounds/<id>/plan.md and plan.json, written by plan_round): the order with " +
-			"reasons, per node the running and target kernel, the packages that move (kernel, NVIDIA, Kubernetes, other), the GRUB " +
-			"entries of the trial boot, what its drain evicts, what runs there, risks and blockers; whether a person signed it and " +
-			"how many signatures the round needs. Changes nothing.",
+		Description: "The plan people review (plan.md, plan.json): order with reasons; per node kernels, moving packages, GRUB " +
+			"entries, drain preview, risks, blockers; whether it is signed.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, in ShowPlanIn, p Progress) (ShowPlanOut, error) {
 		if d.Book == nil {

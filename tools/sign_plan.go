@@ -23,9 +23,8 @@ func SignPlan() Tool {
 	return New[SignPlanIn, SignPlanOut](Spec{
 		Name:  "sign_plan",
 		Title: "Sign the round's plan",
-		Description: "Record a person's signature of the plan digest (rounds/<id>/plan.json), which the first cordon needs. Without " +
-			"approval it answers approval_required with the plan summary in plain words; `mcp-patch approve` shows it. After a " +
-			"re-plan the request lists only what changed since the last signature. Writes the signature beside the plan and commits it.",
+		Description: "A person's signature of the plan digest, which the first cordon needs. Without approval: the plan in plain " +
+			"words to sign (after a re-plan, only what changed).",
 		Kind: Write, Idempotent: true, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, in SignPlanIn, p Progress) (SignPlanOut, error) {
 		s, err := d.openSession()

@@ -25,10 +25,8 @@ func simulateUpgrade(record bool) Tool {
 	return New[NodeIn, SimulateOut](checkSpec(record, "record_simulation", Spec{
 		Name:  "simulate_upgrade",
 		Title: "Simulate the upgrade",
-		Description: "Check the holds on containerd, kubelet, kubeadm, kubectl and cri-tools and run `apt-get -s full-upgrade` on the node. " +
-			"Returns the package plan with its digest (what a person approves for install_updates), the target kernel and the kernel, " +
-			"NVIDIA and Kubernetes packages that move. Any removal, a missing hold or a held package that would move fails the check " +
-			"and stops the round. Changes nothing on the node.",
+		Description: "Kubernetes package holds and `apt-get -s full-upgrade`: the package plan, its digest (what install_updates " +
+			"is approved for), the target kernel. A removal, a missing hold or a held package that moves fails it.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}), func(ctx context.Context, d *Deps, in NodeIn, p Progress) (SimulateOut, error) {
 		if err := ValidNode(in.Node); err != nil {

@@ -20,9 +20,8 @@ func SnapshotNode() Tool {
 	return New[NodeIn, SnapshotOut](Spec{
 		Name:  "snapshot_node",
 		Title: "Snapshot a node",
-		Description: "Back up what install could break, on the node under a per-round backup directory with sha256 recorded: " +
-			"an etcd snapshot on control-plane nodes (with kubeadm's certs), a tar of /etc/kubernetes and of host configuration " +
-			"(netplan, GRUB defaults, sysctl.d, modprobe.d, apt sources and preferences). Required before install_updates.",
+		Description: "Back up on the node, with sha256, what install could break: etcd (control plane), /etc/kubernetes, host " +
+			"configuration (netplan, GRUB, sysctl, modprobe, apt). Required before install_updates.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in NodeIn, p Progress) (SnapshotOut, error) {
 		if err := ValidNode(in.Node); err != nil {

@@ -11,7 +11,7 @@ import (
 // TrialBootIn is the node to trial-boot.
 type TrialBootIn struct {
 	ApprovalArg
-	Node string `json:"node" jsonschema:"the node whose new kernel boots once"`
+	Node string `json:"node"`
 }
 
 // TrialBootOut is where the trial boot stands.
@@ -25,11 +25,9 @@ func TrialBoot() Tool {
 	return NewDestructive[TrialBootIn, TrialBootOut, window.TrialBootPlan](Spec{
 		Name:  "trial_boot",
 		Title: "Trial-boot the new kernel",
-		Description: "Boot the new kernel once through GRUB while the old one stays the default: GRUB_DEFAULT=<old entry id> in " +
-			"/etc/default/grub.d/99-trial-boot.cfg (with panic=N on the kernel command line), update-grub, grub-reboot <new entry id>, " +
-			"reboot. Refuses where grubenv cannot be written at boot (mdraid, LVM, btrfs, zfs) or kernel.panic is 0. Answers " +
-			"in_progress: call again with the same node until it reports the booted kernel: the new one means the trial booted, " +
-			"the old one means GRUB fell back (the round stops).",
+		Description: "Boot the new kernel once, the old one staying GRUB's default (refused if grubenv is not writable at boot or " +
+			"kernel.panic is 0); call again until it names the booted kernel: the old one means fallback and stops the " +
+			"round.",
 		Idempotent: false, OpenWorld: true,
 	}, Steps[TrialBootIn, TrialBootOut, window.TrialBootPlan]{
 		Target: func(in TrialBootIn) string { return in.Node },

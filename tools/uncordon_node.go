@@ -20,8 +20,8 @@ func UncordonNode() Tool {
 	return New[NodeIn, UncordonOut](Spec{
 		Name:  "uncordon_node",
 		Title: "Uncordon a node",
-		Description: "Make the node schedulable again, only if this round cordoned it (recorded on the node); a node cordoned by " +
-			"someone else is refused. Allowed after verify_node is green on the new kernel; needed before gpu_acceptance.",
+		Description: "Make the node schedulable again, only if this round cordoned it. After verify_node is green; needed " +
+			"before gpu_acceptance.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in NodeIn, p Progress) (UncordonOut, error) {
 		if err := ValidNode(in.Node); err != nil {

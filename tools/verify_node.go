@@ -24,9 +24,8 @@ func verifyNode(record bool) Tool {
 	return New[NodeIn, VerifyOut](checkSpec(record, "record_verification", Spec{
 		Name:  "verify_node",
 		Title: "Verify a node",
-		Description: "Check a node after its trial boot: the kernel is the target, every bond is up with all its slaves, the RDMA " +
-			"ports are ACTIVE/LinkUp and as many as the intent says, the sysctls equal the intent's values; identity lookups " +
-			"(getent) are reported separately. Changes nothing on the node.",
+		Description: "After the trial boot: the target kernel, bonds up with all slaves, RDMA ports active and as many as the " +
+			"intent says, sysctls as it says; identity lookups reported apart.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}), func(ctx context.Context, d *Deps, in NodeIn, p Progress) (VerifyOut, error) {
 		if err := ValidNode(in.Node); err != nil {
