@@ -9,6 +9,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube/gpucheck"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // GPUAcceptanceOut is the host and cluster part of GPU acceptance.
@@ -62,42 +63,22 @@ func GPUAcceptance() Tool {
 		if err := s.begin(round.StepGPUAcceptance, in.Node); err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		out := GPUAcceptanceOut{}
-		var problems, notes []string
 		fm := ""
 		if g.FabricManagerRequired {
 			fm = "required"
 		}
+		var c window.GPUChecks
 		p(0, 3, "host checks")
-		hc, err := h.Steps.GPUCheck(ctx, in.Node, steps.GPUCheckInput{ExpectedGPUs: g.ExpectedGPUsPerServer, FabricManager: fm})
-		out.Host = &hc
-		if err != nil {
-			problems = append(problems, "host GPU check: "+err.Error())
-		} else if !hc.Passed {
-			problems = append(problems, hc.Problems...)
-		}
+		c.Host, c.HostErr = h.Steps.GPUCheck(ctx, in.Node, steps.GPUCheckInput{ExpectedGPUs: g.ExpectedGPUsPerServer, FabricManager: fm})
 		p(1, 3, "smoke pod")
-		smoke, err := gpucheck.SmokePod(ctx, kc.Kube, in.Node, gpucheck.SmokeOptions{Image: d.Config.Kube.SmokeImage, Timeout: 5 * time.Minute, PollInterval: 250 * time.Millisecond, Logger: d.Log})
-		out.Smoke = &smoke
-		switch {
-		case err != nil:
-			problems = append(problems, "smoke pod: "+err.Error())
-		case smoke.Status == "no_capacity":
-			notes = append(notes, "smoke pod: "+smoke.Message)
-		case smoke.Status != "ok":
-			problems = append(problems, "smoke pod: "+smoke.Message)
-		}
+		c.Smoke, c.SmokeErr = gpucheck.SmokePod(ctx, kc.Kube, in.Node, gpucheck.SmokeOptions{Image: d.Config.Kube.SmokeImage, Timeout: 5 * time.Minute, PollInterval: 250 * time.Millisecond, Logger: d.Log})
 		p(2, 3, "model completion")
 		me := g.ModelEndpoint
 		base, api := splitModelURL(me.URL)
-		comp, err := gpucheck.Complete(ctx, gpucheck.CompletionRequest{Endpoint: base, API: api, Model: me.Model, Prompt: me.Prompt,
+		c.Completion, c.CompletionErr = gpucheck.Complete(ctx, gpucheck.CompletionRequest{Endpoint: base, API: api, Model: me.Model, Prompt: me.Prompt,
 			MaxTokens: me.MaxTokens, Timeout: time.Duration(max(me.TimeoutSeconds, 1)) * time.Second})
-		out.Completion = &comp
-		if err != nil {
-			problems = append(problems, "model completion: "+err.Error())
-		} else if !comp.OK {
-			problems = append(problems, "model completion: "+comp.Reason)
-		}
+		out := GPUAcceptanceOut{Host: &c.Host, Smoke: &c.Smoke, Completion: &c.Completion}
+		problems, notes := window.JudgeGPUAcceptance(c)
 		if len(problems) > 0 {
 			if err := s.fail(round.StepGPUAcceptance, in.Node, strings.Join(problems, "; ")); err != nil {
 				problems = append(problems, "the failure could not be recorded in the journal: "+err.Error())
@@ -109,7 +90,7 @@ func GPUAcceptance() Tool {
 		if err := s.finish(round.StepGPUAcceptance, in.Node, "", strings.Join(notes, "; ")); err != nil {
 			return out, err
 		}
-		out.Reasons = append(notes, fmt.Sprintf("%d GPUs healthy, driver %s; completion answered in %s", hc.GPUCount, hc.DriverVersion, comp.Latency.Round(time.Millisecond)))
+		out.Reasons = append(notes, fmt.Sprintf("%d GPUs healthy, driver %s; completion answered in %s", c.Host.GPUCount, c.Host.DriverVersion, c.Completion.Latency.Round(time.Millisecond)))
 		out.NextAction = "promote_kernel this node next."
 		out.NextCall = CallTo("promote_kernel", "node", in.Node)
 		return out, nil
