@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -288,6 +289,38 @@ func TestPreflightIsSimulateAndInspect(t *testing.T) {
 	}
 	if !ins.TargetModules.Present || !ins.TargetModules.DKMS {
 		t.Errorf("target modules %+v", ins.TargetModules)
+	}
+}
+
+// TestInspectReadsKernelPanicFromProcfs: kernel.panic comes from the
+// kernel's own integer sysctl file, which answers only a read at offset 0
+// (a shell's read builtin, one byte per read, got the first digit). The
+// fixture's kernel/panic is a link to a real integer sysctl of this machine
+// with more than one digit.
+func TestInspectReadsKernelPanicFromProcfs(t *testing.T) {
+	const procFile = "/proc/sys/kernel/pid_max"
+	b, err := os.ReadFile(procFile)
+	if err != nil {
+		t.Fatalf("this test needs procfs: %v", err)
+	}
+	want, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || want < 10 {
+		t.Fatalf("%s is %q: need an integer of two digits or more", procFile, b)
+	}
+	s, r := inspectFixtureSteps(t)
+	link := filepath.Join(r.procSys, "kernel", "panic")
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(procFile, link); err != nil {
+		t.Fatal(err)
+	}
+	ins, err := s.Inspect(ctxT(t), testNode, InspectInput{TargetKernel: "9.9.9-1-generic"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ins.KernelPanic != want {
+		t.Errorf("kernel.panic read from %s as %d, want %d", procFile, ins.KernelPanic, want)
 	}
 }
 

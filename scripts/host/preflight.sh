@@ -426,8 +426,10 @@ survey_boot() {
 	survey_file mdstat "$PROC_MDSTAT"
 
 	STAGE='reading kernel.panic'
-	panic=''
-	IFS= read -r panic 2>/dev/null <"$PROC_SYS/kernel/panic" || true
+	# cat, not the shell's read: read takes one byte per read(2), and the
+	# kernel answers a read of an integer sysctl at an offset other than 0
+	# with end of file, so kernel.panic = 10 would read as "1".
+	panic=$(cat "$PROC_SYS/kernel/panic" 2>/dev/null) || panic=''
 	field_str kernel_panic "$panic"
 
 	STAGE='reading Livepatch status'
