@@ -33,7 +33,8 @@ type rig struct {
 	img   vm.Image
 	pool  *host.Pool
 	steps *steps.Steps
-	boots []string
+	boots []string // the boots and timed phases, in order, for the summary
+	nBoot int
 }
 
 func newRig(t *testing.T) *rig {
@@ -146,8 +147,16 @@ func (r *rig) waitBootID(ctx context.Context, prev string) steps.KernelInfo {
 	return k
 }
 
+// phase records a timed part of the test that is not a boot.
+func (r *rig) phase(what string, d time.Duration) {
+	line := fmt.Sprintf("%s: took %s", what, d.Round(time.Second))
+	r.boots = append(r.boots, line)
+	r.t.Log(line)
+}
+
 func (r *rig) logBoot(what string, k steps.KernelInfo, d time.Duration) {
-	line := fmt.Sprintf("boot %d (%s): kernel %s, boot id %s, took %s", len(r.boots)+1, what, k.Kernel, k.BootID, d.Round(time.Second))
+	r.nBoot++
+	line := fmt.Sprintf("boot %d (%s): kernel %s, boot id %s, took %s", r.nBoot, what, k.Kernel, k.BootID, d.Round(time.Second))
 	r.boots = append(r.boots, line)
 	r.t.Log(line)
 }
@@ -202,7 +211,7 @@ func TestRealVM(t *testing.T) {
 	r := newRig(t)
 	img := r.img
 	defer func() {
-		t.Logf("boots:\n  %s", strings.Join(r.boots, "\n  "))
+		t.Logf("boots and phases:\n  %s", strings.Join(r.boots, "\n  "))
 		t.Logf("whole test: %s", time.Since(testStart).Round(time.Second))
 	}()
 
@@ -317,6 +326,7 @@ i=0; until grep -q 'continue' /run/lab-holder.log 2>/dev/null; do i=$((i+1)); [ 
 	}
 
 	t.Run("install detached by systemd-run survives a killed SSH session", func(t *testing.T) {
+		installStart := time.Now()
 		st, err := r.steps.Install(r.ctx(5*time.Minute), node, steps.InstallStart, round, sim.Plan.Digest)
 		if err != nil {
 			t.Fatalf("install start: %v", err)
@@ -347,6 +357,10 @@ i=0; until grep -q 'continue' /run/lab-holder.log 2>/dev/null; do i=$((i+1)); [ 
 		if last.ExitCode == nil || *last.ExitCode != 0 {
 			t.Fatalf("install exit %v\n%s", last.ExitCode, last.LogTail)
 		}
+		r.phase("install (detached, across the killed session)", time.Since(installStart))
+		// Where the install's time went: dpkg's own log, one line per
+		// package unpacked and configured, with the time.
+		t.Logf("dpkg log of the install:\n%s", r.sh("grep -E ' (unpack|configure|trigproc) ' /var/log/dpkg.log | tail -n 40"))
 		log := r.sh("cat /var/lib/mcp-patch/" + round + "/install.log")
 		for _, want := range []string{"Setting up linux-image-" + img.NewKernel, "Generating grub configuration file", "Found linux image: /boot/vmlinuz-" + img.NewKernel} {
 			if !strings.Contains(log, want) {
