@@ -67,6 +67,7 @@ running for Claude Code; "lab fault" injects a fault into a running lab.`,
 		say := func(s string) { fmt.Fprintln(a.stdio.Stderr, "lab: "+s) }
 		o := shape
 		o.Dir, o.Logger, o.Progress = dir, log, say
+		o.Alertmanager = lab.FindAlertmanager(a.stdio.Getenv)
 		return o, log, nil
 	}
 

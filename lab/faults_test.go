@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,17 @@ func TestFaultCatalogue(t *testing.T) {
 		afterNode        string // ... on this node ("" = any)
 		stopStep         string // "" = the round closes
 		stopNode, reason string
+		name             string // the subtest's name when not the fault's
+		alertmanager     bool   // the lab runs a real Alertmanager
+		// clearWhile clears the fault once this tool answers in_progress (a
+		// job that finishes while the drain waits for it).
+		clearWhile string
+		poll       time.Duration // the agent's pause before calling a step in progress again
+		// beforeWait runs when the agent waits for the clock (a maintenance
+		// window, the soak), before the lab clock moves.
+		beforeWait func(t *testing.T, r *faultRun, until time.Time)
+		// check runs last, on the lab as the round left it.
+		check func(t *testing.T, r *faultRun)
 	}{
 		{fault: "apt-would-remove", node: "cp-1", stopStep: "simulate", stopNode: "cp-1", reason: "remove"},
 		{fault: "package-not-held", node: "cp-1", stopStep: "simulate", stopNode: "cp-1", reason: "not held"},
@@ -52,12 +64,34 @@ func TestFaultCatalogue(t *testing.T) {
 		{fault: "dpkg-locked", node: "cp-1", stopStep: "install", stopNode: "cp-1", reason: "dpkg is locked by process"},
 		{fault: "grub-default-overridden", node: "cp-1", stopStep: "trial_boot", stopNode: "cp-1", reason: "sets GRUB_DEFAULT"},
 		{fault: "phased-update", node: "cp-1"},
+		// Operations: maintenance windows, the alert gate, notices, a kernel
+		// that boots but is red (rolled back), jobs that hold a drain.
+		{fault: "window-closes", after: "drain_node", afterNode: "cp-1", beforeWait: nextDrainWaitsForWindow, check: windowClosedMidRound},
+		{fault: "alert-firing", after: "promote_kernel", alertmanager: true, stopStep: "gate", stopNode: "cp-1", reason: DefaultFiringAlert,
+			check: func(t *testing.T, r *faultRun) { rollBackAndProve(t, r, "cp-1", true) }},
+		{fault: "alertmanager-down", after: "promote_kernel", alertmanager: true, stopStep: "gate", stopNode: "cp-1", reason: "could not check"},
+		{fault: "webhook-down", check: failedSendsJournaled},
+		{fault: "bond-down-on-new-kernel", node: "cp-1", stopStep: "verify", stopNode: "cp-1", reason: "bond0",
+			check: func(t *testing.T, r *faultRun) { rollBackAndProve(t, r, "cp-1", false) }},
+		{fault: "gpu-job-running", arg: "gpu-canary-1", poll: time.Second, stopStep: "drain", stopNode: "gpu-canary-1",
+			reason: "jobs still run on the node after waiting", check: drainHeldForJob},
+		{name: "gpu-job-finishes", fault: "gpu-job-running", arg: "gpu-canary-1", clearWhile: "drain_node", check: drainWaitedForJob},
 	}
 	for _, tc := range cases {
-		t.Run(tc.fault, func(t *testing.T) {
+		name := tc.fault
+		if tc.name != "" {
+			name = tc.name
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel() // each case has its own lab; most of a case is waiting
-			l := upLab(t, Options{ControlPlanes: 2, Canary: 1, GPUServers: 0,
-				RebootTimeout: 15 * time.Second, GateSettle: 30 * time.Second, DrainTimeoutMinutes: 1})
+			opts := Options{ControlPlanes: 2, Canary: 1, GPUServers: 0,
+				RebootTimeout: 15 * time.Second, GateSettle: 30 * time.Second, DrainTimeoutMinutes: 1}
+			if tc.alertmanager {
+				if opts.Alertmanager = FindAlertmanager(os.Getenv); opts.Alertmanager == "" {
+					t.Fatal("no Alertmanager binary: run scripts/setup.sh (it builds v0.28.1 into the cache) or set MCP_PATCH_ALERTMANAGER")
+				}
+			}
+			l := upLab(t, opts)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			inject := func() {
@@ -74,18 +108,34 @@ func TestFaultCatalogue(t *testing.T) {
 			}
 			defer closeSession()
 			sawNoCapacity, injected := false, false
-			agent := &Agent{Session: cs, Sign: l.Sign, Wait: l.Clock.AdvanceTo, Say: func(s string) {
+			run := &faultRun{lab: l, cs: cs}
+			agent := &Agent{Session: cs, Sign: l.Sign, Wait: func(until time.Time) {
+				run.waits = append(run.waits, until)
+				if tc.beforeWait != nil {
+					tc.beforeWait(t, run, until)
+				}
+				l.Clock.AdvanceTo(until)
+			}, Say: func(s string) {
 				t.Log(s)
 				if strings.Contains(s, "no capacity") {
 					sawNoCapacity = true
 				}
-			}, AfterCall: func(ctx context.Context, tool, node, status string) {
+			}, Poll: tc.poll, AfterCall: func(ctx context.Context, tool, node, status string) {
 				if tool == tc.after && (tc.afterNode == "" || node == tc.afterNode) && !injected {
 					injected = true
 					inject()
 				}
+				if tool == tc.clearWhile && status == "in_progress" && !run.cleared {
+					run.cleared = true
+					run.whileWaiting(t)
+					if err := l.Clear(ctx, tc.fault, tc.node); err != nil {
+						t.Fatalf("clear %s: %v", tc.fault, err)
+					}
+				}
 			}}
+			run.agent = agent
 			out, err := agent.Run(ctx, "2026-11")
+			run.out = out
 			if err != nil {
 				t.Fatalf("agent: %v", err)
 			}
@@ -95,6 +145,9 @@ func TestFaultCatalogue(t *testing.T) {
 				}
 				if tc.fault == "gpus-exhausted" && !sawNoCapacity {
 					t.Error("gpu_acceptance did not report no capacity")
+				}
+				if tc.check != nil {
+					tc.check(t, run)
 				}
 				return
 			}
@@ -114,6 +167,9 @@ func TestFaultCatalogue(t *testing.T) {
 						t.Errorf("%s on %s after the stop: %v", tool, node, res["status"])
 					}
 				}
+			}
+			if tc.check != nil {
+				tc.check(t, run)
 			}
 		})
 	}

@@ -59,6 +59,10 @@ type Options struct {
 	// DrainTimeoutMinutes is written into the lab intent's drain settings.
 	// Default 2.
 	DrainTimeoutMinutes int
+	// Alertmanager is the path of a real Alertmanager binary the lab runs
+	// for the alert gate (FindAlertmanager finds the one scripts/setup.sh
+	// builds). Empty: no Alertmanager, the gate reads no alerts.
+	Alertmanager string
 	// Logger gets the lab's events; Progress one line per stage.
 	Logger   *slog.Logger
 	Progress func(string)
@@ -108,6 +112,14 @@ type Lab struct {
 	Config     config.Config
 	ConfigFile string
 	Clock      *Clock
+	// Receiver gets every webhook notice the server sends.
+	Receiver *Receiver
+	// Alertmanager is the real Alertmanager the gate reads (nil without
+	// Options.Alertmanager).
+	Alertmanager *Alertmanager
+
+	firing      string       // the alert alert-firing fires
+	maintenance [2]time.Time // the window window-closes declared: start, end
 
 	approver ssh.Signer
 	closers  []func() error
@@ -218,6 +230,22 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		return nil, fmt.Errorf("lab: control-plane files on the hosts: %w", err)
 	}
 
+	if opts.Alertmanager != "" {
+		say("webhook receiver and a real Alertmanager for the alert gate")
+	} else {
+		say("webhook receiver (no Alertmanager: the gate reads no alerts)")
+	}
+	if l.Receiver, err = startReceiver(); err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	l.closers = append(l.closers, l.Receiver.Down)
+	if opts.Alertmanager != "" {
+		if l.Alertmanager, err = startAlertmanager(ctx, opts.Alertmanager, filepath.Join(opts.Dir, "alertmanager")); err != nil {
+			return nil, fmt.Errorf("lab: %w", err)
+		}
+		l.closers = append(l.closers, l.Alertmanager.Stop)
+	}
+
 	say("intent repository (from examples/intent) and a lab-only approval key")
 	if err := l.writeIntentRepo(opts.DrainTimeoutMinutes); err != nil {
 		return nil, fmt.Errorf("lab: intent repository: %w", err)
@@ -295,6 +323,9 @@ func (l *Lab) Close() error {
 	return errors.Join(errs...)
 }
 
+// jobWaitMinutes bounds the lab's wait for training jobs before a drain.
+const jobWaitMinutes = 1
+
 var (
 	modelURLLine     = regexp.MustCompile(`(?m)^(\s*url:\s*).*$`)
 	issuerURLLine    = regexp.MustCompile(`(?m)^(\s*issuer_url:\s*).*$`)
@@ -320,7 +351,11 @@ func (l *Lab) writeIntentRepo(drainMinutes int) error {
 			return modelURLLine.ReplaceAllString(s, "${1}"+l.World.ModelCompletionsURL())
 		},
 		"os-layer/settings.yaml": func(s string) string {
-			return drainTimeoutLine.ReplaceAllString(s, "${1}"+strconv.Itoa(drainMinutes))
+			s = drainTimeoutLine.ReplaceAllString(s, "${1}"+strconv.Itoa(drainMinutes))
+			// Training jobs hold a GPU server's drain (fault gpu-job-running),
+			// for a bound the lab's tests can wait out.
+			return strings.Replace(s, "\ndrain:\n", fmt.Sprintf("\ndrain:\n  wait_for_jobs:\n    selector: %s=%s\n    max_wait_minutes: %d\n",
+				world.JobLabel, world.JobLabelValue, jobWaitMinutes), 1)
 		},
 		"control-plane/settings.yaml": func(s string) string {
 			return issuerURLLine.ReplaceAllString(s, "${1}"+l.World.OIDCIssuer())
@@ -398,6 +433,13 @@ func (l *Lab) writeConfig(opts Options) error {
 	c.Kube.EtcdCA, c.Kube.EtcdCert, c.Kube.EtcdKey = l.Etcd.CAFile, l.Etcd.ClientCertFile, l.Etcd.ClientKeyFile
 	c.Kube.EvictRetry = config.Duration(time.Second)
 	c.Kube.GateSettle = config.Duration(opts.GateSettle)
+	if l.Alertmanager != nil {
+		c.Kube.AlertmanagerURL = l.Alertmanager.URL()
+	}
+	// Notices go to the lab's receiver; short retries, so a receiver that
+	// is down is journaled as failed within seconds.
+	c.Notify.Webhooks = []config.Webhook{{Name: "lab-receiver", URL: l.Receiver.URL(),
+		Timeout: config.Duration(2 * time.Second), Attempts: 2, Backoff: config.Duration(500 * time.Millisecond)}}
 	ca := filepath.Join(l.Dir, "oidc-ca.pem")
 	if err := os.WriteFile(ca, l.World.OIDCCAPEM(), 0o644); err != nil {
 		return err
@@ -439,12 +481,18 @@ func FaultNames() []string {
 	for _, f := range world.Faults() {
 		out = append(out, f.Name)
 	}
+	for _, f := range labFaults {
+		out = append(out, f.name)
+	}
 	return out
 }
 
 // Inject injects the named fault: a host fault on node, or a cluster fault
 // (arg as the fault takes it).
 func (l *Lab) Inject(ctx context.Context, name, node, arg string) error {
+	if labFault(name) {
+		return l.injectLab(ctx, name, arg, false)
+	}
 	if f, err := fleet.FaultByName(name, arg); err == nil {
 		h := l.Fleet.Host(node)
 		if h == nil {
@@ -461,6 +509,9 @@ func (l *Lab) Inject(ctx context.Context, name, node, arg string) error {
 
 // Clear removes an injected fault.
 func (l *Lab) Clear(ctx context.Context, name, node string) error {
+	if labFault(name) {
+		return l.injectLab(ctx, name, "", true)
+	}
 	if _, err := fleet.FaultByName(name, ""); err == nil {
 		h := l.Fleet.Host(node)
 		if h == nil {

@@ -58,8 +58,9 @@ if [ -f test/interop/package.json ] && { [ ! -d test/interop/node_modules/@model
 	phase "npm client" "$t"
 fi
 
-# A real Alertmanager for the alert gate's contract test (kube/alerts),
-# built once from the module proxy into the cache.
+# A real Alertmanager for the alert gate's contract test (kube/alerts) and
+# the lab's alert gate (its faults alert-firing, alertmanager-down), built
+# once from the module proxy into the cache.
 am_dir="${XDG_CACHE_HOME:-$HOME/.cache}/mcp-patch/alertmanager-v0.28.1"
 if [ ! -x "$am_dir/alertmanager" ]; then
 	echo "setup: Alertmanager v0.28.1 for the alert gate's contract test"

@@ -319,6 +319,31 @@ func (BondSlaveDown) clear(h *Host, s *machine.State) error {
 	return machine.WriteRuntimeFiles(h.m, s, time.Now())
 }
 
+// BondDownOnKernel is a NIC driver regression in a kernel: while the host
+// runs that kernel, the first slave of every bond has no link. The host
+// boots it fine (the trial boot is green), verify_node is red there, and
+// green again once the host is back on its old kernel (rollback_node).
+type BondDownOnKernel struct {
+	// Kernel is the release with the regression; "" means NewKernel.
+	Kernel string
+}
+
+func (BondDownOnKernel) Name() string { return "bond-down-on-new-kernel" }
+func (f BondDownOnKernel) Description() string {
+	return "kernel " + orDefault(f.Kernel, NewKernel) + "'s NIC driver leaves the first slave of every bond without link: it boots, verify_node is red on it and green on the old kernel"
+}
+func (f BondDownOnKernel) apply(h *Host, s *machine.State) error {
+	k := orDefault(f.Kernel, NewKernel)
+	if !slices.Contains(s.Faults.BondDownKernels, k) {
+		s.Faults.BondDownKernels = append(s.Faults.BondDownKernels, k)
+	}
+	return machine.WriteRuntimeFiles(h.m, s, time.Now())
+}
+func (BondDownOnKernel) clear(h *Host, s *machine.State) error {
+	s.Faults.BondDownKernels = nil
+	return machine.WriteRuntimeFiles(h.m, s, time.Now())
+}
+
 // RDMAPortDown takes an RDMA port down (now; until cleared).
 type RDMAPortDown struct {
 	// Device is the HCA; "" means mlx5_0.
@@ -489,6 +514,7 @@ var faultKinds = []struct {
 	{FaultInfo{"host-key-changed", HostKeyChanged{}.Description(), ""}, func(string) (Fault, error) { return HostKeyChanged{}, nil }},
 	{FaultInfo{"boot-on-mdraid", BootOnMDRaid{}.Description(), ""}, func(string) (Fault, error) { return BootOnMDRaid{}, nil }},
 	{FaultInfo{"bond-slave-down", BondSlaveDown{}.Description(), "slave interface [first of bond0]"}, func(a string) (Fault, error) { return BondSlaveDown{Slave: a}, nil }},
+	{FaultInfo{"bond-down-on-new-kernel", BondDownOnKernel{}.Description(), "kernel release [" + NewKernel + "]"}, func(a string) (Fault, error) { return BondDownOnKernel{Kernel: a}, nil }},
 	{FaultInfo{"rdma-port-down", RDMAPortDown{}.Description(), "device [mlx5_0]"}, func(a string) (Fault, error) { return RDMAPortDown{Device: a}, nil }},
 	{FaultInfo{"dpkg-locked", DpkgLocked{}.Description(), ""}, func(string) (Fault, error) { return DpkgLocked{}, nil }},
 	{FaultInfo{"dpkg-interrupted", DpkgInterrupted{}.Description(), ""}, func(string) (Fault, error) { return DpkgInterrupted{}, nil }},

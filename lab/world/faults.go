@@ -159,6 +159,7 @@ var faultKinds = []struct {
 		return ModelErrors{Status: n}, nil
 	}},
 	{FaultInfo{"gpus-exhausted", GPUsExhausted{}.Description(), "GPU server [every one]"}, func(a string) (Fault, error) { return GPUsExhausted{Node: a}, nil }},
+	{FaultInfo{"gpu-job-running", GPUJobRunning{}.Description(), "GPU server [the canary]"}, func(a string) (Fault, error) { return GPUJobRunning{Node: a}, nil }},
 }
 
 // Faults lists every fault kind.
@@ -607,6 +608,112 @@ func (f GPUsExhausted) clear(ctx context.Context, w *World) error {
 			if strings.HasPrefix(p.Name, GPUFillerPrefix) {
 				return false, "pod " + p.Name + " still there", nil
 			}
+		}
+		return true, "", nil
+	})
+}
+
+// Training job labels: the lab intent's drain.wait_for_jobs selector is
+// JobLabel=JobLabelValue.
+const (
+	JobLabel      = "workload-class"
+	JobLabelValue = "training"
+	// TrainingJobPrefix names the job pods GPUJobRunning starts.
+	TrainingJobPrefix = "llama-finetune-"
+)
+
+// GPUJobRunning starts a training job's pod on a GPU server (default: the
+// canary), labelled as the intent's drain.wait_for_jobs selects: the
+// server's drain cordons and waits for it. Clearing it is the job
+// finishing (its pod goes away).
+type GPUJobRunning struct {
+	Node string
+}
+
+var _ Fault = GPUJobRunning{}
+
+func (GPUJobRunning) Name() string { return "gpu-job-running" }
+func (GPUJobRunning) Description() string {
+	return "a training job (" + JobLabel + "=" + JobLabelValue + ", one GPU) runs on the GPU server: its drain cordons, then waits for it until the bound; clearing it finishes the job"
+}
+
+func (f GPUJobRunning) node(w *World) (string, error) {
+	for _, h := range w.opts.gpuServers() {
+		if (f.Node == "" && h.Canary) || h.Name == f.Node {
+			return h.Name, nil
+		}
+	}
+	if f.Node == "" {
+		return "", fmt.Errorf("the lab has no canary GPU server: name one")
+	}
+	return "", fmt.Errorf("%s is not a GPU server", f.Node)
+}
+
+func (f GPUJobRunning) inject(ctx context.Context, w *World) error {
+	node, err := f.node(w)
+	if err != nil {
+		return err
+	}
+	// A Deployment stands for the training operator that owns the job's
+	// pod (kubectl's drain refuses pods nobody owns); kwok completes pods
+	// of a batch Job at once, so it cannot be one.
+	ns, name := w.opts.Names.WorkloadNamespace, TrainingJobPrefix+node
+	sel := map[string]string{labelApp: name}
+	podLabels := map[string]string{labelApp: name, JobLabel: JobLabelValue}
+	one := int32(1)
+	gpu := *resource.NewQuantity(1, resource.DecimalSI)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: withWorld(sel)},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: withWorld(podLabels)},
+				Spec: corev1.PodSpec{
+					Affinity:    pinnedAffinity(node),
+					Tolerations: []corev1.Toleration{{Key: string(kube.ResourceGPU), Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{
+						Name: "trainer", Image: "nvcr.io/nvidia/pytorch:24.08-py3",
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{kube.ResourceGPU: gpu}, Limits: corev1.ResourceList{kube.ResourceGPU: gpu}},
+					}},
+				},
+			},
+		},
+	}
+	if _, err := w.kc.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
+		return fmt.Errorf("create deployment %s/%s: %w", ns, name, err)
+	}
+	return w.waitFor(ctx, "training job running on "+node, func(ctx context.Context) (bool, string, error) {
+		pods, err := w.kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(sel).String()})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning {
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("%d pods, none running on %s", len(pods.Items), node), nil
+	})
+}
+
+func (f GPUJobRunning) clear(ctx context.Context, w *World) error {
+	node, err := f.node(w)
+	if err != nil {
+		return err
+	}
+	ns, name := w.opts.Names.WorkloadNamespace, TrainingJobPrefix+node
+	err = w.kc.AppsV1().Deployments(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: new(metav1.DeletePropagationForeground)})
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("delete deployment %s/%s: %w", ns, name, err)
+	}
+	return w.waitFor(ctx, "training job gone from "+node, func(ctx context.Context) (bool, string, error) {
+		pods, err := w.kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(map[string]string{labelApp: name}).String()})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		if len(pods.Items) > 0 {
+			return false, "pod " + pods.Items[0].Name + " still there", nil
 		}
 		return true, "", nil
 	})

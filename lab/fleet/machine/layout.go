@@ -464,6 +464,9 @@ func guidColons(g string) string {
 // for an 802.3ad bond.
 func BondingFile(s *State, b Bond) string {
 	var w strings.Builder
+	if slices.Contains(s.Faults.BondDownKernels, s.Kernel) && len(b.Slaves) > 0 && !slices.Contains(b.Down, b.Slaves[0]) {
+		b.Down = append(slices.Clone(b.Down), b.Slaves[0])
+	}
 	status := "up"
 	if len(b.Down) == len(b.Slaves) {
 		status = "down"

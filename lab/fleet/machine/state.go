@@ -165,6 +165,10 @@ type Faults struct {
 	BootFreeKB int64 `json:"boot_free_kb,omitempty"`
 	// Phased are packages whose upgrade apt defers for phasing.
 	Phased []string `json:"phased,omitempty"`
+	// BondDownKernels are kernel releases whose NIC driver leaves the first
+	// slave of every bond without link (a driver regression): the host
+	// boots, but its bonds are short of slaves while it runs one of them.
+	BondDownKernels []string `json:"bond_down_kernels,omitempty"`
 }
 
 // State is everything about one host that outlives a command.
