@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // DecisionIn is a decision that belongs to a person.
@@ -54,48 +55,28 @@ func RecordDecision() Tool {
 			return DecisionOut{}, err
 		}
 		st := s.j.State()
-		node := in.Node
-		if node == "" && st.Stop != nil {
-			node = st.Stop.Node
-		}
-		if node == "" {
-			if dk.kind == policy.KindResidualRiskAccepted {
-				node = round.FleetWide
-			} else if st.Stop != nil || dk.kind != policy.KindHypervisorSnapshotTaken {
-				node = firstNode(st)
-			}
-		}
+		node := window.DecisionNode(st, dk.name, in.Node)
 		if node != round.FleetWide {
 			if err := ValidNode(node); err != nil {
 				return DecisionOut{}, err
 			}
 		}
-		step := round.Step(in.Step)
-		if dk.name == round.DecisionResume && step == "" && st.Stop != nil {
-			step = st.Stop.Step
+		t, err := window.DecideDecision(st, dk.name, node, round.Step(in.Step))
+		if err != nil {
+			return DecisionOut{}, err
 		}
 		binding := policy.AttestationFields{Node: node, Round: s.id, Reason: in.Reason, ReviewTrigger: in.ReviewTrigger}
-		if dk.kind == policy.KindRoundResume || dk.kind == policy.KindRoundAbort {
+		if t.Bound {
 			binding.Step, binding.Stop = policy.NoStop, policy.NoStop
-			if st.Stop != nil {
-				if step != "" && step != st.Stop.Step {
-					return DecisionOut{}, Refuse(fmt.Sprintf("Leave step out: a %s answers the stop at %s.", in.Decision, st.Stop.Step),
-						fmt.Sprintf("the round stopped at %s, not %s", st.Stop.Step, step))
-				}
-				binding.Step, binding.Stop = string(st.Stop.Step), st.Stop.Binding()
+			if t.Stop != nil {
+				binding.Step, binding.Stop = string(t.Stop.Step), t.Stop.Binding()
 			}
-		}
-		if err := st.AdmitDecision(dk.name, node, step); err != nil {
-			return DecisionOut{}, ruleRefusal(err)
 		}
 		if d.Approvals == nil {
 			return DecisionOut{}, Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")
 		}
 		if in.Attestation == "" {
-			summary := []string{fmt.Sprintf("decision %s on %s in round %s", in.Decision, node, s.id)}
-			if st.Stop != nil {
-				summary = append(summary, oneLine("the round stopped at "+where(st.Stop.Step, st.Stop.Node)+": "+clipText(st.Stop.Reason, 400)))
-			}
+			summary := window.DecisionSummary(st, dk.name, node, s.id)
 			text, exp, err := d.Approvals.Attestation(dk.kind, binding, summary)
 			if err != nil {
 				return DecisionOut{}, Refuse("Give a reason (plain ASCII) and, for accepted risk, a review trigger like driver-version-change:550.90.07.", "cannot build the statement: "+err.Error())
@@ -112,37 +93,10 @@ func RecordDecision() Tool {
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return DecisionOut{}, Refuse("Ask the person to sign a fresh statement.", "statement could not be used: "+err.Error(), "nothing was recorded")
 		}
-		detail := fmt.Sprintf("%s by %s", in.Decision, a.Principal)
-		if req.Reason != "" {
-			detail += ": " + req.Reason
-		}
-		if req.ReviewTrigger != "" {
-			detail += " (review at " + req.ReviewTrigger + ")"
-		}
-		if _, err := s.j.Decide(dk.name, node, step, round.Meta{ApprovalID: a.ID, Detail: detail}); err != nil {
+		detail := window.DecisionDetail(dk.name, a.Principal, req.Reason, req.ReviewTrigger)
+		if _, err := s.j.Decide(dk.name, node, t.Step, round.Meta{ApprovalID: a.ID, Detail: detail}); err != nil {
 			return DecisionOut{}, ruleRefusal(err)
 		}
-		next := "Call round_status: it says what comes next."
-		if dk.name == round.DecisionResume && step != "" {
-			next = fmt.Sprintf("Run %s on %s again.", step.Tool(), node)
-		}
-		return DecisionOut{Principal: a.Principal, Result: Result{Reasons: []string{detail}, NextAction: next}}, nil
+		return DecisionOut{Principal: a.Principal, Result: Result{Reasons: []string{detail}, NextAction: window.DecisionNext(dk.name, t)}}, nil
 	})
-}
-
-func firstNode(st *round.State) string {
-	if st.Current != "" {
-		return st.Current
-	}
-	if len(st.Nodes) > 0 {
-		return st.Nodes[0].Node
-	}
-	return ""
-}
-
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
