@@ -10,6 +10,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/maintenance"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 func TestMaintenanceWindowGatesTheDrain(t *testing.T) {
@@ -55,7 +56,7 @@ func TestMaintenanceWindowGatesTheDrain(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	applyMaintenance(&status, v)
-	if want := time.Date(2026, 11, 3, 22, 0, 0, 0, berlin); !status.Next.WaitUntil.Equal(want) || nextCall(j.State(), status) != nil ||
+	if want := time.Date(2026, 11, 3, 22, 0, 0, 0, berlin); !status.Next.WaitUntil.Equal(want) || window.NextCall(j.State(), status) != nil ||
 		!strings.Contains(status.NextAction, "Wait until") || !v.NextOpens.Equal(want) {
 		t.Fatalf("status next %+v action %q view %+v", status.Next, status.NextAction, v)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // RoundStatusIn optionally names a round.
@@ -66,7 +67,7 @@ func RoundStatus() Tool {
 		}
 		var tb strings.Builder
 		_ = round.RenderStatusText(&tb, status)
-		out := RoundStatusOut{Round: &status, Table: tb.String(), Result: Result{NextAction: status.NextAction, NextCall: nextCall(st, status)}}
+		out := RoundStatusOut{Round: &status, Table: tb.String(), Result: Result{NextAction: status.NextAction, NextCall: toCall(window.NextCall(st, status))}}
 		if restricted {
 			out.Maintenance = &mv
 		}
@@ -82,44 +83,15 @@ func RoundStatus() Tool {
 				out.ETA = &est
 			}
 		}
-		if status.Stop != nil {
-			out.Reasons = append(out.Reasons, "stopped at "+where(status.Stop.Step, status.Stop.Node)+": "+status.Stop.Reason)
-		}
-		for _, t := range status.NeedsRecheck {
-			out.Reasons = append(out.Reasons, fmt.Sprintf("%s on %s was in flight when the server stopped: call its tool again to re-check it", t.Step, t.Node))
-		}
+		out.Reasons = append(out.Reasons, window.StatusReasons(status)...)
 		return out, nil
 	})
 }
 
-// nextCall turns the status's next step into a call: the next step's tool,
-// or a step left in flight (call it again to follow or re-check it). A
-// decision or a wait is not a call: a person or the clock comes first.
-func nextCall(st *round.State, status round.Status) *Call {
-	if nx := status.Next; nx != nil {
-		switch {
-		case nx.Decision != "" || !nx.WaitUntil.IsZero():
-			return nil
-		case nx.Step == round.StepClose:
-			return CallTo("close_round")
-		case nx.Step == round.StepPlan || nx.Step == round.StepBaseline:
-			return CallTo("plan_round", "round", st.RoundID)
-		case nx.Tool != "":
-			return CallTo(nx.Tool, "node", nx.Node)
-		}
+// toCall is the window package's call as the contract's.
+func toCall(c *window.Call) *Call {
+	if c == nil {
 		return nil
 	}
-	for _, n := range st.Nodes {
-		for _, step := range round.NodeSteps {
-			if r := n.Steps[step]; r != nil && r.State == round.InFlight {
-				return CallTo(step.Tool(), "node", n.Node)
-			}
-		}
-	}
-	for _, step := range round.RoundSteps {
-		if r := st.RoundSteps[step]; r != nil && r.State == round.InFlight && step != round.StepSoak && step.Tool() != "" {
-			return CallTo(step.Tool())
-		}
-	}
-	return nil
+	return CallTo(c.Tool, "node", c.Node, "round", c.Round)
 }
