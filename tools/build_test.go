@@ -235,4 +235,3 @@ func TestHostInventoryCompletedFromTheCluster(t *testing.T) {
 		t.Fatalf("gpu-1 from the file: %v", err)
 	}
 }
-
