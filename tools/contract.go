@@ -97,7 +97,7 @@ const ResultSchemaID = "urn:mcp-patch:result"
 // nested payload field made tools/list several times larger and slow for
 // clients to compile, for no gain to the agent. It is the same document for
 // every tool, under ResultSchemaID.
-func leanOutputSchema(*jsonschema.Schema) *jsonschema.Schema {
+func leanOutputSchema() *jsonschema.Schema {
 	// Each contract field with its JSON type, the statuses and next_call's
 	// tool; next_call's arguments, what lies inside approval and what each
 	// field means the instructions say. Every byte here is paid once a tool

@@ -208,11 +208,9 @@ func New[In any, Out any, PO interface {
 	if err != nil {
 		panic(fmt.Sprintf("tool %s: resolve input schema: %v", spec.Name, err))
 	}
-	full, err := jsonschema.For[Out](nil)
-	if err != nil {
-		panic(fmt.Sprintf("tool %s: output schema: %v", spec.Name, err))
-	}
-	return &typedTool[In, Out, PO]{spec: spec, handle: h, in: in, inResolved: resolved, out: leanOutputSchema(full)}
+	// The output schema is the contract alone: no schema of Out is derived
+	// (at every start, for nothing).
+	return &typedTool[In, Out, PO]{spec: spec, handle: h, in: in, inResolved: resolved, out: leanOutputSchema()}
 }
 
 func (t *typedTool[In, Out, PO]) Spec() Spec                       { return t.spec }
