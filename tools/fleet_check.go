@@ -3,12 +3,11 @@ package tools
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
-	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // FleetNode is one node's kernel.
@@ -24,26 +23,6 @@ type FleetNode struct {
 type FleetCheckOut struct {
 	Result
 	Nodes []FleetNode `json:"nodes"`
-}
-
-// fleetPhase refuses the fleet check before its phase: every window of
-// the round must be closed. "Not yet" is a refusal, never a failure.
-func fleetPhase(s *session) error {
-	st := s.j.State()
-	if st.Plan == nil {
-		return Refuse("Plan the round first (plan_round).", "not yet: the round has no order")
-	}
-	var open []string
-	for _, n := range st.Nodes {
-		if n.Window != round.WindowClosed {
-			open = append(open, fmt.Sprintf("%s (%s)", n.Node, n.Window))
-		}
-	}
-	if len(open) > 0 {
-		return Refuse("Not yet: finish every node's window first (round_status names the next step).",
-			"not yet: the fleet check runs after every window closed; not closed: "+strings.Join(open, ", "), "nothing was checked or recorded")
-	}
-	return nil
 }
 
 // fleetKernels reads every node's running kernel and compares it with the
@@ -62,22 +41,20 @@ func fleetKernels(ctx context.Context, d *Deps, s *session, p Progress) (FleetCh
 		return k, err
 	})
 	out := FleetCheckOut{Nodes: []FleetNode{}}
-	var bad []string
+	var ks []window.FleetKernel
 	for _, r := range results {
-		fn := FleetNode{Node: r.Node, Target: plans[r.Node].TargetKernel}
+		k := window.FleetKernel{Node: r.Node, Target: plans[r.Node].TargetKernel, Err: r.Err}
+		fn := FleetNode{Node: k.Node, Target: k.Target}
 		if r.Err != nil {
 			fn.Error = r.Err.Error()
-			bad = append(bad, fmt.Sprintf("%s: not reachable (%v)", r.Node, r.Err))
 		} else {
-			fn.Kernel = r.Value.Kernel
-			fn.OK = fn.Target == "" || fn.Kernel == fn.Target
-			if !fn.OK {
-				bad = append(bad, fmt.Sprintf("%s runs %s, the round installed %s", r.Node, fn.Kernel, fn.Target))
-			}
+			k.Kernel = r.Value.Kernel
 		}
+		fn.Kernel, fn.OK = k.Kernel, k.OK()
+		ks = append(ks, k)
 		out.Nodes = append(out.Nodes, fn)
 	}
-	return out, bad, nil
+	return out, window.JudgeFleet(ks), nil
 }
 
 // FleetCheck is the fleet_check tool.
@@ -93,7 +70,7 @@ func FleetCheck() Tool {
 		if err != nil {
 			return FleetCheckOut{}, err
 		}
-		if err := fleetPhase(s); err != nil {
+		if err := window.AdmitFleetCheck(s.j.State()); err != nil {
 			return FleetCheckOut{}, err
 		}
 		out, bad, err := fleetKernels(ctx, d, s, p)

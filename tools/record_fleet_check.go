@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // RecordFleetCheck is the record_fleet_check tool.
@@ -21,7 +22,7 @@ func RecordFleetCheck() Tool {
 		if err != nil {
 			return FleetCheckOut{}, err
 		}
-		if err := fleetPhase(s); err != nil {
+		if err := window.AdmitFleetCheck(s.j.State()); err != nil {
 			return FleetCheckOut{}, err
 		}
 		if err := s.admit(d, round.StepFleetCheck, ""); err != nil {
