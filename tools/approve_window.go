@@ -3,10 +3,8 @@ package tools
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/mcp-patch/mcp-patch/kube/drain"
-	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -42,13 +40,9 @@ func ApproveWindow() Tool {
 		if err != nil || !ok {
 			return ApproveWindowOut{}, Refuse("Call plan_round first: it writes the plan.", "round "+s.id+" has no usable plan document")
 		}
-		n, ok := f.Node(in.Node)
-		if !ok {
-			return ApproveWindowOut{}, Refuse("Name a node of the round's plan.", in.Node+" is not in the plan of round "+s.id)
-		}
-		if n.Approval != plan.PerWindow {
-			return ApproveWindowOut{}, Refuse("Approve each step of this node on its own (the intent sizes it per step).",
-				in.Node+" is approved per step: "+n.Role+" nodes, or the intent's approvals.gpu_servers is per_step")
+		n, err := window.AdmitWindowApproval(f, s.id, in.Node)
+		if err != nil {
+			return ApproveWindowOut{}, err
 		}
 		if _, _, err := d.signedPlan(s.id); err != nil {
 			return ApproveWindowOut{}, err
@@ -68,26 +62,11 @@ func ApproveWindow() Tool {
 		if err != nil {
 			return ApproveWindowOut{}, Fail("Check the node name and the API server.", "preview drain: "+err.Error())
 		}
-		dp := window.DrainPlan{Node: in.Node, PreviewDigest: pv.Digest}
-		for _, e := range pv.Evict {
-			dp.Evict = append(dp.Evict, "evict "+e.String()+" ("+strings.ToLower(e.OwnerKind)+" "+e.OwnerName+")")
+		wa, err := window.DecideWindowApproval(f, s.id, n, pv)
+		if err != nil {
+			return ApproveWindowOut{}, err
 		}
-		live, _, _ := liveNode(n, dp)
-		if cs := f.DriftInFleet(live, plan.StepDrain); len(cs) > 0 {
-			return ApproveWindowOut{}, Refuse("Call replan_node for "+in.Node+" first.", plan.FormatDrift(in.Node, cs)...)
-		}
-		tools := windowTools(n, pv.Digest)
-		summary := []string{fmt.Sprintf("one signature for the whole window of %s (%s -> %s) in round %s, plan revision %d", in.Node,
-			orDash(n.Running), orDash(n.Target), s.id, f.Revision)}
-		for _, t := range []string{"drain_node", "install_updates", "fallback_drill", "trial_boot", "promote_kernel"} {
-			if dg, ok := tools[t]; ok {
-				summary = append(summary, t+" bound to "+dg)
-			}
-		}
-		summary = append(summary, fmt.Sprintf("drain evicts %d pods of %d workloads; %d packages move; trial boot %s, default stays %s",
-			len(pv.Evict), len(n.Drain.Workloads), n.Packages.Count(), orDash(n.Grub.New), orDash(n.Grub.Old)),
-			"any step whose live plan differs from these digests is refused", "window digest "+n.Window)
-		bind := Plan{Node: in.Node, Round: s.id, Digest: n.Window, Summary: summary}
+		bind := Plan{Node: in.Node, Round: s.id, Digest: wa.Digest, Summary: wa.Summary}
 		if d.Approvals == nil {
 			return ApproveWindowOut{}, Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")
 		}
@@ -101,11 +80,11 @@ func ApproveWindow() Tool {
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return ApproveWindowOut{}, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")
 		}
-		ps.Windows[in.Node] = windowSignature{Node: in.Node, Window: n.Window, Principal: a.Principal, ApprovalID: a.ID, Tools: tools, Time: d.now().UTC()}
+		ps.Windows[in.Node] = windowSignature{Node: in.Node, Window: n.Window, Principal: a.Principal, ApprovalID: a.ID, Tools: wa.Tools, Time: d.now().UTC()}
 		if err := d.savePlanSignatures(s.id, ps); err != nil {
 			return ApproveWindowOut{}, fmt.Errorf("record the window approval: %w", err)
 		}
-		out := ApproveWindowOut{Tools: tools, Result: Result{Reasons: []string{"the window of " + in.Node + " is approved by " + a.Principal},
+		out := ApproveWindowOut{Tools: wa.Tools, Result: Result{Reasons: []string{"the window of " + in.Node + " is approved by " + a.Principal},
 			NextAction: "drain_node " + in.Node + " (no further signature while its live plan matches).", NextCall: CallTo("drain_node", "node", in.Node)}}
 		out.approvalID = a.ID
 		return out, nil

@@ -173,7 +173,7 @@ func TestWindowApprovalCoversTheReviewedDigestsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps.Windows["gpu-2"] = windowSignature{Node: "gpu-2", Window: n.Window, Principal: "alice", ApprovalID: "w1", Tools: windowTools(n, "sha256:pods")}
+	ps.Windows["gpu-2"] = windowSignature{Node: "gpu-2", Window: n.Window, Principal: "alice", ApprovalID: "w1", Tools: window.WindowTools(n, "sha256:pods")}
 	if err := d.savePlanSignatures(planRound, ps); err != nil {
 		t.Fatal(err)
 	}
@@ -195,14 +195,6 @@ func TestWindowApprovalCoversTheReviewedDigestsOnly(t *testing.T) {
 	}
 	if _, ok, err := d.windowApproval(planRound, "install_updates", window.PackagePlan{Node: "cp-1", PackageDigest: n.PackageDigest}); ok || err != nil {
 		t.Errorf("a node without a window approval: covered=%v err=%v", ok, err)
-	}
-}
-
-func TestWorkloadsOf(t *testing.T) {
-	got := workloadsOf([]string{"evict inference/model-5c-x (replicaset model-5c)", "evict databases/pg-2 (cluster pg)", "junk"})
-	want := []plan.Workload{{Namespace: "inference", Kind: "replicaset", Name: "model-5c", Pods: 1}, {Namespace: "databases", Kind: "cluster", Name: "pg", Pods: 1}}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
 
@@ -231,7 +223,7 @@ func TestResignedReplanCarriesTheWindowApproval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps.Windows["gpu-2"] = windowSignature{Node: "gpu-2", Window: n.Window, Principal: "alice", ApprovalID: "w1", Tools: windowTools(n, "sha256:pods")}
+	ps.Windows["gpu-2"] = windowSignature{Node: "gpu-2", Window: n.Window, Principal: "alice", ApprovalID: "w1", Tools: window.WindowTools(n, "sha256:pods")}
 	if err := d.savePlanSignatures(planRound, ps); err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +293,7 @@ func TestChokepointHoldsStepsToTheSignedPlan(t *testing.T) {
 		t.Fatalf("signed plan, no window approval: %s executed=%d", res.Status, executed)
 	}
 	ps, _ := d.planSignatures(planRound)
-	ps.Windows["gpu-2"] = windowSignature{Node: "gpu-2", Window: n.Window, Principal: "alice", ApprovalID: "w1", Tools: windowTools(n, "sha256:pods")}
+	ps.Windows["gpu-2"] = windowSignature{Node: "gpu-2", Window: n.Window, Principal: "alice", ApprovalID: "w1", Tools: window.WindowTools(n, "sha256:pods")}
 	if err := d.savePlanSignatures(planRound, ps); err != nil {
 		t.Fatal(err)
 	}

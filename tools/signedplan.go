@@ -158,56 +158,6 @@ var toolStep = map[string]plan.Step{
 	"promote_kernel": plan.StepPromote, "fallback_drill": plan.StepDrill,
 }
 
-// liveNode turns the plan a window step decided now into the parts of a
-// node plan that step binds, for Drift.
-func liveNode(reviewed plan.Node, p window.Plan) (plan.Node, plan.Step, bool) {
-	live := plan.Node{Node: reviewed.Node, Grub: reviewed.Grub, Target: reviewed.Target, Running: reviewed.Running,
-		PackageDigest: reviewed.PackageDigest, Drain: reviewed.Drain}
-	switch v := p.(type) {
-	case window.DrainPlan:
-		live.Drain = plan.Drain{Workloads: workloadsOf(v.Evict)}
-		return live, plan.StepDrain, true
-	case window.PackagePlan:
-		live.PackageDigest, live.PackageLines, live.Target = v.PackageDigest, v.AptLines, v.TargetKernel
-		if len(v.AptLines) == 0 {
-			live.PackageLines = v.Lines
-		}
-		return live, plan.StepInstall, true
-	case window.TrialBootPlan:
-		live.Running, live.Target = v.RunningKernel, v.TargetKernel
-		live.Grub.Old, live.Grub.New = v.OldEntry, v.NewEntry
-		return live, plan.StepTrialBoot, true
-	case window.FallbackDrillPlan:
-		live.Running, live.Target = v.RunningKernel, v.TargetKernel
-		live.Grub.Old, live.Grub.New = v.OldEntry, v.NewEntry
-		return live, plan.StepTrialBoot, true
-	case window.PromotePlan:
-		live.Target = v.Kernel
-		if v.NewEntry != "" {
-			live.Grub.New = v.NewEntry
-		}
-		return live, plan.StepPromote, true
-	}
-	return plan.Node{}, "", false
-}
-
-// workloadsOf reads the owners back from a drain plan's "evict ns/pod
-// (kind owner)" lines.
-func workloadsOf(evict []string) []plan.Workload {
-	var out []plan.Workload
-	for _, e := range evict {
-		rest, ok := strings.CutPrefix(e, "evict ")
-		if !ok {
-			continue
-		}
-		ref, owner, _ := strings.Cut(rest, " (")
-		ns, _, _ := strings.Cut(ref, "/")
-		kind, name, _ := strings.Cut(strings.TrimSuffix(owner, ")"), " ")
-		out = append(out, plan.Workload{Namespace: ns, Kind: kind, Name: name, Pods: 1})
-	}
-	return out
-}
-
 // checkReviewed is the plan's rule before every destructive window step:
 // the round's plan must be signed before the first cordon, and the live
 // plan of the step must not differ from the reviewed plan of its node; a
@@ -229,7 +179,7 @@ func (d *Deps) checkReviewed(roundID, tool string, p window.Plan) error {
 	if !ok {
 		return Refuse("Plan the round again: this node is not in its plan.", p.Target()+" is not in the reviewed plan of round "+roundID, "nothing was executed")
 	}
-	live, step, ok := liveNode(reviewed, p)
+	live, step, ok := window.LiveNode(reviewed, p)
 	if !ok {
 		return nil
 	}
@@ -305,24 +255,6 @@ func (d *Deps) windowApproval(roundID, tool string, p window.Plan) (Approved, bo
 	return Approved{ID: ws.ApprovalID, Principal: ws.Principal, Digest: got}, true, nil
 }
 
-// windowTools computes, from the reviewed node plan, the digest each tool
-// of the window must show live: the same digests the window package's
-// typed plans bind.
-func windowTools(n plan.Node, livePreviewDigest string) map[string]string {
-	out := map[string]string{
-		"drain_node":      livePreviewDigest,
-		"install_updates": n.PackageDigest,
-		"trial_boot": window.TrialBootPlan{Node: n.Node, RunningKernel: n.Running, TargetKernel: n.Target,
-			OldEntry: n.Grub.Old, NewEntry: n.Grub.New, PanicSeconds: n.Grub.PanicSeconds}.Digest(),
-		"promote_kernel": window.PromotePlan{Node: n.Node, Kernel: n.Target, NewEntry: n.Grub.New}.Digest(),
-	}
-	if n.Canary {
-		out["fallback_drill"] = window.FallbackDrillPlan{Node: n.Node, RunningKernel: n.Running, TargetKernel: n.Target,
-			OldEntry: n.Grub.Old, NewEntry: n.Grub.New, PanicSeconds: n.Grub.PanicSeconds}.Digest()
-	}
-	return out
-}
-
 // carryWindows moves the per-window approvals onto a re-planned plan that
 // a person signed: the steps that changed are covered by that signature,
 // the others by the window approval as before. A changed drain is left
@@ -334,7 +266,7 @@ func carryWindows(ps *planSignatures, f plan.Fleet, sig planSignature) {
 		if !ok || n.Window == ws.Window {
 			continue
 		}
-		tools := windowTools(n, ws.Tools["drain_node"])
+		tools := window.WindowTools(n, ws.Tools["drain_node"])
 		if previousSteps(ps, node)[plan.StepDrain] != n.Steps[plan.StepDrain] {
 			delete(tools, "drain_node")
 		}
