@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/gate"
 	"github.com/mcp-patch/mcp-patch/round"
 )
@@ -173,4 +174,36 @@ func stepState(r *round.StepRun) string {
 		return "pending"
 	}
 	return string(r.State)
+}
+
+// takeBaseline takes the round's health baseline once, before its first
+// window: journaled as the baseline step, written to rounds/<id>/baseline.json.
+// nil when the round has one already.
+func (d *Deps) takeBaseline(ctx context.Context, kc *kube.Clients, s *session) (*gate.Baseline, error) {
+	if s.j.State().BaselineTaken {
+		return nil, nil
+	}
+	hc := gate.HealthConfig{}
+	if sh := s.settings.StackHealth; sh != nil {
+		hc.CriticalNamespaces = sh.CriticalNamespaces
+	}
+	if err := s.begin(round.StepBaseline, ""); err != nil {
+		return nil, err
+	}
+	base, err := gate.TakeBaseline(ctx, kc.Kube, hc, d.failingVerify(ctx))
+	if err != nil {
+		return nil, errors.Join(Fail("Check the API server; a person signs resume, then plan_round again.", "take the baseline: "+err.Error()),
+			s.fail(round.StepBaseline, "", err.Error()))
+	}
+	b, err := json.MarshalIndent(base, "", "  ")
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("encode the baseline: %w", err), s.fail(round.StepBaseline, "", err.Error()))
+	}
+	if err := d.Book.WriteFile(s.id, baselineFile, append(b, '\n')); err != nil {
+		return nil, err
+	}
+	if err := s.finish(round.StepBaseline, "", "", fmt.Sprintf("%d not-ready nodes, %d unhealthy workloads, %d failing verify", len(base.NotReadyNodes), len(base.UnhealthyWorkloads), len(base.FailingVerify))); err != nil {
+		return nil, err
+	}
+	return &base, nil
 }

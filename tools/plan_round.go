@@ -2,14 +2,12 @@ package tools
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/gate"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // PlanRoundIn names the round.
@@ -43,11 +41,8 @@ func PlanRound() Tool {
 		if d.Book == nil {
 			return PlanRoundOut{}, Refuse("Start the server with --intent-repo.", "no intent repository is configured")
 		}
-		if !round.ValidRoundID(in.Round) {
-			return PlanRoundOut{}, Refuse("Use a round id such as 2026-11.", fmt.Sprintf("round id %q is not valid", in.Round))
-		}
-		if open := d.Book.CurrentID(); open != "" && open != in.Round {
-			return PlanRoundOut{}, Refuse("Finish (close or abort) round "+open+" first.", "round "+open+" is still open")
+		if err := window.AdmitPlanRound(in.Round, d.Book.CurrentID()); err != nil {
+			return PlanRoundOut{}, err
 		}
 		r, err := d.intentRepo(in.Round)
 		if err != nil {
@@ -66,75 +61,41 @@ func PlanRound() Tool {
 		if err != nil {
 			return PlanRoundOut{}, err
 		}
-		var nodes []round.NodeInfo
-		for _, n := range inv.Nodes {
-			nodes = append(nodes, round.NodeInfo{Name: n.Name, ControlPlane: n.ControlPlane, GPU: n.GPUServer, Canary: n.Canary,
-				RunningGPUPods: n.RunningGPUPods, VM: n.Machine == "vm"})
-		}
-		rp := round.Placement{VIPNode: pl.VIP.Node, CanaryNode: pl.Canary.Node}
-		for _, pg := range pl.Postgres {
-			if pg.Node != "" {
-				rp.PostgresPrimaryNodes = append(rp.PostgresPrimaryNodes, pg.Node)
-			}
-		}
+		nodes, rp := orderInput(inv, pl)
 		order, err := round.PlanOrder(nodes, rp)
 		if err != nil {
 			return PlanRoundOut{}, Fail("Read the reason; the inventory may be incomplete.", "plan the order: "+err.Error())
 		}
-		soak := 48 * time.Hour
-		if k := settings.Kernel; k != nil && k.SoakHours > 0 {
-			soak = time.Duration(k.SoakHours) * time.Hour
+		var soakHours, deadlineDays int
+		if k := settings.Kernel; k != nil {
+			soakHours, deadlineDays = k.SoakHours, k.ComplianceDeadlineDays.Internal
 		}
+		soak, deadline := window.RoundClocks(soakHours, deadlineDays, d.now())
 		j, err := d.Book.Journal(in.Round, true)
 		if err != nil {
 			return PlanRoundOut{}, err
 		}
 		s := &session{j: j, id: in.Round, settings: settings, events: d.WindowEvents, now: d.now}
-		if st := j.State(); st.Closed || st.Aborted {
-			return PlanRoundOut{}, Refuse("Plan a new round with a new id.", "round "+in.Round+" is closed or aborted")
+		due, err := window.DecidePlanOrder(j.State(), d.now())
+		if err != nil {
+			return PlanRoundOut{}, err
 		}
-		if j.State().Plan == nil || j.State().Admit(round.StepPlan, "", d.now()) == nil {
+		if due {
 			if _, err := j.Plan(order, soak, round.Meta{Detail: fmt.Sprintf("%d nodes", len(order.Positions))}); err != nil {
 				return PlanRoundOut{}, ruleRefusal(err)
 			}
 		}
 		out := PlanRoundOut{Round: in.Round, Order: &order, Placement: &pl}
 		p(1, 5, "baseline")
-		if !j.State().BaselineTaken {
-			hc := gate.HealthConfig{}
-			if sh := settings.StackHealth; sh != nil {
-				hc.CriticalNamespaces = sh.CriticalNamespaces
-			}
-			if err := s.begin(round.StepBaseline, ""); err != nil {
-				return out, err
-			}
-			base, err := gate.TakeBaseline(ctx, kc.Kube, hc, d.failingVerify(ctx))
-			if err != nil {
-				return out, errors.Join(Fail("Check the API server; a person signs resume, then plan_round again.", "take the baseline: "+err.Error()),
-					s.fail(round.StepBaseline, "", err.Error()))
-			}
-			b, _ := json.MarshalIndent(base, "", "  ")
-			if err := d.Book.WriteFile(in.Round, baselineFile, append(b, '\n')); err != nil {
-				return out, err
-			}
-			if err := s.finish(round.StepBaseline, "", "", fmt.Sprintf("%d not-ready nodes, %d unhealthy workloads, %d failing verify", len(base.NotReadyNodes), len(base.UnhealthyWorkloads), len(base.FailingVerify))); err != nil {
-				return out, err
-			}
-			out.Baseline = &base
+		if out.Baseline, err = d.takeBaseline(ctx, kc, s); err != nil {
+			return out, err
 		}
 		p(2, 5, "estimate")
-		deadline := time.Time{}
-		if k := settings.Kernel; k != nil && k.ComplianceDeadlineDays.Internal > 0 {
-			deadline = d.now().Add(time.Duration(k.ComplianceDeadlineDays.Internal) * 24 * time.Hour)
-		}
 		st := j.State()
 		if est, err := round.ETA(st, st.WindowDurations(), d.now(), deadline, etaConfig(settings)); err == nil {
 			out.ETA = &est
-			if !deadline.IsZero() && !est.Meets {
-				out.Reasons = append(out.Reasons, "the estimate does not meet the intent's compliance deadline: tell a person (escalate, do not rush)")
-			}
 		}
-		out.Reasons = append(out.Reasons, order.Notes...)
+		out.Reasons = append(out.Reasons, window.PlanReasons(out.ETA, deadline, order.Notes)...)
 		p(3, 5, "fleet-wide preflight")
 		fl, perr := d.writePlanDocument(ctx, kc, s, preflightInput{round: in.Round, order: order, inv: inv, placement: pl, settings: settings}, p)
 		if perr == nil {
@@ -153,7 +114,7 @@ func PlanRound() Tool {
 			return out, d.stopOnBlockers(s, fl, out.Reasons)
 		}
 		out.Reasons = append(out.Reasons, fl.Summary...)
-		out.NextAction = "A person reads rounds/" + in.Round + "/plan.md and signs the plan (sign_plan); then start with " + order.Positions[0].Node + "."
+		out.NextAction = window.PlanNext(in.Round, order)
 		// sign_plan answers approval_required with the plan's statement.
 		out.NextCall = CallTo("sign_plan")
 		return out, nil

@@ -337,6 +337,23 @@ func (d *Deps) inventoryAndPlacement(ctx context.Context, kc *kube.Clients, sett
 	return inv, pl, nil
 }
 
+// orderInput is what round.PlanOrder orders: the inventory's nodes and
+// where the Postgres primaries, the VIP and the canary are.
+func orderInput(inv kube.Inventory, pl kube.Placement) ([]round.NodeInfo, round.Placement) {
+	var nodes []round.NodeInfo
+	for _, n := range inv.Nodes {
+		nodes = append(nodes, round.NodeInfo{Name: n.Name, ControlPlane: n.ControlPlane, GPU: n.GPUServer, Canary: n.Canary,
+			RunningGPUPods: n.RunningGPUPods, VM: n.Machine == "vm"})
+	}
+	rp := round.Placement{VIPNode: pl.VIP.Node, CanaryNode: pl.Canary.Node}
+	for _, pg := range pl.Postgres {
+		if pg.Node != "" {
+			rp.PostgresPrimaryNodes = append(rp.PostgresPrimaryNodes, pg.Node)
+		}
+	}
+	return nodes, rp
+}
+
 // writePlanDocument runs the fleet-wide preflight and writes plan.json and
 // plan.md. An unchanged plan keeps its revision (and its signature); a
 // changed one before any window opened becomes the next revision; once a
