@@ -318,6 +318,27 @@ func (d *Deps) commitRound(ctx context.Context, s *session, why string) (string,
 	return c.Hash, nil
 }
 
+// commitRoundLast commits the round's files as the call's last act, after
+// its own audit record is written (the commit holds it, and the working
+// copy is clean once the call answers). The outcome is added to the
+// call's reasons: done(hash) when committed, failed + the error when not.
+// Outside a tool's run it commits at once and adds to reasons.
+func (d *Deps) commitRoundLast(ctx context.Context, s *session, why string, done func(hash string) string, failed string, reasons *[]string) {
+	commit := func(ctx context.Context, res *Result) {
+		if c, err := d.commitRound(ctx, s, why); err == nil {
+			res.Reasons = append(res.Reasons, done(short(c)))
+		} else {
+			res.Reasons = append(res.Reasons, failed+err.Error())
+		}
+	}
+	if onceAudited(ctx, commit) {
+		return
+	}
+	r := Result{Reasons: *reasons}
+	commit(ctx, &r)
+	*reasons = r.Reasons
+}
+
 // where names a step and, for a node step, its node.
 func where(step round.Step, node string) string {
 	if node == "" {

@@ -1,7 +1,9 @@
 package tools
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -47,5 +49,59 @@ func TestFleetPlanWithAnUnreachableNode(t *testing.T) {
 	f.must(StatusOK, "plan_round", map[string]any{"round": fRound})
 	if _, res := f.approve("sign_plan", nil); res.Status != StatusOK {
 		t.Fatalf("sign_plan: %s %v", res.Status, res.Reasons)
+	}
+}
+
+// Blockers on several nodes at once are all named, node and cause (a
+// short /boot among them), and the call's every record, its own audit
+// record last, is in the plan's commit: the intent repository is clean
+// once plan_round answers, ready or blocked, and after sign_plan.
+func TestFleetPlanNamesEveryBlockerAndCommitsItsAudit(t *testing.T) {
+	f := newFleet(t)
+	f.host("gpu-2").Unreachable = true
+	f.host("cp-1").BootFreeKB = 20 << 10
+	_, res := f.call("plan_round", map[string]any{"round": fRound})
+	why := reasons(res)
+	if res.Status != StatusFailed || !strings.Contains(why, "gpu-2: not reachable") || !strings.Contains(why, "cp-1: /boot has 20 MiB free") {
+		t.Fatalf("plan_round with gpu-2 down and cp-1's /boot short: %s\n%s", res.Status, why)
+	}
+	if !strings.Contains(why, "plan committed to the intent repository") {
+		t.Fatalf("the blocked plan was not committed:\n%s", why)
+	}
+	cleanAfter(t, f, "plan_round")
+
+	f.host("gpu-2").Unreachable = false
+	f.host("cp-1").BootFreeKB = 0
+	if res := f.decide(map[string]any{"decision": "resume", "reason": "gpu-2 is back, /boot cleaned"}); res.Status != StatusOK {
+		t.Fatalf("resume: %s %v", res.Status, res.Reasons)
+	}
+	f.must(StatusOK, "plan_round", map[string]any{"round": fRound})
+	cleanAfter(t, f, "plan_round")
+	if _, res := f.approve("sign_plan", nil); res.Status != StatusOK {
+		t.Fatalf("sign_plan: %s %v", res.Status, res.Reasons)
+	}
+	cleanAfter(t, f, "sign_plan")
+}
+
+// cleanAfter wants an intent working copy without changes and the
+// committed audit log ending with tool's record.
+func cleanAfter(t *testing.T, f *fleet, tool string) {
+	t.Helper()
+	git := func(args ...string) string {
+		out, err := exec.Command("git", append([]string{"-C", f.repo}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v: %s", args, err, out)
+		}
+		return string(out)
+	}
+	if st := git("status", "--porcelain"); st != "" {
+		t.Fatalf("the intent repository is not clean after %s:\n%s", tool, st)
+	}
+	log := strings.Split(strings.TrimSpace(git("show", "HEAD:rounds/"+fRound+"/audit.jsonl")), "\n")
+	var last struct {
+		Tool string `json:"tool"`
+	}
+	if err := json.Unmarshal([]byte(log[len(log)-1]), &last); err != nil || last.Tool != tool {
+		t.Fatalf("the committed audit log ends with %q (%v), want %s's record", last.Tool, err, tool)
 	}
 }

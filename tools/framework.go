@@ -223,6 +223,8 @@ func (t *typedTool[In, Out, PO]) NewInput() any                    { return new(
 func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, args map[string]any, p Progress) (Out, *Result) {
 	var out Out
 	var err error
+	last := &afterAudit{}
+	ctx = context.WithValue(ctx, afterAuditKey{}, last)
 	if modeRefuses(d.Mode, t.spec.Kind) {
 		err = Refuse("Use a read-only tool, or ask the operator to restart the server without this mode.",
 			fmt.Sprintf("the server runs in %s mode: %s tool %s is disabled", d.Mode, t.spec.Kind, t.spec.Name))
@@ -276,7 +278,28 @@ func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, args m
 		res.NextCall.Arguments = map[string]any{} // the schema says object, never null
 	}
 	d.audit(ctx, t.spec, in, res)
+	for _, fn := range last.fns {
+		fn(ctx, res)
+	}
 	return out, res
+}
+
+// afterAudit is what a call does once its own audit record is written:
+// the round's commit, so that the commit holds that record too.
+type afterAudit struct{ fns []func(context.Context, *Result) }
+
+type afterAuditKey struct{}
+
+// onceAudited runs fn after the call's audit record is written, with the
+// call's final result (fn may add reasons). It reports false outside a
+// tool's run, where nothing runs later: the caller acts at once.
+func onceAudited(ctx context.Context, fn func(context.Context, *Result)) bool {
+	last, ok := ctx.Value(afterAuditKey{}).(*afterAudit)
+	if !ok {
+		return false
+	}
+	last.fns = append(last.fns, fn)
+	return true
 }
 
 // CallJSON runs the tool on JSON arguments as a client sent them: input

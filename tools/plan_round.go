@@ -101,12 +101,13 @@ func PlanRound() Tool {
 		if perr == nil {
 			out.Plan, perr = d.planStatus(in.Round)
 		}
+		// The commit comes last, after every record of this call (the
+		// blockers' stop and the call's own audit record): the intent
+		// repository is clean once plan_round answers.
 		p(4, 5, "commit")
-		if c, err := d.commitRound(ctx, s, "plan"); err == nil {
-			out.Reasons = append(out.Reasons, "plan committed to the intent repository ("+short(c)+"): rounds/"+in.Round+"/plan.md")
-		} else {
-			out.Reasons = append(out.Reasons, "plan not committed: "+err.Error())
-		}
+		d.commitRoundLast(ctx, s, "plan", func(c string) string {
+			return "plan committed to the intent repository (" + c + "): rounds/" + in.Round + "/plan.md"
+		}, "plan not committed: ", &out.Reasons)
 		if perr != nil {
 			return out, perr
 		}

@@ -94,8 +94,13 @@ func factsOf(sim steps.Simulation, insp steps.Inspection) plan.Facts {
 	if sim.Boot.FreeKB != nil {
 		f.BootFreeBytes = *sim.Boot.FreeKB << 10
 	}
+	f.BootNeedBytes = sim.Boot.NeedKB << 10
+	// The plan names a short /boot itself, with its figures, when it can
+	// (a target kernel to boot, both figures known); else the host's own
+	// reason stays a blocker. Either way a short /boot is never dropped.
+	planNamesBoot := f.Target != "" && f.Target != f.Running && f.BootFreeBytes >= 0 && f.BootNeedBytes > f.BootFreeBytes
 	for _, b := range sim.Plan.Blockers {
-		if !sim.Boot.Short || b != sim.Boot.ShortReason() {
+		if !sim.Boot.Short || !planNamesBoot || b != sim.Boot.ShortReason() {
 			f.AptBlockers = append(f.AptBlockers, b)
 		}
 	}

@@ -99,11 +99,8 @@ func ReplanNode() Tool {
 		for _, b := range live.Blockers {
 			out.Reasons = append(out.Reasons, "blocker: "+b.String())
 		}
-		if c, err := d.commitRound(ctx, s, "re-plan of "+in.Node); err == nil {
-			out.Reasons = append(out.Reasons, "plan committed ("+short(c)+")")
-		} else {
-			out.Reasons = append(out.Reasons, "plan not committed: "+err.Error())
-		}
+		d.commitRoundLast(ctx, s, "re-plan of "+in.Node, func(c string) string { return "plan committed (" + c + ")" },
+			"plan not committed: ", &out.Reasons)
 		if out.Plan, err = d.planStatus(s.id); err != nil {
 			return out, err
 		}

@@ -83,11 +83,8 @@ func SignPlan() Tool {
 		}
 		out := SignPlanOut{Result: Result{Reasons: []string{fmt.Sprintf("plan %s (revision %d) signed by %s", f.Digest, f.Revision, a.Principal)}}}
 		out.approvalID = a.ID
-		if c, err := d.commitRound(ctx, s, "plan signed"); err == nil {
-			out.Reasons = append(out.Reasons, "signature committed ("+short(c)+")")
-		} else {
-			out.Reasons = append(out.Reasons, "signature not committed: "+err.Error())
-		}
+		d.commitRoundLast(ctx, s, "plan signed", func(c string) string { return "signature committed (" + c + ")" },
+			"signature not committed: ", &out.Reasons)
 		if out.Plan, err = d.planStatus(s.id); err != nil {
 			return out, err
 		}

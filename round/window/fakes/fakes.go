@@ -48,7 +48,14 @@ type Host struct {
 	Autoremoved map[string][]string
 	// Drill is the fallback drill's state (fallback_drill.sh status).
 	Drill steps.DrillState
+	// BootFreeKB, when set, is /boot's free space; the new kernel needs
+	// BootNeedKB (150 MiB), and a /boot with less is short, as
+	// simulate.sh reports it.
+	BootFreeKB int64
 }
+
+// BootNeedKB is what the fake's new kernel and initrd take on /boot.
+const BootNeedKB = 150 << 10
 
 var _ window.Host = (*Host)(nil)
 
@@ -106,6 +113,13 @@ func (h *Host) Simulate(ctx context.Context, node string) (steps.Simulation, err
 	sim.Plan.Digest, sim.Plan.TargetKernel = h.Digest, h.Target
 	sim.Plan.Lines = []string{"Inst linux-image-" + h.Target}
 	sim.Plan.Packages = []steps.PlannedPackage{{Name: "linux-image-" + h.Target, Action: "install", NewVersion: "1"}}
+	if h.BootFreeKB > 0 {
+		free := h.BootFreeKB
+		sim.Boot = steps.BootSpace{Dir: "/boot", FreeKB: &free, NeedKB: BootNeedKB, NewKernels: []string{h.Target}, Short: free < BootNeedKB}
+		if sim.Boot.Short {
+			sim.Plan.Blockers = append(sim.Plan.Blockers, sim.Boot.ShortReason())
+		}
+	}
 	return sim, nil
 }
 
