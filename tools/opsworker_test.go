@@ -1,0 +1,91 @@
+package tools
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/mcp-patch/mcp-patch/notify"
+	"github.com/mcp-patch/mcp-patch/round"
+)
+
+// A scrape reads the open round's state: the journal's own when this
+// server holds it, else the journal on disk, opened for reading only (the
+// book does not take the round, and the journal's bytes stay as they
+// were); no round open is no state.
+func TestMetricsSourceReadsWithoutOpening(t *testing.T) {
+	if st, err := NewRoundBook(t.TempDir(), nil).metricsSource(); st != nil || err != nil {
+		t.Fatalf("no rounds: %v %v", st, err)
+	}
+	r := newWRig(t)
+	r.drained(t)
+	st, err := r.d.Book.metricsSource()
+	if err != nil || st == nil || st.RoundID != wRound || !st.Node(wNode).Steps[round.StepDrain].Green() {
+		t.Fatalf("held round: %+v %v", st, err)
+	}
+	before := r.journalBytes(t)
+	other := NewRoundBook(r.root, r.d.Now) // a scrape by another process
+	st, err = other.metricsSource()
+	if err != nil || st == nil || st.RoundID != wRound || st.Current != wNode {
+		t.Fatalf("round on disk: %+v %v", st, err)
+	}
+	if len(other.open) != 0 {
+		t.Fatalf("a scrape opened %d journals", len(other.open))
+	}
+	if !bytes.Equal(before, r.journalBytes(t)) {
+		t.Fatal("a scrape wrote the journal")
+	}
+}
+
+// The journal observer never holds the round up: with the worker's queue
+// full a record's notices are skipped and said so in the log; a server
+// without operations observes nothing.
+func TestOpsObserveNeverBlocks(t *testing.T) {
+	var log bytes.Buffer
+	o := newOps(nil, nil, nil, slog.New(slog.NewTextHandler(&log, nil)))
+	st := &round.State{RoundID: wRound}
+	for i := range opsQueue + 3 {
+		o.Observe(round.Record{Seq: uint64(i)}, st)
+	}
+	if len(o.queue) != opsQueue {
+		t.Fatalf("queue holds %d, want %d", len(o.queue), opsQueue)
+	}
+	if n := strings.Count(log.String(), "operations queue full"); n != 3 {
+		t.Fatalf("%d skipped records logged, want 3:\n%s", n, log.String())
+	}
+	var none *Ops
+	none.Observe(round.Record{}, st)
+	none.rolledBack(wRound, wNode, "x")
+	none.approvalUsed("drain_node", wNode)
+}
+
+// A notification's outcome is kept in its round's journal; one for a
+// round that does not exist is an error naming it, and none is written
+// without a round or a book.
+func TestRecordNotificationInTheJournal(t *testing.T) {
+	r := newWRig(t)
+	dl := notify.Delivery{ID: "d-1", Hook: "ops", Kind: notify.RoundStopped, Round: wRound, Node: wNode, Sent: true, Attempts: 1, Status: 204}
+	if err := r.d.recordNotification(dl); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(r.journalBytes(t)), "notification round_stopped to ops sent (attempt 1, HTTP 204, delivery d-1)") {
+		t.Fatalf("the delivery is not in the journal:\n%s", r.journalBytes(t))
+	}
+	before := r.journalBytes(t)
+	dl.Round = "2026-12"
+	if err := r.d.recordNotification(dl); err == nil || !strings.Contains(err.Error(), "round 2026-12") {
+		t.Fatalf("a delivery for a round that does not exist: %v", err)
+	}
+	dl.Round = ""
+	if err := r.d.recordNotification(dl); err != nil {
+		t.Fatalf("a delivery of no round: %v", err)
+	}
+	if err := (&Deps{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).recordNotification(notify.Delivery{Round: wRound}); err != nil {
+		t.Fatalf("no book: %v", err)
+	}
+	if !bytes.Equal(before, r.journalBytes(t)) {
+		t.Fatal("deliveries of no round wrote the journal")
+	}
+}
