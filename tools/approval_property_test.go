@@ -193,24 +193,28 @@ func sumCounts(m map[string]int) int {
 }
 
 // TestRandomReentryCrashConcurrency drives install_updates through the
-// real chokepoint, journal and window package on a fake host with random
-// interleavings of fresh calls, re-entries, crashes (the journal reopened
-// by a new process), lost answers and N concurrent calls sharing one
-// approval, while the live package plan drifts. It checks: no action
-// without a valid approval, at most one action per approval, and every
-// action carries exactly the digest its approval signed.
+// real chokepoint, journal and window package on a fake host with 10,000
+// random calls: fresh calls, re-entries, crashes (the journal reopened by
+// a new process), lost answers and batches of N concurrent calls sharing
+// one approval, while the live package plan drifts. It checks, call batch
+// by call batch: no action without an approval consumed for it, exactly
+// one action for each approval consumed (none when its start lost its
+// answer: a re-entry must not start it again), at most one approval
+// consumed by a batch sharing one, and every action carries exactly the
+// digest its approval signed.
 func TestRandomReentryCrashConcurrency(t *testing.T) {
-	// Each window here is a real journal fsync'd on every record: 1,500
-	// calls keep it within a minute on a loaded machine.
-	const calls = 1500
+	const calls = 10000
+	start := time.Now()
 	r := mrand.New(mrand.NewPCG(20261201, 9))
 	var rg *wrig
+	var appr *syncApprovals
 	gen := 0
 	fresh := func() {
 		gen++
 		rg = newWRig(t)
 		rg.host.AnyDigest = true
 		rg.drained(t)
+		appr = rg.d.Approvals.(*syncApprovals)
 	}
 	fresh()
 	live := wDigest
@@ -219,11 +223,16 @@ func TestRandomReentryCrashConcurrency(t *testing.T) {
 		rg.host.Digest = d
 		rg.writePlan(t, d)
 	}
+	consumed := func() int {
+		appr.mu.Lock()
+		defer appr.mu.Unlock()
+		return len(appr.used)
+	}
 	actionsByApproval := map[string]int{}
-	signedDigest := map[string]string{}
-	total, withApproval, without, concurrent, crashes := 0, 0, 0, 0, 0
+	total, withApproval, without, concurrent, crashes, lost, windows, used := 0, 0, 0, 0, 0, 0, 1, 0
 	for total < calls {
 		before := len(rg.host.Actions)
+		usedBefore := consumed()
 		var approval string
 		kind := r.IntN(10)
 		switch kind {
@@ -237,8 +246,9 @@ func TestRandomReentryCrashConcurrency(t *testing.T) {
 			}
 			rg.d.Book = NewRoundBook(rg.root, rg.d.Now)
 			continue
-		case 2: // the next start loses its answer
+		case 2: // the next start loses its answer (until a start is tried)
 			rg.host.FailStart = errors.New("ssh: connection reset")
+			continue
 		case 3: // the install ends on the host
 			if rg.host.InstallState == "running" {
 				rg.host.InstallState = "finished"
@@ -267,24 +277,41 @@ func TestRandomReentryCrashConcurrency(t *testing.T) {
 		}
 		wg.Wait()
 		total += n
-		rg.host.FailStart = nil
-		acted := rg.host.Actions[before:]
-		for _, a := range acted {
+		newly := consumed() - usedBefore
+		startLost := rg.host.FailStart != nil
+		if newly > 0 {
+			rg.host.FailStart = nil
+		}
+		used += newly
+		if newly > 1 {
+			t.Fatalf("call %d: %d concurrent calls sharing one approval consumed %d", total, n, newly)
+		}
+		var installs int
+		for _, a := range rg.host.Actions[before:] {
 			if a.What != "install" {
 				continue
 			}
-			if approval == "" {
-				t.Fatalf("call %d: install ran without an approval", total)
+			installs++
+			if approval == "" || newly == 0 {
+				t.Fatalf("call %d: install ran without an approval consumed for it (approval %q)", total, approval)
 			}
 			key := fmt.Sprint(gen, " ", approval) // each window has its own nonce store
 			actionsByApproval[key]++
-			signedDigest[key] = strings.TrimPrefix(approval, "signed:")
-			if a.Digest != signedDigest[key] {
-				t.Fatalf("call %d: install of digest %s under an approval of %s", total, a.Digest, signedDigest[key])
+			if want := strings.TrimPrefix(approval, "signed:"); a.Digest != want {
+				t.Fatalf("call %d: install of digest %s under an approval of %s", total, a.Digest, want)
 			}
 			if actionsByApproval[key] > 1 {
-				t.Fatalf("call %d: approval %s acted %d times", total, approval, actionsByApproval[approval])
+				t.Fatalf("call %d: approval %s acted %d times", total, approval, actionsByApproval[key])
 			}
+		}
+		switch {
+		case newly == 1 && !startLost && installs != 1:
+			t.Fatalf("call %d: an approval consumed, %d installs", total, installs)
+		case newly == 1 && startLost && installs != 0:
+			t.Fatalf("call %d: a start that lost its answer installed %d times", total, installs)
+		}
+		if startLost && newly == 1 {
+			lost++
 		}
 		if approval != "" {
 			withApproval += n
@@ -293,9 +320,10 @@ func TestRandomReentryCrashConcurrency(t *testing.T) {
 		}
 		if st := rg.journal(t).State(); st.Stop != nil || st.Node(wNode).Steps[round.StepInstall].Green() {
 			fresh() // the window ended (done or stopped): a new one
+			windows++
 			setLive(wDigest)
 		}
 	}
-	fmt.Printf("re-entry property: %d calls (%d with an approval, %d without, %d concurrent batches, %d crashes), %d installs, each under its own approval with its digest\n",
-		total, withApproval, without, concurrent, crashes, len(actionsByApproval))
+	fmt.Printf("re-entry property: %d calls (%d with an approval, %d without), %d concurrent batches, %d crashes, %d windows; %d approvals consumed, %d installs (one each; %d starts lost their answer and stayed unstarted), none without an approval, each with its approved digest; %s\n",
+		total, withApproval, without, concurrent, crashes, windows, used, len(actionsByApproval), lost, time.Since(start).Round(time.Millisecond))
 }

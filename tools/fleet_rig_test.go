@@ -444,7 +444,7 @@ func (f *fleet) host(node string) *fakes.Host { return f.hosts.of(node) }
 // result.
 func (f *fleet) call(tool string, args map[string]any) (map[string]any, *Result) {
 	f.t.Helper()
-	tl := Builtin().Get(tool)
+	tl := testTools().Get(tool)
 	if tl == nil {
 		f.t.Fatalf("no tool %s", tool)
 	}

@@ -88,7 +88,7 @@ type wrig struct {
 
 func newWRig(t *testing.T) *wrig {
 	t.Helper()
-	r := &wrig{root: t.TempDir(), now: time.Date(2026, 11, 3, 8, 0, 0, 0, time.UTC),
+	r := &wrig{root: memDir(t), now: time.Date(2026, 11, 3, 8, 0, 0, 0, time.UTC),
 		host:  &fakes.Host{Running: wRunning, Target: wTarget, Digest: wDigest},
 		kube:  &fakes.Cluster{Pods: map[string][]drain.PodRef{wNode: {{Namespace: "ml", Name: "trainer-0"}}}},
 		lease: &fakes.Lease{Identity: "server-a"}}
@@ -150,7 +150,7 @@ func (r *wrig) writePlan(t *testing.T, digest string) {
 
 func (r *wrig) call(t *testing.T, tool string, args map[string]any) (map[string]any, *Result) {
 	t.Helper()
-	tl := Builtin().Get(tool)
+	tl := testTools().Get(tool)
 	if tl == nil {
 		t.Fatalf("no tool %s", tool)
 	}
