@@ -127,6 +127,18 @@ func ReadFile(root, dir, name string) ([]byte, error) {
 	return readFile(dir, name)
 }
 
+// OpenFile opens a file of the round's record for reading, as ReadFile
+// reads it (symbolic links refused), for a reader that streams it.
+func OpenFile(root, dir, name string) (*os.File, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if err := CheckDir(root, dir); err != nil {
+		return nil, err
+	}
+	return openFile(dir, name, os.O_RDONLY, 0)
+}
+
 // WriteFile replaces a file of the round's record atomically (temporary
 // file, fsync, rename, fsync of the directory), refusing a directory
 // reached through a symbolic link (ErrUnsafePath). The rename replaces a

@@ -162,6 +162,12 @@ func (b *RoundBook) ReadFile(id, name string) ([]byte, error) {
 	return round.ReadFile(b.Root, b.dir(id), name)
 }
 
+// OpenFile opens a file of the round's record to stream it, refused as
+// ReadFile refuses.
+func (b *RoundBook) OpenFile(id, name string) (*os.File, error) {
+	return round.OpenFile(b.Root, b.dir(id), name)
+}
+
 // Close closes every open journal.
 func (b *RoundBook) Close() error {
 	b.mu.Lock()

@@ -76,6 +76,25 @@ func (d *Deps) fleetPlan(id string) (plan.Fleet, bool, error) {
 	return f, true, nil
 }
 
+// planHeader streams the round's plan.json for what a status needs (the
+// digests, counts, blockers and each node's approval), never holding the
+// whole plan: a 1000-node plan is megabytes.
+func (d *Deps) planHeader(id string) (plan.Header, bool, error) {
+	fh, err := d.Book.OpenFile(id, fleetPlanFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return plan.Header{}, false, nil
+	}
+	if err != nil {
+		return plan.Header{}, false, fmt.Errorf("read the plan of round %s: %w", id, err)
+	}
+	defer fh.Close()
+	h, err := plan.DecodeHeader(fh)
+	if err != nil {
+		return plan.Header{}, false, err
+	}
+	return h, true, nil
+}
+
 // writeFleetPlan writes plan.json and plan.md of the round.
 func (d *Deps) writeFleetPlan(id string, f plan.Fleet) error {
 	b, err := f.Encode()
@@ -414,7 +433,7 @@ type PlanStatus struct {
 }
 
 func (d *Deps) planStatus(id string) (*PlanStatus, error) {
-	f, ok, err := d.fleetPlan(id)
+	f, ok, err := d.planHeader(id)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -461,7 +480,7 @@ func (d *Deps) planNextCall(st *round.State, nc *Call) (*Call, string) {
 	if _, ok := toolStep[nc.Tool]; !ok {
 		return nc, ""
 	}
-	f, ok, err := d.fleetPlan(st.RoundID)
+	f, ok, err := d.planHeader(st.RoundID)
 	if err != nil || !ok {
 		return nc, ""
 	}

@@ -287,12 +287,20 @@ func (f *Fleet) seal() {
 		n.seal()
 		f.Signatures += n.Signatures()
 		f.PerStepSignatures += len(n.steps())
-		parts = append(parts, fmt.Sprintf("%d:%s=%s", n.Position, n.Node, n.Window))
+		parts = append(parts, n.digestPart())
 	}
-	for _, b := range f.Blockers {
+	f.Digest = fleetDigest(parts, f.Blockers)
+}
+
+// digestPart is the node's part of the fleet digest.
+func (n *Node) digestPart() string { return fmt.Sprintf("%d:%s=%s", n.Position, n.Node, n.Window) }
+
+// fleetDigest is the digest over the round's parts and its blockers.
+func fleetDigest(parts []string, blockers []Blocker) string {
+	for _, b := range blockers {
 		parts = append(parts, "blocker:"+b.String())
 	}
-	f.Digest = digest(parts...)
+	return digest(parts...)
 }
 
 // Encode writes the plan as plan.json bytes.
