@@ -24,9 +24,9 @@ type ApproveWindowOut struct {
 func ApproveWindow() Tool {
 	return New[ApproveWindowIn, ApproveWindowOut](Spec{
 		Name:  "approve_window",
-		Title: "Approve a node's whole window",
-		Description: "Where the intent allows it: one signature for every step of a GPU server's window, bound to each step's " +
-			"digest; a live plan that drifts needs signing again.",
+		Title: "Approve a whole window",
+		Description: "Where the intent allows it: one signature for a GPU server's whole window, bound to each step's digest; a " +
+			"drifted live plan needs signing again.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in ApproveWindowIn, p Progress) (ApproveWindowOut, error) {
 		if err := ValidNode(in.Node); err != nil {

@@ -27,8 +27,8 @@ func Autoremove() Tool {
 	return NewDestructive[AutoremoveIn, AutoremoveOut, window.AutoremovePlan](Spec{
 		Name:  "autoremove",
 		Title: "Remove unused packages",
-		Description: "After the fleet check and the soak: `apt-get autoremove --purge` on every node, simulated, then run on one " +
-			"approval for the fleet. Never the running kernel.",
+		Description: "After the fleet check and soak: `apt-get autoremove --purge` on every node, simulated, then run on one " +
+			"approval. Never the running kernel.",
 		Idempotent: true, OpenWorld: true,
 	}, Steps[AutoremoveIn, AutoremoveOut, window.AutoremovePlan]{
 		Follow: func(ctx context.Context, d *Deps, in AutoremoveIn, p Progress) (AutoremoveOut, error) {

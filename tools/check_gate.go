@@ -22,8 +22,8 @@ func CheckGate() Tool {
 	return New[GateIn, GateOut](Spec{
 		Name:  "check_gate",
 		Title: "Check the gate",
-		Description: "May the next cordon start: etcd quorum and leader, CloudNativePG ready, webhooks at full replicas, no " +
-			"new health failure against the baseline, OIDC discovery; evidence per check.",
+		Description: "May the next cordon start: etcd quorum and leader, CloudNativePG ready, webhooks at full replicas, no health" +
+			" failure new since the baseline, OIDC discovery.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in GateIn, p Progress) (GateOut, error) {
 		s, err := d.openSession()

@@ -19,8 +19,8 @@ func CloseRound() Tool {
 	return New[struct{}, CloseRoundOut](Spec{
 		Name:  "close_round",
 		Title: "Close the round",
-		Description: "After autoremove (or an abort): the round report (Markdown, SVG timeline), changelog entry and runbook edits " +
-			"from lessons, committed with the journal and audit log; closes the round.",
+		Description: "After autoremove (or an abort): round report (Markdown, SVG timeline), changelog entry, runbook edits from " +
+			"lessons, committed with journal and audit log.",
 		Kind: Write, Idempotent: false, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (CloseRoundOut, error) {
 		s, err := d.openSession()

@@ -20,9 +20,9 @@ type CloseWindowIn struct {
 func CloseWindow() Tool {
 	return New[CloseWindowIn, GateOut](Spec{
 		Name:  "close_window",
-		Title: "Close a node's window at a green gate",
-		Description: "check_gate after promote_kernel, recorded: green closes the node's window and frees the window Lease; red " +
-			"answers in_progress until the settle time, then stops the round.",
+		Title: "Close a node's window",
+		Description: "check_gate after promote_kernel, recorded: green closes the window, frees its Lease; red answers in_progress" +
+			" until the settle time, then stops the round.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in CloseWindowIn, p Progress) (GateOut, error) {
 		if err := ValidNode(in.Node); err != nil {

@@ -89,7 +89,7 @@ func EncodeResult(out any) ([]byte, error) {
 // that caches compiled schemas by $id (the TypeScript SDK's Ajv validator
 // does) compiles it once for the whole tools/list instead of once a tool.
 // Change the id whenever the schema changes.
-const ResultSchemaID = "urn:mcp-patch:result"
+const ResultSchemaID = "urn:mcp-patch:result:2"
 
 // leanOutputSchema is every tool's output schema: the contract, typed, and
 // nothing of the payload (each tool's description says what it returns, the
@@ -99,9 +99,9 @@ const ResultSchemaID = "urn:mcp-patch:result"
 // every tool, under ResultSchemaID.
 func leanOutputSchema() *jsonschema.Schema {
 	// Each contract field with its JSON type, the statuses and next_call's
-	// tool; next_call's arguments, what lies inside approval and what each
-	// field means the instructions say. Every byte here is paid once a tool
-	// in tools/list.
+	// tool; next_call's arguments, what lies inside approval, that reasons
+	// are strings and what each field means the instructions say. Every
+	// byte here is paid once a tool in tools/list.
 	str := &jsonschema.Schema{Type: "string"}
 	return &jsonschema.Schema{
 		ID:       ResultSchemaID,
@@ -110,7 +110,7 @@ func leanOutputSchema() *jsonschema.Schema {
 		Properties: map[string]*jsonschema.Schema{
 			"status": {Type: "string",
 				Enum: []any{string(StatusOK), string(StatusInProgress), string(StatusApprovalRequired), string(StatusRefused), string(StatusFailed)}},
-			"reasons":     {Type: "array", Items: str},
+			"reasons":     {Type: "array"},
 			"next_action": str,
 			"next_call":   {Type: "object", Required: []string{"tool"}, Properties: map[string]*jsonschema.Schema{"tool": str}},
 			"approval":    {Type: "object"},

@@ -19,8 +19,8 @@ func DownloadUpdates() Tool {
 	return New[NodeIn, DownloadOut](Spec{
 		Name:  "download_updates",
 		Title: "Download the updates",
-		Description: "`apt-get -d full-upgrade` on the node: fetch the packages while workloads still run, so the window is " +
-			"short. Installs nothing.",
+		Description: "`apt-get -d full-upgrade`: fetch the node's packages while workloads run, so the window is short. Installs " +
+			"nothing.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in NodeIn, p Progress) (DownloadOut, error) {
 		if err := ValidNode(in.Node); err != nil {

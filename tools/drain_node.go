@@ -31,9 +31,9 @@ func DrainNode() Tool {
 	return NewDestructive[DrainIn, DrainOut, window.DrainPlan](Spec{
 		Name:  "drain_node",
 		Title: "Cordon and drain a node",
-		Description: "Cordon the node (as this round's) and evict its pods, PDBs respected, DaemonSets left alone; jobs the intent " +
-			"waits for (drain.wait_for_jobs) run out first, up to a bound, else the round stops. Opens its window, one at a time, " +
-			"after the previous gate is green. On failure it stays cordoned, the blocking pods named.",
+		Description: "Cordon the node (as this round's), evict its pods (PDBs respected, DaemonSets left); jobs the intent waits " +
+			"for (drain.wait_for_jobs) run out first, bounded. Opens the node's window, one at a time, after a green " +
+			"gate. On failure: stays cordoned, blocking pods named.",
 		Idempotent: false, OpenWorld: true,
 	}, Steps[DrainIn, DrainOut, window.DrainPlan]{
 		Target: func(in DrainIn) string { return in.Node },

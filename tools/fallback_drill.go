@@ -27,8 +27,8 @@ func FallbackDrill() Tool {
 	return NewDestructive[DrillIn, DrillOut, window.FallbackDrillPlan](Spec{
 		Name:  "fallback_drill",
 		Title: "Fallback drill on the canary",
-		Description: "On the canary, after install_updates and before trial_boot: prove that a panicking trial kernel falls back " +
-			"to the old one (a one-shot crash, then a trial boot).",
+		Description: "On the canary, after install_updates, before trial_boot: prove a panicking trial kernel falls back to the " +
+			"old one (one-shot crash, then trial boot).",
 		Idempotent: false, OpenWorld: true,
 	}, Steps[DrillIn, DrillOut, window.FallbackDrillPlan]{
 		Target: func(in DrillIn) string { return in.Node },

@@ -62,8 +62,8 @@ func FleetCheck() Tool {
 	return New[struct{}, FleetCheckOut](Spec{
 		Name:  "fleet_check",
 		Title: "Fleet kernel check",
-		Description: "After every window closed: each node's running kernel against the kernel the round installed; names any " +
-			"node left behind.",
+		Description: "After every window closed: each node's running kernel against the round's target kernel; names any node left" +
+			" behind.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (FleetCheckOut, error) {
 		s, err := d.openSession()

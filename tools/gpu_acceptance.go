@@ -25,8 +25,8 @@ func GPUAcceptance() Tool {
 	return New[NodeIn, GPUAcceptanceOut](Spec{
 		Name:  "gpu_acceptance",
 		Title: "GPU acceptance",
-		Description: "On a GPU server's new kernel: driver loaded, every GPU healthy, Fabric Manager up (NVSwitch), a smoke pod on " +
-			"nvidia.com/gpu (none free: no capacity, not a regression), a model endpoint completion.",
+		Description: "On a GPU server's new kernel: driver loaded, all GPUs healthy, Fabric Manager up (NVSwitch), a smoke pod on " +
+			"nvidia.com/gpu (none free: not a regression), a model endpoint completion.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in NodeIn, p Progress) (GPUAcceptanceOut, error) {
 		if err := ValidNode(in.Node); err != nil {

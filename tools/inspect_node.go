@@ -24,8 +24,8 @@ func inspectNode(record bool) Tool {
 	return New[NodeIn, InspectOut](checkSpec(record, "record_inspection", Spec{
 		Name:  "inspect_node",
 		Title: "Inspect a node",
-		Description: "Read a node over SSH: kernels, boot_id, apt holds, pending upgrades, GRUB entry ids and grubenv, " +
-			"kernel.panic, Livepatch, NVIDIA driver and modules for the target kernel.",
+		Description: "Read a node over SSH: kernels, boot_id, apt holds, pending upgrades, GRUB entry ids, grubenv, kernel.panic, " +
+			"Livepatch, NVIDIA driver and modules for the target kernel.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}), func(ctx context.Context, d *Deps, in NodeIn, p Progress) (InspectOut, error) {
 		if err := ValidNode(in.Node); err != nil {

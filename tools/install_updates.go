@@ -24,7 +24,7 @@ type InstallOut struct {
 func InstallUpdates() Tool {
 	return NewDestructive[InstallIn, InstallOut, window.PackagePlan](Spec{
 		Name:  "install_updates",
-		Title: "Install the approved updates",
+		Title: "Install the updates",
 		Description: "On the drained node: re-simulate against the approved plan digest, then `apt-get full-upgrade` detached from " +
 			"SSH; call again to follow it. The old kernel stays default.",
 		Idempotent: false, OpenWorld: true,

@@ -33,9 +33,9 @@ func PlanRound() Tool {
 	return New[PlanRoundIn, PlanRoundOut](Spec{
 		Name:  "plan_round",
 		Title: "Plan the round",
-		Description: "The order with a reason each (control plane first, the node with the Postgres primary and API VIP last of " +
-			"them, a canary GPU server, the rest), the health baseline, the ETA, each node's preflight (packages, kernel, " +
-			"GRUB ids, drain preview): plan.md and plan.json, committed. A blocker stops the round before any cordon.",
+		Description: "Order with a reason each (control plane first, the Postgres primary's and API VIP's node last of them, a " +
+			"canary GPU server, the rest), health baseline, ETA, each node's preflight (packages, kernel, GRUB ids, drain" +
+			" preview): plan.md and plan.json, committed. A blocker stops the round before any cordon.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in PlanRoundIn, p Progress) (PlanRoundOut, error) {
 		if d.Book == nil {

@@ -24,9 +24,9 @@ type PromoteOut struct {
 func PromoteKernel() Tool {
 	return NewDestructive[PromoteIn, PromoteOut, window.PromotePlan](Spec{
 		Name:  "promote_kernel",
-		Title: "Make the new kernel the default",
-		Description: "Make the trial-booted kernel GRUB's default (trial-boot drop-in removed, update-grub) and confirm it. Only " +
-			"after verify_node (and gpu_acceptance on GPU servers) is green.",
+		Title: "Promote the new kernel",
+		Description: "Make the trial-booted kernel GRUB's default (trial-boot drop-in removed, update-grub), confirmed. Only after" +
+			" verify_node (and gpu_acceptance on GPU servers) is green.",
 		Idempotent: true, OpenWorld: true,
 	}, Steps[PromoteIn, PromoteOut, window.PromotePlan]{
 		Target: func(in PromoteIn) string { return in.Node },

@@ -24,8 +24,8 @@ func ReadIntent() Tool {
 	return New[ReadIntentIn, ReadIntentOut](Spec{
 		Name:  "read_intent",
 		Title: "Read intent documents",
-		Description: "List the intent repository's components, or one component's documents with intent.md parsed (why, " +
-			"properties such as P3, out of scope, open questions). The round must keep the properties.",
+		Description: "The intent repository's components, or one component's documents with intent.md parsed (why, properties such" +
+			" as P3, out of scope, open questions). The round must keep the properties.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, in ReadIntentIn, p Progress) (ReadIntentOut, error) {
 		r, err := d.intentRepo("")

@@ -17,7 +17,7 @@ type DecisionIn struct {
 	Step          string `json:"step,omitempty" jsonschema:"for residual_risk_accepted: the failed check"`
 	Reason        string `json:"reason,omitempty" jsonschema:"plain ASCII"`
 	ReviewTrigger string `json:"review_trigger,omitempty" jsonschema:"for residual_risk_accepted: <event>:<value>, e.g. driver-version-change:550.90.07"`
-	Attestation   string `json:"attestation,omitempty" jsonschema:"a person's signed statement; omit it to get the text to sign"`
+	Attestation   string `json:"attestation,omitempty" jsonschema:"a person's signed statement"`
 }
 
 // DecisionOut is the recorded decision.

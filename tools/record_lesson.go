@@ -27,7 +27,7 @@ type RecordLessonOut struct {
 func RecordLesson() Tool {
 	return New[RecordLessonIn, RecordLessonOut](Spec{
 		Name:  "record_lesson",
-		Title: "Record a lesson or open question",
+		Title: "Record a lesson or question",
 		Description: "A dated lesson in a component's lessons.md, or an open question against a property of its intent.md, " +
 			"committed on the round's branch. Flag a live system that contradicts the intent; never work around it.",
 		Kind: Write, Idempotent: false, OpenWorld: false,

@@ -26,9 +26,9 @@ func ReplanNode() Tool {
 	return New[ReplanIn, ReplanOut](Spec{
 		Name:  "replan_node",
 		Title: "Plan one node again",
-		Description: "Read one node again (simulate, inspect, drain preview) and replace its part of the reviewed plan (a new " +
-			"revision, committed); sign_plan then asks only for steps whose digest changed. A drained node is re-planned for " +
-			"the steps ahead; once install started, its plan is fixed.",
+		Description: "Read one node again (simulate, inspect, drain preview) and replace its part of the plan (a new revision, " +
+			"committed); sign_plan then asks only for changed steps. A drained node is re-planned for the steps ahead; " +
+			"once install started, its plan is fixed.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in ReplanIn, p Progress) (ReplanOut, error) {
 		if err := ValidNode(in.Node); err != nil {

@@ -26,7 +26,7 @@ type RollbackOut struct {
 func RollbackNode() Tool {
 	return NewDestructive[RollbackIn, RollbackOut, window.RollbackPlan](Spec{
 		Name:  "rollback_node",
-		Title: "Roll a node back to its old kernel",
+		Title: "Roll a node back",
 		Description: "For a node whose new kernel booted with red checks (the round stopped there): reboot into the old kernel " +
 			"(default restored if promoted), prove it by boot_id, verify, uncordon if green and ours.",
 		Idempotent: false, OpenWorld: true,

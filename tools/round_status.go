@@ -33,7 +33,7 @@ func RoundStatus() Tool {
 		Name:  "round_status",
 		Title: "Round status",
 		Description: "Where the round stands, from its journal: phase, open window, each node's steps, a stop and why, steps a " +
-			"crash left in flight, the soak's end, the ETA; the next step as next_call.",
+			"crash left in flight, the soak's end, ETA; the next step as next_call.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, in RoundStatusIn, p Progress) (RoundStatusOut, error) {
 		if d.Book == nil {

@@ -25,8 +25,8 @@ func RunVerify() Tool {
 	return New[RunVerifyIn, RunVerifyOut](Spec{
 		Name:  "run_verify",
 		Title: "Run a component's verify.sh",
-		Description: "Run a component's verify.sh from the intent repository, bounded in time: exit code and output. Exit 0: " +
-			"its properties hold as far as the script can tell.",
+		Description: "A component's verify.sh from the intent repository, bounded in time: exit code and output. Exit 0: its " +
+			"properties hold as far as the script can tell.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in RunVerifyIn, p Progress) (RunVerifyOut, error) {
 		timeout := 60 * time.Second

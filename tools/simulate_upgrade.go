@@ -26,7 +26,7 @@ func simulateUpgrade(record bool) Tool {
 		Name:  "simulate_upgrade",
 		Title: "Simulate the upgrade",
 		Description: "Kubernetes package holds and `apt-get -s full-upgrade`: the package plan, its digest (what install_updates " +
-			"is approved for), the target kernel. A removal, a missing hold or a held package that moves fails it.",
+			"is approved for), the target kernel. A removal, a missing hold or a held package moving fails it.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}), func(ctx context.Context, d *Deps, in NodeIn, p Progress) (SimulateOut, error) {
 		if err := ValidNode(in.Node); err != nil {

@@ -21,7 +21,7 @@ func SnapshotNode() Tool {
 		Name:  "snapshot_node",
 		Title: "Snapshot a node",
 		Description: "Back up on the node, with sha256, what install could break: etcd (control plane), /etc/kubernetes, host " +
-			"configuration (netplan, GRUB, sysctl, modprobe, apt). Required before install_updates.",
+			"config (netplan, GRUB, sysctl, modprobe, apt). Required before install_updates.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in NodeIn, p Progress) (SnapshotOut, error) {
 		if err := ValidNode(in.Node); err != nil {
