@@ -36,6 +36,7 @@ func (s *State) Clone() *State {
 	c.Recoveries = slices.Clone(s.Recoveries)
 	c.Notifications = slices.Clone(s.Notifications)
 	c.Rollbacks = slices.Clone(s.Rollbacks)
+	c.Releases = slices.Clone(s.Releases)
 	return &c
 }
 

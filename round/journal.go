@@ -386,6 +386,18 @@ func (j *Journal) Notification(node, detail string) (Record, error) {
 	return j.appendLocked(Record{Kind: KindNotification, Node: node, Detail: detail})
 }
 
+// Released records what node's ended window let go of (detail says what
+// and how it went). Allowed at any time, after close or abort too; it does
+// not make the committed findings stale.
+func (j *Journal) Released(node, detail string) (Record, error) {
+	if strings.TrimSpace(detail) == "" {
+		return Record{}, fmt.Errorf("record release for round %s: empty detail", j.roundID)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appendLocked(Record{Kind: KindReleased, Node: node, Detail: detail})
+}
+
 // StartRollback records that rollback_node begins on node (before it acts).
 func (j *Journal) StartRollback(node string, m Meta) (Record, error) {
 	j.mu.Lock()

@@ -520,6 +520,32 @@ func TestJournalNotificationKeepsFindingsAndReplays(t *testing.T) {
 	}
 }
 
+func TestJournalReleasedKeepsFindingsAndReplays(t *testing.T) {
+	dir := roundDir(t)
+	clk := newClock()
+	j := openJournal(t, dir, clk)
+	noErr(t)(j.Plan(fleetOrder(t), soak48, Meta{}))
+	noErr(t)(j.FindingsCommitted("abc123"))
+	noErr(t)(j.Released("cp-1", "window Lease released; Alertmanager silence s-1 expired"))
+	if !j.State().FindingsCommitted {
+		t.Error("a release record made the committed findings stale")
+	}
+	if _, err := j.Released("cp-1", " "); err == nil {
+		t.Error("an empty release was recorded")
+	}
+	if _, err := j.Released("nowhere-9", "window Lease released"); err == nil {
+		t.Error("the release of a node outside the order was recorded")
+	}
+	before := j.State()
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after := openJournal(t, dir, clk).State()
+	if diff := cmp.Diff(before.Releases, after.Releases); diff != "" || len(after.Releases) != 1 || after.Releases[0].Node != "cp-1" {
+		t.Errorf("releases after replay (-before +after):\n%s", diff)
+	}
+}
+
 func TestJournalObserverSeesEveryRecordOnDisk(t *testing.T) {
 	dir := roundDir(t)
 	var seen []Kind

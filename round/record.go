@@ -30,6 +30,11 @@ const (
 	// Outcome "" starts it, done or failed ends it. It is allowed while the
 	// round is stopped and leaves the stop in place for a person.
 	KindRollback Kind = "rollback"
+	// KindReleased records what a node's window let go of when it ended
+	// (closed, or left open by an abort): the window Lease and the node's
+	// Alertmanager silence, and how each went. It changes nothing else in
+	// the state.
+	KindReleased Kind = "released"
 )
 
 // Record is one line of the journal.

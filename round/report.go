@@ -164,6 +164,9 @@ func RenderReport(w io.Writer, s *State) error {
 	for _, n := range s.Notifications {
 		events = append(events, event{n.Seq, fmt.Sprintf("%s — %s", stamp(n.Time), mdLine(n.Detail))})
 	}
+	for _, r := range s.Releases {
+		events = append(events, event{r.Seq, fmt.Sprintf("%s — window of %s ended: %s", stamp(r.Time), r.Node, mdLine(r.Detail))})
+	}
 	slices.SortFunc(events, func(a, b event) int { return cmp.Compare(a.seq, b.seq) })
 	if len(events) == 0 {
 		b.WriteString("None.\n")

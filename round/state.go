@@ -50,6 +50,8 @@ type State struct {
 	Notifications []Notification `json:"notifications,omitempty"`
 	// Rollbacks are the nodes brought back to their old kernel.
 	Rollbacks []RollbackRun `json:"rollbacks,omitempty"`
+	// Releases say what each ended window let go of (Lease, silence).
+	Releases []Notification `json:"releases,omitempty"`
 }
 
 // RollbackRun is one rollback_node of a node.
@@ -74,7 +76,8 @@ func (s *State) Rollback(node string) *RollbackRun {
 	return nil
 }
 
-// Notification is one delivery outcome as the journal keeps it.
+// Notification is one delivery outcome as the journal keeps it (and one
+// release of what an ended window held).
 type Notification struct {
 	Seq    uint64    `json:"seq"`
 	Time   time.Time `json:"time"`
@@ -352,6 +355,15 @@ func (s *State) apply(rec Record) error {
 			return errors.New("empty notification record")
 		}
 		s.Notifications = append(s.Notifications, Notification{Seq: rec.Seq, Time: rec.Time, Node: rec.Node, Detail: rec.Detail})
+		return nil
+	case KindReleased:
+		if strings.TrimSpace(rec.Detail) == "" {
+			return errors.New("empty release record")
+		}
+		if rec.Node != "" && s.Node(rec.Node) == nil {
+			return fmt.Errorf("release of %q, which is not in the round's order", rec.Node)
+		}
+		s.Releases = append(s.Releases, Notification{Seq: rec.Seq, Time: rec.Time, Node: rec.Node, Detail: rec.Detail})
 		return nil
 	}
 	return fmt.Errorf("unknown record kind %q", rec.Kind)

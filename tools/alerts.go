@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -79,7 +80,7 @@ func (o *Ops) silenceWindow(ctx context.Context, st *round.State, node string) {
 		length = 4 * time.Hour
 	}
 	now := time.Now()
-	sil, err := src.SilenceNode(ctx, set.SilenceLabel(), node, fmt.Sprintf("mcp-patch round %s: window of %s", st.RoundID, node), now, now.Add(length))
+	sil, err := src.SilenceNode(ctx, set.SilenceLabel(), node, windowComment(st.RoundID, node), now, now.Add(length))
 	if err != nil {
 		o.log.Warn("no Alertmanager silence for the window", "node", node, "err", err)
 		return
@@ -90,20 +91,53 @@ func (o *Ops) silenceWindow(ctx context.Context, st *round.State, node string) {
 	o.log.Info("Alertmanager silence for the window", "node", node, "silence", sil.ID, "ends", now.Add(length))
 }
 
-// unsilenceWindow expires the node's window silence.
-func (o *Ops) unsilenceWindow(ctx context.Context, node string) {
+// Unsilence expires the Alertmanager silences the window of node put
+// there (window.Silencer): the one this process set, and any other
+// active one with the window's comment (set before a restart). Without
+// Alertmanager or the intent's alerts.silence_node it does nothing.
+func (o *Ops) Unsilence(ctx context.Context, roundID, node string) ([]string, error) {
 	o.mu.Lock()
-	id, ok := o.silenced[node]
+	id, known := o.silenced[node]
 	delete(o.silenced, node)
 	o.mu.Unlock()
-	if !ok || o.alerts == nil {
-		return
+	if o.alerts == nil {
+		return nil, nil
 	}
-	src, _, err := o.alerts()
-	if err == nil {
-		err = src.Expire(ctx, id)
-	}
+	src, ok, err := o.alerts()
 	if err != nil {
-		o.log.Warn("Alertmanager silence not expired; it ends by itself", "node", node, "silence", id, "err", err)
+		return nil, err
 	}
+	if !ok || src.AlertmanagerURL == "" {
+		return nil, nil
+	}
+	ids := []string{id}
+	var errs []error
+	if !known {
+		if o.settings == nil {
+			return nil, nil
+		}
+		if set := o.settings(roundID); set == nil || !set.SilenceNode {
+			return nil, nil
+		}
+		list, err := src.Silences(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ids = alerts.Ours(list, windowComment(roundID, node))
+	}
+	var expired []string
+	for _, s := range ids {
+		if err := src.Expire(ctx, s); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		expired = append(expired, s)
+	}
+	return expired, errors.Join(errs...)
+}
+
+// windowComment is the comment of the silence on a window's node; it finds
+// the silence again after a restart.
+func windowComment(roundID, node string) string {
+	return fmt.Sprintf("mcp-patch round %s: window of %s", roundID, node)
 }

@@ -67,8 +67,10 @@ func CloseWindow() Tool {
 			out.Reasons = append([]string{"gate green"}, g.reasons...)
 			out.NextAction = "The next node may start (round_status names it)."
 			if st := s.j.State().Node(in.Node); st != nil && st.Window == round.WindowClosed {
-				if err := w.ReleaseLease(ctx, in.Node); err != nil {
-					out.Reasons = append(out.Reasons, "the window Lease was not released (it expires by itself): "+err.Error())
+				rel, err := w.Release(ctx, in.Node)
+				out.Reasons = append(out.Reasons, rel...)
+				if err != nil {
+					return out, err
 				}
 				if c, err := d.commitRound(ctx, s, "window of "+in.Node+" closed"); err != nil {
 					out.Reasons = append(out.Reasons, "the round record was not committed: "+err.Error())

@@ -2,20 +2,24 @@ package tools
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/kube/alerts"
 )
 
-// alertmanager answers the three calls of Alertmanager's v2 API the
-// server makes (GET /api/v2/alerts, POST /api/v2/silences, DELETE
+// alertmanager answers the calls of Alertmanager's v2 API the server
+// makes (GET /api/v2/alerts, POST and GET /api/v2/silences, DELETE
 // /api/v2/silence/{id}) and keeps what it was sent; a request without
 // the bearer token is refused, as the real one behind its proxy does.
 type alertmanager struct {
@@ -53,6 +57,17 @@ func newAlertmanager(t *testing.T, token string) *alertmanager {
 			a.silences = append(a.silences, s)
 			_ = json.NewEncoder(w).Encode(map[string]string{"silenceID": "sil-" + string(rune('0'+len(a.silences)))})
 			a.silenced <- struct{}{}
+		case r.Method == http.MethodGet && r.URL.Path == "/api/v2/silences":
+			list := []map[string]any{}
+			for i, s := range a.silences {
+				id, state := "sil-"+string(rune('1'+i)), "active"
+				if slices.Contains(a.expired, id) {
+					state = "expired"
+				}
+				list = append(list, map[string]any{"id": id, "createdBy": s["createdBy"], "comment": s["comment"],
+					"matchers": s["matchers"], "status": map[string]string{"state": state}})
+			}
+			_ = json.NewEncoder(w).Encode(list)
 		case r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/api/v2/silence/"):
 			a.expired = append(a.expired, strings.TrimPrefix(r.URL.Path, "/api/v2/silence/"))
 		default:
@@ -138,5 +153,82 @@ func TestFleetAlertsSilenceTheWindowAndHoldTheGate(t *testing.T) {
 	}
 	if now, _ := os.ReadFile(filepath.Join(f.repo, "rounds", fRound, "journal.jsonl")); string(now) != string(journal) {
 		t.Fatal("check_gate wrote the journal")
+	}
+
+	// The gate stays red past its settle time; a person accepts it and
+	// the window closes: its Lease is released at once and its silence
+	// is expired, journaled, so the next node's drain is admitted.
+	f.must(StatusInProgress, "close_window", map[string]any{"node": "cp-1"})
+	f.advance(f.d.Config.Kube.GateSettle.D() + time.Second)
+	f.must(StatusFailed, "close_window", map[string]any{"node": "cp-1"})
+	if h := f.leaseHolder(); h == "" {
+		t.Fatal("no window Lease held while the window of cp-1 is open")
+	}
+	res = f.decide(map[string]any{"decision": "residual_risk_accepted", "node": "cp-1", "step": "gate",
+		"reason": "the volume alert is on gpu-2 and watched by hand", "review_trigger": "next-round:2026-12"})
+	if res.Status != StatusOK || !strings.Contains(reasons(res), "window Lease released") || !strings.Contains(reasons(res), "Alertmanager silence of cp-1 expired (sil-1)") {
+		t.Fatalf("accept the red gate: %s %v", res.Status, res.Reasons)
+	}
+	if h := f.leaseHolder(); h != "" {
+		t.Fatalf("the window Lease is still held by %q after the window closed", h)
+	}
+	am.mu.Lock()
+	expired := slices.Clone(am.expired)
+	am.mu.Unlock()
+	if len(expired) != 1 || expired[0] != "sil-1" {
+		t.Fatalf("silences expired %v, want [sil-1]", expired)
+	}
+	st := f.state()
+	if len(st.Releases) != 1 || st.Releases[0].Node != "cp-1" || !strings.Contains(st.Releases[0].Detail, "window Lease released") ||
+		!strings.Contains(st.Releases[0].Detail, "sil-1") {
+		t.Fatalf("journaled releases %+v", st.Releases)
+	}
+	if res := f.decide(map[string]any{"decision": "resume", "reason": "risk accepted"}); res.Status != StatusOK {
+		t.Fatalf("resume: %s %v", res.Status, res.Reasons)
+	}
+	f.preflight("gpu-1")
+	if _, res := f.approve("drain_node", map[string]any{"node": "gpu-1"}); res.Status != StatusOK {
+		t.Fatalf("the next node's drain after the accepted gate: %s %v", res.Status, res.Reasons)
+	}
+}
+
+// A server that restarted mid-window no longer knows the id of the
+// silence it set: the window's end finds it in Alertmanager by its
+// comment and expires it, once; another node's or a person's is left.
+func TestUnsilenceAfterARestartFindsTheWindowsSilence(t *testing.T) {
+	am := newAlertmanager(t, "tok")
+	src := alerts.Source{AlertmanagerURL: am.srv.URL, BearerToken: "tok"}
+	now := time.Date(2026, 11, 3, 22, 0, 0, 0, time.UTC)
+	for _, n := range []string{"gpu-2", "gpu-3"} {
+		if _, err := src.SilenceNode(t.Context(), "node", n, windowComment(fRound, n), now, now.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := newOps(nil, nil, nil, slog.New(slog.DiscardHandler))
+	o.alerts = func() (alerts.Source, bool, error) { return src, true, nil }
+	o.settings = func(string) *intent.AlertSettings { return &intent.AlertSettings{SilenceNode: true} }
+	ids, err := o.Unsilence(t.Context(), fRound, "gpu-2")
+	if err != nil || !slices.Equal(ids, []string{"sil-1"}) {
+		t.Fatalf("unsilence after a restart: %v %v", ids, err)
+	}
+	if ids, err := o.Unsilence(t.Context(), fRound, "gpu-2"); err != nil || len(ids) != 0 {
+		t.Fatalf("a second unsilence expired %v (%v)", ids, err)
+	}
+	am.mu.Lock()
+	defer am.mu.Unlock()
+	if !slices.Equal(am.expired, []string{"sil-1"}) {
+		t.Fatalf("expired %v, want only gpu-2's sil-1", am.expired)
+	}
+	// Without silence_node the window set none: nothing is asked.
+	o.settings = func(string) *intent.AlertSettings { return &intent.AlertSettings{} }
+	srvDown := alerts.Source{AlertmanagerURL: "http://127.0.0.1:1"}
+	o.alerts = func() (alerts.Source, bool, error) { return srvDown, true, nil }
+	if ids, err := o.Unsilence(t.Context(), fRound, "gpu-3"); err != nil || len(ids) != 0 {
+		t.Fatalf("unsilence without silence_node: %v %v", ids, err)
+	}
+	// With it and Alertmanager down: a clear error, nothing claimed.
+	o.settings = func(string) *intent.AlertSettings { return &intent.AlertSettings{SilenceNode: true} }
+	if ids, err := o.Unsilence(t.Context(), fRound, "gpu-3"); err == nil || len(ids) != 0 || !strings.Contains(err.Error(), "could not read alerts") {
+		t.Fatalf("unsilence with Alertmanager down: %v %v", ids, err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -35,6 +36,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/examples"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window/fakes"
@@ -497,6 +499,23 @@ func (f *fleet) decide(args map[string]any) *Result {
 	}
 	_, res = f.call("record_decision", with)
 	return res
+}
+
+// leaseHolder is who holds the window Lease on the cluster now ("" when
+// it is free or absent).
+func (f *fleet) leaseHolder() string {
+	f.t.Helper()
+	l, err := f.kube.CoordinationV1().Leases(f.d.Config.Kube.LeaseNamespace).Get(context.Background(), windowlock.DefaultName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return ""
+	}
+	if err != nil {
+		f.t.Fatalf("read the window Lease: %v", err)
+	}
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
 }
 
 func (f *fleet) state() *round.State {

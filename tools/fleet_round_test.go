@@ -1,9 +1,6 @@
 package tools
 
 import (
-	"context"
-
-	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,11 +74,13 @@ func (f *fleet) gateAccepted(node string) {
 	if st := f.state(); st.Node(node).Window != round.WindowClosed {
 		f.t.Fatalf("the window of %s is %s after the accepted gate", node, st.Node(node).Window)
 	}
-	// Known gap: a window closed by an accepted gate keeps its window
-	// Lease (only close_window's green path releases it), so the next
-	// node's drain is refused until it expires. The operator deletes it.
-	if err := f.kube.CoordinationV1().Leases(f.d.Config.Kube.LeaseNamespace).Delete(context.Background(), windowlock.DefaultName, metav1.DeleteOptions{}); err != nil {
-		f.t.Fatalf("delete the window Lease: %v", err)
+	// The accepted gate closed the window: its Lease is free at once,
+	// so the next node's drain is admitted (no wait for it to lapse).
+	if h := f.leaseHolder(); h != "" {
+		f.t.Fatalf("the window Lease of %s is still held by %q after the accepted gate closed it", node, h)
+	}
+	if rel := f.state().Releases; len(rel) == 0 || rel[len(rel)-1].Node != node || !strings.Contains(rel[len(rel)-1].Detail, "window Lease released") {
+		f.t.Fatalf("the Lease release of %s is not journaled: %+v", node, rel)
 	}
 	if st := f.state(); st.Stop != nil {
 		if res := f.decide(map[string]any{"decision": "resume", "reason": "risk accepted"}); res.Status != StatusOK {

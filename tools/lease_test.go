@@ -29,3 +29,27 @@ func TestDrainRefusedWhileAnotherWindowHoldsTheLease(t *testing.T) {
 		t.Error("a drain refused for the Lease wrote the journal")
 	}
 }
+
+// An abort while a window is open ends it: the window Lease is let go at
+// once (another round or server may work), journaled.
+func TestFleetAbortReleasesTheOpenWindowsLease(t *testing.T) {
+	f := newFleet(t)
+	f.planned()
+	f.preflight("cp-1")
+	if _, res := f.approve("drain_node", map[string]any{"node": "cp-1"}); res.Status != StatusOK {
+		t.Fatalf("drain: %s %v", res.Status, res.Reasons)
+	}
+	if h := f.leaseHolder(); h == "" {
+		t.Fatal("no window Lease held while the window of cp-1 is open")
+	}
+	res := f.decide(map[string]any{"decision": "abort", "reason": "the storage team needs the cluster"})
+	if res.Status != StatusOK || !strings.Contains(reasons(res), "window Lease released") {
+		t.Fatalf("abort: %s %v", res.Status, res.Reasons)
+	}
+	if h := f.leaseHolder(); h != "" {
+		t.Fatalf("the window Lease is still held by %q after the abort", h)
+	}
+	if rel := f.state().Releases; len(rel) != 1 || rel[0].Node != "cp-1" {
+		t.Fatalf("journaled releases %+v", rel)
+	}
+}

@@ -92,9 +92,6 @@ func (o *Ops) handle(ctx context.Context, ob observed) {
 	step, notes := opsActions(ob.rec, ob.st)
 	for _, n := range notes {
 		o.Notifier.Notify(n)
-		if n.Kind == notify.WindowClosed {
-			o.unsilenceWindow(ctx, n.Node)
-		}
 	}
 	if ob.rec.Kind == round.KindStepStarted && ob.rec.Step == round.StepDrain {
 		o.silenceWindow(ctx, ob.st, ob.rec.Node)
@@ -153,6 +150,13 @@ func opsActions(rec round.Record, st *round.State) (*nodeevents.Step, []notify.E
 	var ev *nodeevents.Step
 	switch rec.Kind {
 	case round.KindStepStarted, round.KindStepFinished, round.KindStepFailed:
+	case round.KindDecision:
+		// A person's acceptance of a red gate closes the window too.
+		if n := st.Node(rec.Node); n != nil && rec.Step == round.StepGate && n.Window == round.WindowClosed && n.ClosedSeq == rec.Seq {
+			notes = append(notes, notify.Event{Kind: notify.WindowClosed, Round: st.RoundID, Node: rec.Node, Time: rec.Time,
+				Why: fmt.Sprintf("%s on %s after %s; its red gate accepted: %s", kernelState(n), rec.Node, n.ClosedAt.Sub(n.Opened).Round(time.Minute), rec.Detail)})
+		}
+		return nil, notes
 	default:
 		return nil, nil
 	}

@@ -93,3 +93,27 @@ func TestOpsActions(t *testing.T) {
 		t.Fatalf("notes %+v", notes)
 	}
 }
+
+// A person's acceptance of a red gate closes the window: people hear that
+// it closed, as after a green gate; other decisions tell nothing.
+func TestOpsActionsWindowClosedByAnAcceptedGate(t *testing.T) {
+	opened := time.Date(2026, 11, 3, 8, 0, 0, 0, time.UTC)
+	st := &round.State{RoundID: "2026-11", Nodes: []*round.NodeState{{Position: round.Position{Node: "cp-1"},
+		Window: round.WindowClosed, Opened: opened, ClosedAt: opened.Add(40 * time.Minute), ClosedSeq: 30,
+		KernelBefore: "6.8.0-40-generic", Steps: map[round.Step]*round.StepRun{}}}}
+	accept := round.Record{Seq: 30, Kind: round.KindDecision, Decision: round.DecisionResidualRiskAccepted, Step: round.StepGate,
+		Node: "cp-1", Detail: "residual_risk_accepted by alice: etcd watched by hand"}
+	ev, notes := opsActions(accept, st)
+	if ev != nil || len(notes) != 1 || notes[0].Kind != notify.WindowClosed || notes[0].Node != "cp-1" ||
+		!strings.Contains(notes[0].Why, "after 40m0s; its red gate accepted: residual_risk_accepted by alice") {
+		t.Fatalf("accepted gate: event %+v notes %+v", ev, notes)
+	}
+	for _, rec := range []round.Record{
+		{Seq: 31, Kind: round.KindDecision, Decision: round.DecisionResume, Node: "cp-1"},
+		{Seq: 29, Kind: round.KindDecision, Decision: round.DecisionResidualRiskAccepted, Step: round.StepVerify, Node: "cp-1"},
+	} {
+		if ev, notes := opsActions(rec, st); ev != nil || len(notes) != 0 {
+			t.Errorf("%s %s: event %+v notes %+v", rec.Decision, rec.Step, ev, notes)
+		}
+	}
+}

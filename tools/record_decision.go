@@ -94,9 +94,14 @@ func RecordDecision() Tool {
 			return DecisionOut{}, Refuse("Ask the person to sign a fresh statement.", "statement could not be used: "+err.Error(), "nothing was recorded")
 		}
 		detail := window.DecisionDetail(dk.name, a.Principal, req.Reason, req.ReviewTrigger)
-		if _, err := s.j.Decide(dk.name, node, t.Step, round.Meta{ApprovalID: a.ID, Detail: detail}); err != nil {
+		rec, err := s.j.Decide(dk.name, node, t.Step, round.Meta{ApprovalID: a.ID, Detail: detail})
+		if err != nil {
 			return DecisionOut{}, ruleRefusal(err)
 		}
-		return DecisionOut{Principal: a.Principal, Result: Result{Reasons: []string{detail}, NextAction: window.DecisionNext(dk.name, t)}}, nil
+		released, err := d.releaseEnded(ctx, s, rec)
+		if err != nil {
+			return DecisionOut{Principal: a.Principal, Result: Result{Reasons: append([]string{detail}, released...)}}, err
+		}
+		return DecisionOut{Principal: a.Principal, Result: Result{Reasons: append([]string{detail}, released...), NextAction: window.DecisionNext(dk.name, t)}}, nil
 	})
 }

@@ -51,7 +51,33 @@ func (d *Deps) window(ctx context.Context, s *session, n need) (*window.Window, 
 		return nil, err
 	}
 	w.Lease = lease
+	if d.Ops != nil {
+		w.Silencer = d.Ops
+	}
 	return w, nil
+}
+
+// releaseEnded lets go of what the window that rec ended held (the window
+// Lease and the node's Alertmanager silence; window.WindowEnded and
+// Window.Release), journaled; nothing when rec ended no window. The
+// reasons say what happened.
+func (d *Deps) releaseEnded(ctx context.Context, s *session, rec round.Record) ([]string, error) {
+	node := window.WindowEnded(rec, s.j.State())
+	if node == "" {
+		return nil, nil
+	}
+	w, err := d.window(ctx, s, 0)
+	if err != nil {
+		// No cluster now: stop renewing the Lease so it lapses, say so,
+		// and still remove the silence.
+		d.stopLease(s.id, node)
+		w = &window.Window{Round: s.id, Rec: &window.Recorder{J: s.j, Events: d.WindowEvents, Now: d.now},
+			Lease: unreachableLease{err}, Now: d.now, Log: d.Log}
+		if d.Ops != nil {
+			w.Silencer = d.Ops
+		}
+	}
+	return w.Release(ctx, node)
 }
 
 // windowLease is the window Lease on the cluster, kept renewed by this
@@ -305,3 +331,10 @@ func (d *Deps) hostWindow(ctx context.Context) (*session, *window.Window, error)
 	}
 	return s, w, nil
 }
+
+// unreachableLease is the Lease of a cluster that cannot be reached: its
+// release answers why.
+type unreachableLease struct{ err error }
+
+func (l unreachableLease) Hold(context.Context, string, string) error    { return l.err }
+func (l unreachableLease) Release(context.Context, string, string) error { return l.err }

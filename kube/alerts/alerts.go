@@ -326,7 +326,7 @@ func (s Source) SilenceNode(ctx context.Context, nodeLabel, node, comment string
 		"matchers":  []map[string]any{{"name": nodeLabel, "value": node, "isRegex": false, "isEqual": true}},
 		"startsAt":  now.UTC().Format(time.RFC3339Nano),
 		"endsAt":    ends.UTC().Format(time.RFC3339Nano),
-		"createdBy": "mcp-patch",
+		"createdBy": createdBy,
 		"comment":   comment,
 	})
 	if err != nil {
@@ -346,6 +346,43 @@ func (s Source) SilenceNode(ctx context.Context, nodeLabel, node, comment string
 	}
 	return out, nil
 }
+
+// SilenceEntry is a silence as Alertmanager lists it.
+type SilenceEntry struct {
+	ID        string `json:"id"`
+	CreatedBy string `json:"createdBy"`
+	Comment   string `json:"comment"`
+	Status    struct {
+		State string `json:"state"` // active, pending, expired
+	} `json:"status"`
+}
+
+// Silences lists Alertmanager's silences (GET /api/v2/silences).
+func (s Source) Silences(ctx context.Context) ([]SilenceEntry, error) {
+	if s.AlertmanagerURL == "" {
+		return nil, errors.New("list silences: no Alertmanager URL configured")
+	}
+	var out []SilenceEntry
+	if err := s.get(ctx, s.AlertmanagerURL, "/api/v2/silences", nil, &out); err != nil {
+		return nil, fmt.Errorf("list silences: %w", err)
+	}
+	return out, nil
+}
+
+// Ours picks the ids of the silences mcp-patch put with comment that
+// have not ended (active or pending). Pure.
+func Ours(list []SilenceEntry, comment string) []string {
+	var ids []string
+	for _, e := range list {
+		if e.CreatedBy == createdBy && e.Comment == comment && (e.Status.State == "active" || e.Status.State == "pending") && e.ID != "" {
+			ids = append(ids, e.ID)
+		}
+	}
+	return ids
+}
+
+// createdBy names mcp-patch in the silences it puts.
+const createdBy = "mcp-patch"
 
 // Expire ends a silence (DELETE /api/v2/silence/{id}).
 func (s Source) Expire(ctx context.Context, id string) error {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -235,5 +236,28 @@ func TestSilenceAndExpire(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{sil.ID}, f.expired); diff != "" {
 		t.Error(diff)
+	}
+}
+
+func TestOursPicksTheWindowsLiveSilences(t *testing.T) {
+	entry := func(id, by, comment, state string) SilenceEntry {
+		e := SilenceEntry{ID: id, CreatedBy: by, Comment: comment}
+		e.Status.State = state
+		return e
+	}
+	const c = "mcp-patch round 2026-11: window of gpu-03"
+	list := []SilenceEntry{
+		entry("a", "mcp-patch", c, "active"),
+		entry("b", "mcp-patch", c, "pending"),
+		entry("c", "mcp-patch", c, "expired"),
+		entry("d", "alice", c, "active"),
+		entry("e", "mcp-patch", "mcp-patch round 2026-11: window of gpu-04", "active"),
+		entry("", "mcp-patch", c, "active"),
+	}
+	if got := Ours(list, c); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("Ours = %v, want [a b]", got)
+	}
+	if got := Ours(nil, c); len(got) != 0 {
+		t.Errorf("Ours of none = %v", got)
 	}
 }

@@ -94,8 +94,21 @@ func TestAgainstRealAlertmanager(t *testing.T) {
 		n := names()
 		return !n["KubeNodeNotReady"] && n["PostgresReplicationLag"]
 	})
+	list, err := src.Silences(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Ours(list, "mcp-patch contract test"); len(got) != 1 || got[0] != sil.ID {
+		t.Fatalf("Ours of %+v = %v, want [%s]", list, got, sil.ID)
+	}
 	if err := src.Expire(ctx, sil.ID); err != nil {
 		t.Fatal(err)
+	}
+	if list, err = src.Silences(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := Ours(list, "mcp-patch contract test"); len(got) != 0 {
+		t.Fatalf("an expired silence is still ours to expire: %v", got)
 	}
 	waitFor(t, &logs, "the node's alert back after the silence expired", func() bool { return names()["KubeNodeNotReady"] })
 	if err := src.Expire(ctx, "00000000-0000-0000-0000-000000000000"); err == nil {

@@ -46,6 +46,7 @@ type Journal interface {
 	Lesson(text string) (round.Record, error)
 	StartRollback(node string, m round.Meta) (round.Record, error)
 	EndRollback(node string, outcome round.Outcome, m round.Meta) (round.Record, error)
+	Released(node, detail string) (round.Record, error)
 	State() *round.State
 	RoundID() string
 }

@@ -86,9 +86,12 @@ type Window struct {
 	Host    Host
 	Cluster Cluster
 	Lease   Lease
-	Bounds  Bounds
-	Now     func() time.Time
-	Log     *slog.Logger
+	// Silencer ends the node's Alertmanager silence when its window ends;
+	// nil: none is set.
+	Silencer Silencer
+	Bounds   Bounds
+	Now      func() time.Time
+	Log      *slog.Logger
 	// Forget drops a node's pooled connection after a reboot; nil: no-op.
 	Forget func(node string)
 }
