@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -161,8 +162,32 @@ func (s Spec) annotations() *mcp.ToolAnnotations {
 
 func ptr[T any](v T) *T { return &v }
 
-// Progress reports progress of a long step; total 0 means unknown.
+// Progress reports progress of a long step; total 0 means unknown. done
+// only grows within a call: a report at or below the last one sent is not
+// sent (MCP wants each progress notification above the last).
 type Progress func(done, total float64, message string)
+
+// progressGuard keeps a call's progress notifications increasing.
+type progressGuard struct {
+	mu   sync.Mutex
+	sent bool
+	last float64
+}
+
+// next says whether a report of done may be sent, and takes it as sent.
+func (g *progressGuard) next(done float64) bool {
+	if g.sent && done <= g.last {
+		return false
+	}
+	g.sent, g.last = true, done
+	return true
+}
+
+// after counts a sub-step's progress on from base, out of the caller's
+// total (which counts the sub-step's own steps).
+func (p Progress) after(base, total float64) Progress {
+	return func(done, _ float64, msg string) { p(base+done, total, msg) }
+}
 
 // Tool is one registered verb, callable over MCP and from the CLI.
 type Tool interface {
@@ -286,7 +311,9 @@ func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, args m
 
 // afterAudit is what a call does once its own audit record is written:
 // the round's commit, so that the commit holds that record too.
-type afterAudit struct{ fns []func(context.Context, *Result) }
+type afterAudit struct {
+	fns []func(context.Context, *Result)
+}
 
 type afterAuditKey struct{}
 
@@ -368,7 +395,15 @@ func (t *typedTool[In, Out, PO]) addTo(s *mcp.Server, d *Deps) {
 	s.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		p := func(done, total float64, msg string) {}
 		if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+			var g progressGuard
 			p = func(done, total float64, msg string) {
+				// Steps report from several goroutines; the protocol wants
+				// each notification's progress above the last one's.
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				if !g.next(done) {
+					return
+				}
 				// A progress notification that cannot be sent changes
 				// nothing for the call: the result still comes back.
 				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{

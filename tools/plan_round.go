@@ -56,7 +56,7 @@ func PlanRound() Tool {
 		if err != nil {
 			return PlanRoundOut{}, err
 		}
-		p(0, 5, "inventory and placement")
+		p(0, 0, "inventory and placement") // the total is known with the order
 		inv, pl, err := d.inventoryAndPlacement(ctx, kc, settings)
 		if err != nil {
 			return PlanRoundOut{}, err
@@ -86,25 +86,28 @@ func PlanRound() Tool {
 			}
 		}
 		out := PlanRoundOut{Round: in.Round, Order: &order, Placement: &pl}
-		p(1, 5, "baseline")
+		// Progress: baseline, estimate, preflight, then two steps a node
+		// (its preflight, its drain preview), then the commit.
+		total := float64(5 + 2*len(order.Positions))
+		p(1, total, "baseline")
 		if out.Baseline, err = d.takeBaseline(ctx, kc, s); err != nil {
 			return out, err
 		}
-		p(2, 5, "estimate")
+		p(2, total, "estimate")
 		st := j.State()
 		if est, err := round.ETA(st, st.WindowDurations(), d.now(), deadline, etaConfig(settings)); err == nil {
 			out.ETA = &est
 		}
 		out.Reasons = append(out.Reasons, window.PlanReasons(out.ETA, deadline, order.Notes)...)
-		p(3, 5, "fleet-wide preflight")
-		fl, perr := d.writePlanDocument(ctx, kc, s, preflightInput{round: in.Round, order: order, inv: inv, placement: pl, settings: settings}, p)
+		p(3, total, "fleet-wide preflight")
+		fl, perr := d.writePlanDocument(ctx, kc, s, preflightInput{round: in.Round, order: order, inv: inv, placement: pl, settings: settings}, p.after(3, total))
 		if perr == nil {
 			out.Plan, perr = d.planStatus(in.Round)
 		}
 		// The commit comes last, after every record of this call (the
 		// blockers' stop and the call's own audit record): the intent
 		// repository is clean once plan_round answers.
-		p(4, 5, "commit")
+		p(total-1, total, "commit")
 		d.commitRoundLast(ctx, s, "plan", func(c string) string {
 			return "plan committed to the intent repository (" + c + "): rounds/" + in.Round + "/plan.md"
 		}, "plan not committed: ", &out.Reasons)
