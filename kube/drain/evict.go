@@ -1,11 +1,9 @@
 package drain
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sort"
 	"strings"
@@ -18,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
-	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 )
 
 // Drain errors callers branch on.
@@ -174,38 +171,31 @@ func Drain(ctx context.Context, kc kubernetes.Interface, node string, opts Optio
 		done    int
 		retried = map[string]bool{}
 	)
-	h := helper(ctx, kc, opts.Policy)
-	h.Timeout = opts.Timeout
-	h.EvictErrorRetryDelay = opts.EvictRetryDelay
-	if opts.DryRun {
-		h.DryRunStrategy = cmdutil.DryRunServer
+	grace := -1 // the pod's own terminationGracePeriodSeconds
+	if opts.Policy.GracePeriodSeconds > 0 {
+		grace = opts.Policy.GracePeriodSeconds
 	}
-	h.OnPodDeletionOrEvictionFinished = func(pod *corev1.Pod, _ bool, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			log.Warn("eviction wait failed", "pod", pod.Namespace+"/"+pod.Name, "err", err)
-			return
-		}
-		done++
-		log.Info("evicted", "pod", pod.Namespace+"/"+pod.Name)
-		progress(done, total, "evicted "+pod.Namespace+"/"+pod.Name)
-	}
-	h.ErrOut = lineWriter(func(line string) {
-		// The helper reports each refused eviction before retrying; pass the
-		// first one per pod on so the caller sees what it waits for.
-		mu.Lock()
-		defer mu.Unlock()
-		key, _, _ := strings.Cut(line, " (will retry")
-		if retried[key] {
-			return
-		}
-		retried[key] = true
-		log.Warn("eviction refused", "detail", line)
-		progress(done, total, line)
-	})
-
-	evictErr := h.DeleteOrEvictPods(plan.pods)
+	evictErr := evictPods(ctx, kc, plan.pods, evictOptions{timeout: opts.Timeout, retry: opts.EvictRetryDelay, grace: grace, dryRun: opts.DryRun,
+		gone: func(pod *corev1.Pod) {
+			mu.Lock()
+			defer mu.Unlock()
+			done++
+			log.Info("evicted", "pod", pod.Namespace+"/"+pod.Name)
+			progress(done, total, "evicted "+pod.Namespace+"/"+pod.Name)
+		},
+		refused: func(line string) {
+			// Each refused eviction is reported before its retry; pass the
+			// first one per pod on so the caller sees what it waits for.
+			mu.Lock()
+			defer mu.Unlock()
+			key, _, _ := strings.Cut(line, " (will retry")
+			if retried[key] {
+				return
+			}
+			retried[key] = true
+			log.Warn("eviction refused", "detail", line)
+			progress(done, total, line)
+		}})
 	res.Duration = time.Since(start)
 
 	if opts.DryRun {
@@ -338,17 +328,3 @@ func evictionVerdict(ctx context.Context, kc kubernetes.Interface, p *corev1.Pod
 	}
 	return msg
 }
-
-// lineWriter calls fn with each complete line written to it.
-type lineWriter func(string)
-
-func (fn lineWriter) Write(p []byte) (int, error) {
-	for _, l := range bytes.Split(bytes.TrimRight(p, "\n"), []byte("\n")) {
-		if len(l) > 0 {
-			fn(string(l))
-		}
-	}
-	return len(p), nil
-}
-
-var _ io.Writer = lineWriter(nil)

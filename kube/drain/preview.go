@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -14,9 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	kubedrain "k8s.io/kubectl/pkg/drain"
-
-	"github.com/mcp-patch/mcp-patch/kube"
 )
 
 // Policy is what a drain may do to the pods it finds. The zero value is the
@@ -79,27 +75,18 @@ type Plan struct {
 	pods []corev1.Pod
 }
 
-// Preview lists what draining node would evict under policy, with kubectl's
-// own filters (drain.Helper.GetPodsForDeletion, DaemonSet pods ignored). It
+// Preview lists what draining node would evict under policy, judged as
+// `kubectl drain --ignore-daemonsets` judges each pod (judgePod). It
 // changes nothing.
 func Preview(ctx context.Context, kc kubernetes.Interface, node string, policy Policy) (Plan, error) {
 	if _, err := getNode(ctx, kc, node); err != nil {
 		return Plan{}, fmt.Errorf("preview drain of node %s: %w", node, err)
 	}
-	h := helper(ctx, kc, policy)
-	list, errs := h.GetPodsForDeletion(node)
-	if list == nil {
-		return Plan{}, fmt.Errorf("preview drain of node %s: %w", node, errors.Join(errs...))
+	sel, err := selectPods(ctx, kc, node, policy)
+	if err != nil {
+		return Plan{}, fmt.Errorf("preview drain of node %s: %w", node, err)
 	}
-	p := Plan{Node: node, Policy: policy, pods: list.Pods()}
-	for _, e := range errs {
-		p.Blockers = append(p.Blockers, policyWording.Replace(e.Error()))
-	}
-	sort.Strings(p.Blockers)
-	if w := list.Warnings(); w != "" {
-		p.Warnings = strings.Split(w, "; ")
-		sort.Strings(p.Warnings)
-	}
+	p := Plan{Node: node, Policy: policy, pods: sel.evict, Blockers: sel.blockers, Warnings: sel.warnings}
 	evicted := map[string]bool{}
 	for i := range p.pods {
 		ref := podRef(&p.pods[i])
@@ -107,20 +94,12 @@ func Preview(ctx context.Context, kc kubernetes.Interface, node string, policy P
 		p.Evict = append(p.Evict, ref)
 	}
 	sortRefs(p.Evict)
-
-	// The helper keeps its per-pod verdicts to itself; list once more to
-	// say which pods stay and why. A pod that appeared in between shows up
-	// here only, never in Evict.
-	all, err := kube.ListPods(ctx, kc, "", "spec.nodeName="+node)
-	if err != nil {
-		return Plan{}, fmt.Errorf("preview drain of node %s: %w", node, err)
-	}
-	for i := range all {
-		ref := podRef(&all[i])
+	for i := range sel.all {
+		ref := podRef(&sel.all[i])
 		if evicted[ref.String()] {
 			continue
 		}
-		p.Skipped = append(p.Skipped, SkippedPod{PodRef: ref, Reason: skipReason(&all[i])})
+		p.Skipped = append(p.Skipped, SkippedPod{PodRef: ref, Reason: skipReason(&sel.all[i])})
 	}
 	sort.Slice(p.Skipped, func(i, j int) bool { return p.Skipped[i].String() < p.Skipped[j].String() })
 	p.Digest = Digest(p.Node, p.Policy, p.Evict, p.Blockers)
@@ -148,24 +127,6 @@ func Digest(node string, policy Policy, evict []PodRef, blockers []string) strin
 		line("blocker", b)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
-}
-
-func helper(ctx context.Context, kc kubernetes.Interface, policy Policy) *kubedrain.Helper {
-	grace := -1 // the pod's own terminationGracePeriodSeconds
-	if policy.GracePeriodSeconds > 0 {
-		grace = policy.GracePeriodSeconds
-	}
-	return &kubedrain.Helper{
-		Ctx:                 ctx,
-		Client:              kc,
-		Force:               policy.DeleteUnmanagedPods,
-		GracePeriodSeconds:  grace,
-		IgnoreAllDaemonSets: true,
-		DeleteEmptyDirData:  policy.DeleteEmptyDirData,
-		ChunkSize:           500,
-		Out:                 io.Discard,
-		ErrOut:              io.Discard,
-	}
 }
 
 func podRef(p *corev1.Pod) PodRef {
@@ -202,11 +163,3 @@ func sortRefs(r []PodRef) {
 		return r[i].Name < r[j].Name
 	})
 }
-
-// policyWording swaps kubectl's flag hints for the policy fields that
-// play their part here.
-var policyWording = strings.NewReplacer(
-	"(use --delete-emptydir-data to override)", "(policy delete_emptydir_data is false)",
-	"(use --force to override)", "(policy delete_unmanaged_pods is false)",
-	"(use --ignore-daemonsets to ignore)", "",
-)
