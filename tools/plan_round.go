@@ -114,6 +114,7 @@ func PlanRound() Tool {
 		if perr != nil {
 			return out, perr
 		}
+		out.Reasons = append(out.Reasons, fl.Risks...)
 		if !fl.Ready() {
 			return out, d.stopOnBlockers(s, fl, out.Reasons)
 		}

@@ -209,7 +209,8 @@ func (d *Deps) preflight(ctx context.Context, kc *kube.Clients, in preflightInpu
 		evicted[r.Node] = r.Value.pods
 	}
 	return plan.Build(plan.Input{Round: in.round, Order: positionsOf(in.order), Facts: facts, Revision: in.revision,
-		Placement: placementOf(in.placement, in.inv, evicted, in.settings), Intent: d.planIntent(in.round, in.settings, facts)}), nil
+		Placement: placementOf(in.placement, in.inv, evicted, in.settings), Intent: d.planIntent(in.round, in.settings, facts),
+		Risks: d.selectorRisks(ctx, kc, in.settings, jobs)}), nil
 }
 
 func positionsOf(o round.Order) []plan.Position {

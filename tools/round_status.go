@@ -77,6 +77,7 @@ func RoundStatus() Tool {
 		if ps, err := d.planStatus(st.RoundID); err == nil && ps != nil {
 			out.Plan = ps
 			out.Reasons = append(out.Reasons, fmt.Sprintf("the plan (revision %d) needs %d signatures (%d with one per step); signed: %v", ps.Revision, ps.Signatures, ps.PerStepSignatures, ps.Signed))
+			out.Reasons = append(out.Reasons, ps.Risks...)
 		}
 		if st.Plan != nil {
 			if est, err := round.ETA(st, st.WindowDurations(), d.now(), time.Time{}, etaConfig(sess.settingsOrZero())); err == nil {

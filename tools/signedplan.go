@@ -427,6 +427,7 @@ type PlanStatus struct {
 	PerStepSignatures int       `json:"per_step_signatures"`
 	WindowsApproved   []string  `json:"windows_approved,omitempty"`
 	Blockers          []string  `json:"blockers,omitempty"`
+	Risks             []string  `json:"risks,omitempty"`
 	Summary           []string  `json:"summary"`
 	Files             []string  `json:"files"`
 	signedAt          time.Time `json:"-"`
@@ -442,7 +443,7 @@ func (d *Deps) planStatus(id string) (*PlanStatus, error) {
 		return nil, err
 	}
 	st := &PlanStatus{Digest: f.Digest, Revision: f.Revision, Signatures: f.Signatures, PerStepSignatures: f.PerStepSignatures,
-		Summary: f.Summary, Files: []string{"rounds/" + id + "/" + fleetPlanMD, "rounds/" + id + "/" + fleetPlanFile}}
+		Summary: f.Summary, Risks: f.Risks, Files: []string{"rounds/" + id + "/" + fleetPlanMD, "rounds/" + id + "/" + fleetPlanFile}}
 	if sig, ok := ps.signedFor(f.Digest); ok {
 		st.Signed, st.SignedBy, st.signedAt = true, sig.Principal, sig.Time
 	}

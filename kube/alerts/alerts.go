@@ -406,3 +406,92 @@ func oneLine(s string, n int) string {
 	}
 	return s
 }
+
+// Rule is one alerting rule as Prometheus lists it: its alertname and the
+// labels it sets on every alert (the series may add more).
+type Rule struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels"`
+}
+
+// AlertingRules lists Prometheus' alerting rules (GET
+// /api/v1/rules?type=alert). Alertmanager has no rules: asked of an
+// Alertmanager source it is an error.
+func (s Source) AlertingRules(ctx context.Context) ([]Rule, error) {
+	if s.PrometheusURL == "" {
+		return nil, errors.New("alerting rules: only Prometheus has them (no kube.prometheus_url)")
+	}
+	var r struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Groups []struct {
+				Rules []struct {
+					Name   string            `json:"name"`
+					Type   string            `json:"type"`
+					Labels map[string]string `json:"labels"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	if err := s.get(ctx, s.PrometheusURL, "/api/v1/rules", url.Values{"type": {"alert"}}, &r); err != nil {
+		return nil, err
+	}
+	if r.Status != "success" {
+		return nil, fmt.Errorf("%w: Prometheus answered status %q: %s", ErrUnreachable, r.Status, r.Error)
+	}
+	var out []Rule
+	for _, g := range r.Data.Groups {
+		for _, rl := range g.Rules {
+			if rl.Type == "alerting" || rl.Type == "" {
+				out = append(out, Rule{Name: rl.Name, Labels: rl.Labels})
+			}
+		}
+	}
+	return out, nil
+}
+
+// MayMatch says whether alerts of rule r can match sel. A requirement on
+// alertname or on a label the rule sets is decided by the rule (the rule's
+// labels win over the series'); one on any other label may be met by the
+// series, so it does not rule r out. Pure.
+func MayMatch(r Rule, sel labels.Selector) bool {
+	if sel == nil || sel.Empty() {
+		return true
+	}
+	reqs, _ := sel.Requirements()
+	for _, q := range reqs {
+		k := q.Key()
+		v, known := r.Labels[k]
+		if k == "alertname" {
+			v, known = r.Name, true
+		}
+		if known && !q.Matches(labels.Set{k: v}) {
+			return false
+		}
+	}
+	return true
+}
+
+// SelectorRisk is what a plan or a gate says of alerts.selector when it
+// can select nothing, or when that cannot be known: "" when some alerting
+// rule may match it (or no selector is set). rules and err are
+// AlertingRules' answer (unused for Alertmanager). Pure.
+func SelectorRisk(sel labels.Selector, src Source, rules []Rule, err error) string {
+	if sel == nil || sel.Empty() {
+		return ""
+	}
+	text := sel.String()
+	switch {
+	case src.PrometheusURL == "":
+		return fmt.Sprintf("alerts.selector %s cannot be checked against alerting rules: Alertmanager knows only the alerts firing now (set kube.prometheus_url to check it)", text)
+	case err != nil:
+		return fmt.Sprintf("alerts.selector %s could not be checked against Prometheus' alerting rules: %v", text, err)
+	}
+	for _, r := range rules {
+		if MayMatch(r, sel) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("alerts.selector %s matches no alerting rule in Prometheus (%d rules): the alert check can never turn red", text, len(rules))
+}

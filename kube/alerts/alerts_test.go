@@ -2,6 +2,7 @@ package alerts
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -49,6 +50,24 @@ const amAlerts = `[
    "updatedAt": "2026-11-03T22:30:00.000Z", "labels": {"alertname": "PostgresReplicationLag", "namespace": "databases", "severity": "critical"}}
 ]`
 
+// promRules is Prometheus GET /api/v1/rules?type=alert in the HTTP API
+// docs' shape: an alerting rule with labels, one without, in two groups.
+const promRules = `{
+  "status": "success",
+  "data": {
+    "groups": [
+      {"name": "node", "file": "/etc/prometheus/rules/node.yaml", "interval": 60, "rules": [
+        {"name": "KubeNodeNotReady", "query": "kube_node_status_condition{condition=\"Ready\",status=\"true\"} == 0",
+         "duration": 900, "labels": {"severity": "warning"}, "annotations": {"summary": "node not ready"},
+         "alerts": [], "health": "ok", "type": "alerting", "state": "inactive"}]},
+      {"name": "db", "file": "/etc/prometheus/rules/db.yaml", "interval": 60, "rules": [
+        {"name": "PostgresReplicationLag", "query": "pg_replication_lag_seconds > 30", "duration": 300,
+         "labels": {"severity": "critical", "team": "databases"}, "annotations": {}, "alerts": [], "health": "ok", "type": "alerting", "state": "inactive"},
+        {"name": "Watchdog", "query": "vector(1)", "duration": 0, "annotations": {}, "alerts": [], "health": "ok", "type": "alerting", "state": "firing"}]}
+    ]
+  }
+}`
+
 // fakeAPI answers like Prometheus and Alertmanager and remembers silences.
 type fakeAPI struct {
 	mu       sync.Mutex
@@ -63,6 +82,14 @@ func (f *fakeAPI) handler(t *testing.T) http.Handler {
 	mux.HandleFunc("GET /api/v1/alerts", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, promAlerts)
+	})
+	mux.HandleFunc("GET /api/v1/rules", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("type") != "alert" {
+			http.Error(w, "want type=alert", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, promRules)
 	})
 	mux.HandleFunc("GET /api/v2/alerts", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
@@ -259,5 +286,91 @@ func TestOursPicksTheWindowsLiveSilences(t *testing.T) {
 	}
 	if got := Ours(nil, c); len(got) != 0 {
 		t.Errorf("Ours of none = %v", got)
+	}
+}
+
+func TestAlertingRulesFromPrometheus(t *testing.T) {
+	srv := httptest.NewServer((&fakeAPI{}).handler(t))
+	defer srv.Close()
+	got, err := Source{PrometheusURL: srv.URL}.AlertingRules(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Rule{{Name: "KubeNodeNotReady", Labels: map[string]string{"severity": "warning"}},
+		{Name: "PostgresReplicationLag", Labels: map[string]string{"severity": "critical", "team": "databases"}}, {Name: "Watchdog"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("rules (-want +got):\n%s", diff)
+	}
+	if _, err := (Source{AlertmanagerURL: srv.URL}).AlertingRules(t.Context()); err == nil || !strings.Contains(err.Error(), "only Prometheus") {
+		t.Errorf("rules of an Alertmanager: %v", err)
+	}
+	if _, err := (Source{PrometheusURL: "http://127.0.0.1:1"}).AlertingRules(t.Context()); err == nil || !strings.Contains(err.Error(), "could not read alerts") {
+		t.Errorf("rules of an unreachable Prometheus: %v", err)
+	}
+}
+
+func TestMayMatch(t *testing.T) {
+	lag := Rule{Name: "PostgresReplicationLag", Labels: map[string]string{"severity": "critical", "team": "databases"}}
+	for _, c := range []struct {
+		sel  string
+		want bool
+	}{
+		{"", true},
+		{"severity=critical", true},
+		{"severity=warning", false},
+		{"severity in (critical,warning)", true},
+		{"severity notin (critical)", false},
+		{"severity!=critical", false},
+		{"alertname=PostgresReplicationLag", true},
+		{"alertname=KubeNodeNotReady", false},
+		{"alertname!=PostgresReplicationLag", false},
+		{"namespace=databases", true}, // the series may carry it
+		{"namespace", true},           // the series may carry it
+		{"!severity", false},          // the rule sets it
+		{"!namespace", true},          // absent unless the series has it
+		{"team=databases,severity=critical", true},
+		{"team=databases,severity=warning", false},
+	} {
+		sel, err := labels.Parse(c.sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := MayMatch(lag, sel); got != c.want {
+			t.Errorf("MayMatch(%q) = %v, want %v", c.sel, got, c.want)
+		}
+	}
+}
+
+func TestSelectorRisk(t *testing.T) {
+	prom := Source{PrometheusURL: "http://prometheus:9090"}
+	rules := []Rule{{Name: "KubeNodeNotReady", Labels: map[string]string{"severity": "warning"}}, {Name: "Watchdog"}}
+	for _, c := range []struct {
+		name, sel string
+		src       Source
+		rules     []Rule
+		err       error
+		want      string
+	}{
+		{"no selector", "", prom, nil, nil, ""},
+		{"a rule may match", "severity=warning", prom, rules, nil, ""},
+		{"no rule matches", "severity=critical,alertname!=Watchdog", prom, rules, nil,
+			"alerts.selector alertname!=Watchdog,severity=critical matches no alerting rule in Prometheus (2 rules): the alert check can never turn red"},
+		{"no rules at all", "severity=critical", prom, nil, nil,
+			"alerts.selector severity=critical matches no alerting rule in Prometheus (0 rules): the alert check can never turn red"},
+		{"rules unreadable", "severity=critical", prom, nil, errors.New("could not read alerts from http://prometheus:9090: connection refused"),
+			"alerts.selector severity=critical could not be checked against Prometheus' alerting rules: could not read alerts from http://prometheus:9090: connection refused"},
+		{"Alertmanager", "severity=critical", Source{AlertmanagerURL: "http://am:9093"}, nil, nil,
+			"alerts.selector severity=critical cannot be checked against alerting rules: Alertmanager knows only the alerts firing now (set kube.prometheus_url to check it)"},
+		{"Alertmanager, no selector", "", Source{AlertmanagerURL: "http://am:9093"}, nil, nil, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sel, err := labels.Parse(c.sel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := SelectorRisk(sel, c.src, c.rules, c.err); got != c.want {
+				t.Errorf("SelectorRisk = %q\nwant %q", got, c.want)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
@@ -79,4 +80,29 @@ func DecideHold(holding []PodRef, since, now time.Time, bound time.Duration) Hol
 	}
 	return Hold{Stop: true, Until: until, Reason: fmt.Sprintf("%d jobs still run on the node after waiting %s (%s): a person decides whether to wait longer or drain anyway",
 		len(holding), bound, list)}
+}
+
+// AnyPodMatches says whether a pod anywhere in the cluster matches sel
+// (one List call of one item).
+func AnyPodMatches(ctx context.Context, kc kubernetes.Interface, sel labels.Selector) (bool, error) {
+	l, err := kc.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: sel.String(), Limit: 1})
+	if err != nil {
+		return false, fmt.Errorf("list the pods drain.wait_for_jobs.selector %s picks: %w", sel, err)
+	}
+	return len(l.Items) > 0, nil
+}
+
+// SelectorRisk is what the plan says of drain.wait_for_jobs.selector when
+// it picks no pod in the cluster (matched, err: AnyPodMatches' answer);
+// "" when it picks one or no selector is set. Pure.
+func SelectorRisk(sel labels.Selector, matched bool, err error) string {
+	switch {
+	case sel == nil || sel.Empty():
+		return ""
+	case err != nil:
+		return fmt.Sprintf("drain.wait_for_jobs.selector %s could not be checked against the cluster's pods: %v", sel, err)
+	case !matched:
+		return fmt.Sprintf("drain.wait_for_jobs.selector %s matches no pod in the cluster: the drain will wait for nothing", sel)
+	}
+	return ""
 }

@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func pod(ns, name string, l map[string]string, phase corev1.PodPhase) corev1.Pod {
@@ -52,5 +54,40 @@ func TestHoldingAndDecideHold(t *testing.T) {
 				t.Fatalf("hold %+v", h)
 			}
 		})
+	}
+}
+
+func TestAnyPodMatchesAndSelectorRisk(t *testing.T) {
+	p := pod("ml", "trainer-0", map[string]string{"workload-class": "training"}, corev1.PodRunning)
+	kc := fake.NewClientset(&p)
+	for _, c := range []struct {
+		sel     string
+		matches bool
+		risk    string
+	}{
+		{"workload-class=training", true, ""},
+		{"app=train", false, "drain.wait_for_jobs.selector app=train matches no pod in the cluster: the drain will wait for nothing"},
+	} {
+		sel, err := labels.Parse(c.sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := AnyPodMatches(t.Context(), kc, sel)
+		if err != nil || got != c.matches {
+			t.Fatalf("AnyPodMatches(%s) = %v %v, want %v", c.sel, got, err, c.matches)
+		}
+		if r := SelectorRisk(sel, got, nil); r != c.risk {
+			t.Errorf("SelectorRisk(%s) = %q, want %q", c.sel, r, c.risk)
+		}
+	}
+	if r := SelectorRisk(labels.Everything(), false, nil); r != "" {
+		t.Errorf("no selector: %q", r)
+	}
+	if r := SelectorRisk(nil, false, nil); r != "" {
+		t.Errorf("nil selector: %q", r)
+	}
+	sel, _ := labels.Parse("app=train")
+	if r := SelectorRisk(sel, false, errors.New("pods is forbidden")); r != "drain.wait_for_jobs.selector app=train could not be checked against the cluster's pods: pods is forbidden" {
+		t.Errorf("unreadable: %q", r)
 	}
 }

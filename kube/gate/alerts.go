@@ -17,7 +17,8 @@ type AlertsConfig struct {
 }
 
 // CheckAlerts is red while an alert that counts fires, and "could not
-// check" (red) when the alerts cannot be read.
+// check" (red) when the alerts cannot be read. Green with a selector that
+// no alerting rule of Prometheus can match warns so (it can never be red).
 func CheckAlerts(ctx context.Context, cfg AlertsConfig) Check {
 	return timed(func() Check {
 		c := Check{Name: NameAlerts}
@@ -40,6 +41,13 @@ func CheckAlerts(ctx context.Context, cfg AlertsConfig) Check {
 		}
 		if len(v.Expected) > 0 {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%d alerts fire that the window of %s caused; they should clear", len(v.Expected), cfg.Window.Node))
+		}
+		// Green says little when the selector can select nothing.
+		if sel := cfg.Rules.Selector; sel != nil && !sel.Empty() && cfg.Source.PrometheusURL != "" {
+			rules, err := cfg.Source.AlertingRules(ctx)
+			if w := alerts.SelectorRisk(sel, cfg.Source, rules, err); w != "" {
+				c.Warnings = append(c.Warnings, w)
+			}
 		}
 		c.OK = true
 		return c

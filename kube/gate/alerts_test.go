@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/mcp-patch/mcp-patch/kube/alerts"
 )
 
@@ -40,5 +42,40 @@ func TestCheckAlerts(t *testing.T) {
 	cfg.Source = alerts.Source{AlertmanagerURL: "http://" + addr}
 	if c := CheckAlerts(t.Context(), cfg); c.OK || !strings.HasPrefix(c.Reason, "could not check: could not read alerts") {
 		t.Fatalf("Alertmanager unreachable: %+v", c)
+	}
+}
+
+// A green alert check whose selector no alerting rule of Prometheus can
+// match says so (it could never turn red); one that a rule may match, or
+// no selector, says nothing more.
+func TestCheckAlertsSelectorThatMatchesNoRule(t *testing.T) {
+	rules := `{"status":"success","data":{"groups":[{"name":"node","rules":[
+ {"name":"KubeNodeNotReady","labels":{"severity":"warning"},"type":"alerting","health":"ok","state":"inactive","alerts":[]}]}]}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/v1/alerts":
+			io.WriteString(w, `{"status":"success","data":{"alerts":[]}}`)
+		case "/api/v1/rules":
+			io.WriteString(w, rules)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	for _, c := range []struct {
+		sel, warn string
+	}{
+		{"", ""},
+		{"severity=warning", ""},
+		{"severity=critical", "alerts.selector severity=critical matches no alerting rule in Prometheus (1 rules): the alert check can never turn red"},
+	} {
+		sel, err := labels.Parse(c.sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := CheckAlerts(t.Context(), AlertsConfig{Source: alerts.Source{PrometheusURL: srv.URL}, Rules: alerts.Rules{Selector: sel}})
+		if !got.OK || strings.Join(got.Warnings, "|") != c.warn {
+			t.Errorf("selector %q: ok %v warnings %q, want %q", c.sel, got.OK, got.Warnings, c.warn)
+		}
 	}
 }

@@ -165,13 +165,19 @@ type Input struct {
 	Intent    Intent
 	// Revision of the plan (re-plans count up).
 	Revision int
+	// Risks are fleet-wide risks the preflight found (a selector of the
+	// intent that picks nothing, say).
+	Risks []string
 }
 
 // Build turns the preflight's facts into the reviewed plan. A node without
 // facts is a blocker: a node that was not read is not a skip.
 func Build(in Input) Fleet {
 	f := Fleet{Round: in.Round, Revision: in.Revision, Nodes: []Node{}, Placement: placementLines(in.Placement),
-		Notes: slices.Clone(in.Intent.Notes), Blockers: []Blocker{}}
+		Notes: slices.Clone(in.Intent.Notes), Blockers: []Blocker{}, Risks: slices.Clone(in.Risks)}
+	if f.Risks == nil {
+		f.Risks = []string{}
+	}
 	if f.Notes == nil {
 		f.Notes = []Note{}
 	}
@@ -486,6 +492,9 @@ func summary(f *Fleet) []string {
 		out = append(out, "test environment: "+f.TestEnvironment)
 	}
 	out = append(out, fmt.Sprintf("this round needs %d signatures (%d with one signature per step)", f.Signatures, f.PerStepSignatures))
+	if len(f.Risks) > 0 {
+		out = append(out, fmt.Sprintf("%d fleet-wide risk(s): read Risks in plan.md", len(f.Risks)))
+	}
 	if len(f.Blockers) > 0 {
 		out = append(out, fmt.Sprintf("%d blocker(s): nothing may be cordoned until they are fixed and the plan is made again", len(f.Blockers)))
 	} else {

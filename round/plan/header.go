@@ -19,6 +19,7 @@ type Header struct {
 	PerStepSignatures int
 	Summary           []string
 	Blockers          []Blocker
+	Risks             []string
 	Nodes             []NodeHeader
 }
 
@@ -72,6 +73,8 @@ func DecodeHeader(r io.Reader) (Header, error) {
 			err = dec.Decode(&h.Summary)
 		case "blockers":
 			err = dec.Decode(&h.Blockers)
+		case "risks":
+			err = dec.Decode(&h.Risks)
 		case "nodes":
 			if err = expectDelim(dec, '['); err != nil {
 				break
@@ -103,7 +106,7 @@ func DecodeHeader(r io.Reader) (Header, error) {
 	}
 	// Counted as Decode counts them (seal), not as the file says.
 	h.Signatures, h.PerStepSignatures = signatures, perStep
-	if got := fleetDigest(append([]string{"plan", h.Round}, parts...), h.Blockers); got != h.Digest {
+	if got := fleetDigest(append([]string{"plan", h.Round}, parts...), h.Blockers, h.Risks); got != h.Digest {
 		return Header{}, fmt.Errorf("read plan of round %s: its digest %s does not match its content (%s): the file was changed after it was sealed", h.Round, h.Digest, got)
 	}
 	return h, nil

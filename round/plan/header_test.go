@@ -14,7 +14,9 @@ func TestDecodeHeaderAgreesWithDecode(t *testing.T) {
 	f5 := blocked.Facts["gpu-5"]
 	f5.Removals = []string{"nvidia-dkms-550"}
 	blocked.Facts["gpu-5"] = f5
-	for name, in := range map[string]Input{"per window": input(PerWindow), "per step": input(PerStep), "blocked": blocked} {
+	risky := input(PerWindow)
+	risky.Risks = []string{"drain.wait_for_jobs.selector app=train matches no pod in the cluster: the drain will wait for nothing"}
+	for name, in := range map[string]Input{"per window": input(PerWindow), "per step": input(PerStep), "blocked": blocked, "fleet risks": risky} {
 		t.Run(name, func(t *testing.T) {
 			f := Build(in)
 			b, err := f.Encode()
@@ -27,7 +29,8 @@ func TestDecodeHeaderAgreesWithDecode(t *testing.T) {
 			}
 			if h.Round != f.Round || h.Revision != f.Revision || h.Digest != f.Digest || h.Signatures != f.Signatures ||
 				h.PerStepSignatures != f.PerStepSignatures || h.Ready() != f.Ready() || len(h.Blockers) != len(f.Blockers) ||
-				strings.Join(h.Summary, "|") != strings.Join(f.Summary, "|") || len(h.Nodes) != len(f.Nodes) {
+				strings.Join(h.Summary, "|") != strings.Join(f.Summary, "|") || len(h.Nodes) != len(f.Nodes) ||
+				strings.Join(h.Risks, "|") != strings.Join(f.Risks, "|") {
 				t.Fatalf("header %+v\nof plan %s rev %d signatures %d/%d blockers %v", h, f.Digest, f.Revision, f.Signatures, f.PerStepSignatures, f.Blockers)
 			}
 			for _, n := range f.Nodes {

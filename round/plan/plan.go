@@ -203,10 +203,13 @@ type Fleet struct {
 	Revision int    `json:"revision"`
 	Nodes    []Node `json:"nodes"`
 	// Placement is what runs where for the round, in words.
-	Placement []string  `json:"placement"`
-	Notes     []Note    `json:"notes"`
-	Summary   []string  `json:"summary"`
-	Blockers  []Blocker `json:"blockers"`
+	Placement []string `json:"placement"`
+	Notes     []Note   `json:"notes"`
+	// Risks are fleet-wide: what the intent asks that the cluster cannot
+	// honour as written (a selector that picks nothing). In the digest.
+	Risks    []string  `json:"risks"`
+	Summary  []string  `json:"summary"`
+	Blockers []Blocker `json:"blockers"`
 	// TestEnvironment says whether the target kernel closed a round in
 	// the test environment the intent names ("" when it names none).
 	TestEnvironment string `json:"test_environment,omitempty"`
@@ -289,16 +292,20 @@ func (f *Fleet) seal() {
 		f.PerStepSignatures += len(n.steps())
 		parts = append(parts, n.digestPart())
 	}
-	f.Digest = fleetDigest(parts, f.Blockers)
+	f.Digest = fleetDigest(parts, f.Blockers, f.Risks)
 }
 
 // digestPart is the node's part of the fleet digest.
 func (n *Node) digestPart() string { return fmt.Sprintf("%d:%s=%s", n.Position, n.Node, n.Window) }
 
-// fleetDigest is the digest over the round's parts and its blockers.
-func fleetDigest(parts []string, blockers []Blocker) string {
+// fleetDigest is the digest over the round's parts, its blockers and its
+// fleet-wide risks.
+func fleetDigest(parts []string, blockers []Blocker, risks []string) string {
 	for _, b := range blockers {
 		parts = append(parts, "blocker:"+b.String())
+	}
+	for _, r := range risks {
+		parts = append(parts, "risk:"+r)
 	}
 	return digest(parts...)
 }

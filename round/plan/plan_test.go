@@ -396,6 +396,44 @@ func TestMarkdown(t *testing.T) {
 	}
 }
 
+// Fleet-wide risks are in plan.md under Risks and in the digest: a plan
+// whose risk line was edited away is refused.
+func TestFleetRisksRenderedAndSealed(t *testing.T) {
+	in := input(PerWindow)
+	plain := Build(in)
+	risk := "alerts.selector severity=critical matches no alerting rule in Prometheus (3 rules): the alert check can never turn red"
+	in.Risks = []string{risk}
+	fl := Build(in)
+	if !slices.Contains(fl.Summary, "1 fleet-wide risk(s): read Risks in plan.md") || slices.ContainsFunc(plain.Summary, func(l string) bool { return strings.Contains(l, "risk") }) {
+		t.Errorf("summaries %q and %q", fl.Summary, plain.Summary)
+	}
+	if fl.Digest == plain.Digest || len(fl.Risks) != 1 || len(plain.Risks) != 0 {
+		t.Fatalf("risks %v, digest %s (without %s)", fl.Risks, fl.Digest, plain.Digest)
+	}
+	var b bytes.Buffer
+	if err := Markdown(&b, fl); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "## Risks\n\n- "+risk+"\n") {
+		t.Errorf("plan.md lacks the fleet risk:\n%s", b.String())
+	}
+	b.Reset()
+	if err := Markdown(&b, plain); err != nil || strings.Contains(b.String(), "\n## Risks\n") {
+		t.Errorf("a plan without fleet risks has a Risks section (%v)", err)
+	}
+	enc, err := fl.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Decode(enc); err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	edited := bytes.Replace(enc, []byte(risk), []byte("all good"), 1)
+	if _, err := Decode(edited); err == nil || !strings.Contains(err.Error(), "changed after it was sealed") {
+		t.Errorf("a plan with its risk edited: %v", err)
+	}
+}
+
 func TestPredictEntry(t *testing.T) {
 	cases := []struct{ old, run, tgt, want string }{
 		{"gnulinux-advanced-u>gnulinux-5.15.0-86-generic-advanced-u", "5.15.0-86-generic", "5.15.0-88-generic", "gnulinux-advanced-u>gnulinux-5.15.0-88-generic-advanced-u"},

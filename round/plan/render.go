@@ -32,6 +32,13 @@ func Markdown(w io.Writer, f Fleet) error {
 		}
 		p("\n")
 	}
+	if len(f.Risks) > 0 {
+		p("## Risks\n\n")
+		for _, r := range f.Risks {
+			p("- %s\n", r)
+		}
+		p("\n")
+	}
 	p("## Order\n\n| # | node | role | running → target | signatures | why here |\n|---|---|---|---|---|---|\n")
 	for _, n := range f.Nodes {
 		role := n.Role
