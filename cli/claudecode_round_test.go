@@ -7,8 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-patch/mcp-patch/lab"
 	"github.com/mcp-patch/mcp-patch/round"
@@ -52,6 +55,28 @@ func TestClaudeCodeRunsLabRound(t *testing.T) {
 	}
 	t.Cleanup(func() { h.Close() })
 	t.Logf("lab up in %s", time.Since(start).Round(time.Second))
+	// What goes over the wire about progress: the calls Claude Code sends
+	// with a progressToken, and the progress notifications it is sent.
+	var toolCalls, withToken, progressSent atomic.Int32
+	h.Server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/call" {
+				toolCalls.Add(1)
+				if p, ok := req.GetParams().(interface{ GetProgressToken() any }); ok && p.GetProgressToken() != nil {
+					withToken.Add(1)
+				}
+			}
+			return next(ctx, method, req)
+		}
+	})
+	h.Server.AddSendingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "notifications/progress" {
+				progressSent.Add(1)
+			}
+			return next(ctx, method, req)
+		}
+	})
 
 	const server = "mcp-patch-lab"
 	model := newScriptedModel(server, l.Sign, l.Clock.AdvanceTo)
@@ -125,6 +150,13 @@ func TestClaudeCodeRunsLabRound(t *testing.T) {
 	}
 	if !sawError || !afterError {
 		t.Errorf("no error result was passed on and followed (saw one: %v)", sawError)
+	}
+	t.Logf("progress: %d of %d tool calls carried a progressToken; %d progress notifications sent", withToken.Load(), toolCalls.Load(), progressSent.Load())
+	if withToken.Load() == 0 || withToken.Load() != toolCalls.Load() {
+		t.Errorf("Claude Code sent a progressToken with %d of %d tool calls", withToken.Load(), toolCalls.Load())
+	}
+	if progressSent.Load() == 0 {
+		t.Error("no progress notification reached Claude Code (plan_round reports each node's preflight)")
 	}
 	if model.approvals == 0 || model.waits == 0 {
 		t.Errorf("approvals signed %d, soak waits %d: want both", model.approvals, model.waits)

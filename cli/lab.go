@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
 	"github.com/mcp-patch/mcp-patch/lab"
@@ -233,8 +234,11 @@ Stop it:                             Ctrl-C, or %s lab down
 type labHTTP struct {
 	// URL is where the server answers, e.g. http://127.0.0.1:8765/.
 	URL, Token, TokenFile string
-	srv                   *http.Server
-	cleanup               func()
+	// Server is the MCP server behind URL (for a test to watch its
+	// messages).
+	Server  *mcp.Server
+	srv     *http.Server
+	cleanup func()
 }
 
 // serveLabHTTP starts the lab's MCP server on addr (host:port; port 0 picks
@@ -262,7 +266,7 @@ func serveLabHTTP(ctx context.Context, l *lab.Lab, addr string, getenv func(stri
 	}
 	server := tools.NewServer(tools.Builtin(), d, Version)
 	srv, ln := newHTTPServer(ln, bearerHandler(server, h.Token, log))
-	h.srv, h.URL = srv, "http://"+ln.Addr().String()+"/"
+	h.Server, h.srv, h.URL = server, srv, "http://"+ln.Addr().String()+"/"
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("lab HTTP server stopped", "err", err)
