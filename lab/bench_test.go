@@ -2,7 +2,10 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"io"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -132,9 +135,54 @@ func BenchmarkFleetCheck200(b *testing.B) {
 // hosts' processes (their shells, tools and emulated commands: the
 // server side), the SSH sessions per host and the process's peak RSS. On
 // a shared machine the CPU seconds are the fair figure.
+//
+// Two sub-benchmarks: "self", the hosts' commands played by this test
+// binary (as mcp-patch lab up plays them with itself: every start pays the
+// server's package inits), and "lab-host", played by lab/cmd/lab-host
+// (package emul alone). Each reports the start cost of one command.
 func BenchmarkPreflight200(b *testing.B) {
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	labHost := filepath.Join(b.TempDir(), "lab-host")
+	if out, err := exec.Command("go", "build", "-o", labHost, "github.com/mcp-patch/mcp-patch/lab/cmd/lab-host").CombinedOutput(); err != nil {
+		b.Fatalf("build lab-host: %v\n%s", err, out)
+	}
+	for _, tool := range []struct{ name, bin string }{{"self", ""}, {"lab-host", labHost}} {
+		b.Run(tool.name, func(b *testing.B) {
+			bin := tool.bin
+			if bin == "" {
+				bin = self
+			}
+			b.ReportMetric(commandStart(b, bin).Seconds()*1000, "ms/command-start")
+			preflight200(b, tool.bin)
+		})
+	}
+}
+
+// commandStart is the median wall time of 20 starts of bin as a lab-host
+// command that exits at once (labtool without a command: its usage).
+func commandStart(b *testing.B, bin string) time.Duration {
+	var ds []time.Duration
+	for i := 0; i < 20; i++ {
+		start := time.Now()
+		cmd := exec.Command(bin)
+		cmd.Args = []string{"labtool"}
+		err := cmd.Run()
+		ds = append(ds, time.Since(start))
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 { // its usage
+			b.Fatalf("%s as labtool: %v, want exit status 2", bin, err)
+		}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return ds[len(ds)/2]
+}
+
+func preflight200(b *testing.B, toolBinary string) {
 	ctx := context.Background()
-	f, err := fleet.New(ctx, fleet.Options{Dir: b.TempDir(), ControlPlanes: 3, Canary: 1, GPUServers: 196, Parallelism: 16})
+	f, err := fleet.New(ctx, fleet.Options{Dir: b.TempDir(), ControlPlanes: 3, Canary: 1, GPUServers: 196, Parallelism: 16, ToolBinary: toolBinary})
 	if err != nil {
 		b.Fatal(err)
 	}
