@@ -20,22 +20,20 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/examples"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/apifake"
 	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
@@ -48,7 +46,9 @@ import (
 // allowed_signers file and signed by the real ssh-keygen, the operations
 // worker — over an API server stand-in (client-go's fake clientset, with
 // the few behaviours of the real one the tools rely on) and a fake host
-// per node. Nothing here needs a control plane.
+// per node. Nothing here needs a control plane. The stand-in's behaviours
+// (kube/apifake) are kept honest against the real API server by
+// kube/drain's TestFakeAPIServerDrainContract.
 
 const (
 	fRound   = "2026-11"
@@ -313,81 +313,6 @@ func workloadPod(ns, name, node, rs string) *corev1.Pod {
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
 }
 
-// apiServerBehaviour adds to the fake clientset what the real API server
-// does and the tools rely on: field selectors on pod lists, names from
-// generateName, a created pod that runs to completion (the smoke pod), and
-// an eviction that removes its pod.
-func apiServerBehaviour(kc *fake.Clientset) {
-	podsGVR := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
-	kc.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		la := a.(k8stesting.ListAction)
-		sel := la.GetListRestrictions().Fields
-		if sel == nil || sel.Empty() {
-			return false, nil, nil
-		}
-		obj, err := kc.Tracker().List(podsGVR, schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, a.GetNamespace())
-		if err != nil {
-			return true, nil, err
-		}
-		all := obj.(*corev1.PodList)
-		out := &corev1.PodList{}
-		for _, p := range all.Items {
-			if sel.Matches(fields.Set{"spec.nodeName": p.Spec.NodeName, "status.phase": string(p.Status.Phase),
-				"metadata.name": p.Name, "metadata.namespace": p.Namespace}) {
-				out.Items = append(out.Items, p)
-			}
-		}
-		return true, out, nil
-	})
-	// Discovery names the Eviction API, as the real server does (kubectl's
-	// drain looks for pods/eviction before it evicts).
-	kc.Resources = []*metav1.APIResourceList{
-		{GroupVersion: "v1", APIResources: []metav1.APIResource{{Name: "pods", Namespaced: true, Kind: "Pod"},
-			{Name: "pods/eviction", Namespaced: true, Group: "policy", Version: "v1", Kind: "Eviction"}}},
-		{GroupVersion: "policy/v1", APIResources: []metav1.APIResource{{Name: "poddisruptionbudgets", Namespaced: true, Kind: "PodDisruptionBudget"}}},
-	}
-	var seq atomic.Int64
-	kc.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		ca, ok := a.(k8stesting.CreateAction)
-		if !ok || a.GetSubresource() != "" {
-			return false, nil, nil
-		}
-		p := ca.GetObject().(*corev1.Pod)
-		if p.Name == "" && p.GenerateName != "" {
-			p.Name = fmt.Sprintf("%s%05d", p.GenerateName, seq.Add(1))
-			if p.Spec.NodeName == "" {
-				// The smoke pod is pinned by affinity: the scheduler binds
-				// it and the kubelet runs it to completion.
-				if na := p.Spec.Affinity; na != nil && na.NodeAffinity != nil && na.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-					for _, term := range na.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-						for _, f := range append(term.MatchFields, term.MatchExpressions...) {
-							if len(f.Values) == 1 {
-								p.Spec.NodeName = f.Values[0]
-							}
-						}
-					}
-				}
-				p.Status = corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{Name: "smoke",
-					State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}}}
-			}
-		}
-		return false, nil, nil
-	})
-	kc.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.GetSubresource() != "eviction" {
-			return false, nil, nil
-		}
-		ev, ok := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
-		if !ok {
-			return false, nil, nil
-		}
-		if ev.DeleteOptions != nil && len(ev.DeleteOptions.DryRun) > 0 {
-			return true, nil, nil
-		}
-		return true, nil, kc.Tracker().Delete(podsGVR, a.GetNamespace(), ev.Name)
-	})
-}
-
 // newFleet is a cluster of cp-1 (control plane), gpu-1 (GPU canary) and
 // gpu-2 (GPU), each running fRunning with fTarget to install, one
 // inference pod on each GPU server.
@@ -425,7 +350,7 @@ func newFleet(t *testing.T, configure ...func(*config.Config)) *fleet {
 		workloadPod("inference", "model-5c-a", "gpu-1", "model-5c"),
 		workloadPod("inference", "model-5c-b", "gpu-2", "model-5c"),
 	)
-	apiServerBehaviour(f.kube)
+	apifake.Behave(f.kube)
 	f.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{kube.CNPGClusters: "ClusterList"})
 	clients := &kube.Clients{Kube: f.kube, Dynamic: f.dyn, Host: "https://api.test:6443"}
