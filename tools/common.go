@@ -429,3 +429,21 @@ func (d *Deps) uncordonIfOurs(ctx context.Context, roundID, node string) (bool, 
 	}
 	return true, "uncordoned (this round had cordoned it)"
 }
+
+// outcome words a window outcome as a result.
+func outcome(o window.Outcome) Result {
+	r := Result{Reasons: o.Reasons, NextAction: o.Next}
+	if o.InProgress {
+		r.Status = StatusInProgress
+	}
+	return r
+}
+
+// then makes c the next call of an ok result (one in progress calls the
+// same tool again).
+func (r Result) then(c *Call) Result {
+	if r.Status == "" || r.Status == StatusOK {
+		r.NextCall = c
+	}
+	return r
+}

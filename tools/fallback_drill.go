@@ -33,7 +33,7 @@ func FallbackDrill() Tool {
 	}, Steps[DrillIn, DrillOut, window.FallbackDrillPlan]{
 		Target: func(in DrillIn) string { return in.Node },
 		Follow: func(ctx context.Context, d *Deps, in DrillIn, p Progress) (DrillOut, error) {
-			s, w, err := d.hostWindow(ctx)
+			s, w, err := d.openWindow(ctx, needHost)
 			if err != nil {
 				return DrillOut{}, err
 			}
@@ -66,7 +66,7 @@ func FallbackDrill() Tool {
 			return s.id, plan, err
 		},
 		Do: func(ctx context.Context, d *Deps, in DrillIn, plan window.FallbackDrillPlan, a Approved, p Progress) (DrillOut, error) {
-			s, w, err := d.hostWindow(ctx)
+			s, w, err := d.openWindow(ctx, needHost)
 			if err != nil {
 				return DrillOut{}, err
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/gate"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 const baselineFile = "baseline.json"
@@ -206,4 +207,19 @@ func (d *Deps) takeBaseline(ctx context.Context, kc *kube.Clients, s *session) (
 		return nil, err
 	}
 	return &base, nil
+}
+
+// etcdBeforeControlPlane is window.DecideEtcdBeforeWindow on etcd's health,
+// read only before the window of a control-plane node.
+func (d *Deps) etcdBeforeControlPlane(ctx context.Context, s *session, node string) error {
+	n := s.j.State().Node(node)
+	if n == nil || n.Role != round.RoleControlPlane {
+		return nil
+	}
+	cfg, err := d.gateConfig(ctx, s)
+	if err != nil || cfg.Etcd == nil {
+		return nil
+	}
+	c := gate.CheckEtcd(ctx, *cfg.Etcd)
+	return window.DecideEtcdBeforeWindow(node, n.Role, &c)
 }

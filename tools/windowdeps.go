@@ -36,15 +36,11 @@ func (d *Deps) window(ctx context.Context, s *session, n need) (*window.Window, 
 		w.Host, w.Forget = h.Steps, h.Pool.Forget
 	}
 	if n&needCluster != 0 {
-		if d.Drainer != nil {
-			w.Cluster = d.Drainer
-		} else {
-			kc, err := d.cluster(ctx)
-			if err != nil {
-				return nil, err
-			}
-			w.Cluster = drain.Cluster{Kube: kc.Kube}
+		c, err := d.drainCluster(ctx)
+		if err != nil {
+			return nil, err
 		}
+		w.Cluster = c
 	}
 	lease, err := d.windowLease(ctx)
 	if err != nil {
@@ -319,13 +315,14 @@ func (d *Deps) rollbackWindow(ctx context.Context) (*session, *window.Window, wi
 	return s, w, rh, nil
 }
 
-// hostWindow is the open round and its window machinery with the hosts.
-func (d *Deps) hostWindow(ctx context.Context) (*session, *window.Window, error) {
+// openWindow is the open round and its window machinery for what the step
+// needs.
+func (d *Deps) openWindow(ctx context.Context, n need) (*session, *window.Window, error) {
 	s, err := d.openSession()
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := d.window(ctx, s, needHost)
+	w, err := d.window(ctx, s, n)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -338,3 +335,64 @@ type unreachableLease struct{ err error }
 
 func (l unreachableLease) Hold(context.Context, string, string) error    { return l.err }
 func (l unreachableLease) Release(context.Context, string, string) error { return l.err }
+
+// drainCluster is the cluster's drain: d.Drainer when set (tests), else
+// the API server's.
+func (d *Deps) drainCluster(ctx context.Context) (window.Cluster, error) {
+	if d.Drainer != nil {
+		return d.Drainer, nil
+	}
+	kc, err := d.cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return drain.Cluster{Kube: kc.Kube}, nil
+}
+
+// admitDrain is what must hold before a node's window opens: the standing
+// rules (unless the drain is already in flight), the maintenance window, a
+// green simulate_upgrade, and etcd's health before a control-plane node.
+func (d *Deps) admitDrain(ctx context.Context, s *session, node string) error {
+	if s.inFlightRun(round.StepDrain, node) == nil {
+		if err := s.admit(d, round.StepDrain, node); err != nil {
+			return err
+		}
+	}
+	if err := d.admitMaintenance(s, node); err != nil {
+		return err
+	}
+	if r := s.stepRun(round.StepSimulate, node); r == nil || !r.Green() {
+		return Refuse("Run simulate_upgrade (and download_updates, snapshot_node) on this node first.",
+			"no green simulate_upgrade for "+node+" this round: a drain without a checked package plan is not sure")
+	}
+	return d.etcdBeforeControlPlane(ctx, s, node)
+}
+
+func (d *Deps) drainPolicy(s *session) drain.Policy {
+	pol := drain.Policy{}
+	if ds := s.settings.Drain; ds != nil && ds.EmptyDirPolicy == "delete" {
+		pol.DeleteEmptyDirData = true
+	}
+	return pol
+}
+
+func (d *Deps) drainTimeout(s *session) time.Duration {
+	if ds := s.settings.Drain; ds != nil && ds.TimeoutMinutes > 0 {
+		return time.Duration(ds.TimeoutMinutes) * time.Minute
+	}
+	return d.Config.Kube.DrainTimeout.D()
+}
+
+func (d *Deps) drainOptions(s *session) window.DrainOptions {
+	o := window.DrainOptions{Policy: d.drainPolicy(s), Identity: d.Identity,
+		Options: drain.Options{Timeout: d.drainTimeout(s), EvictRetryDelay: d.Config.Kube.EvictRetry.D(), Logger: d.Log}}
+	// A selector that does not parse was refused by the drain's Plan.
+	if sel, wait, err := jobWaitOf(s.settings); err == nil {
+		o.JobSelector, o.JobWait = sel, wait
+	}
+	return o
+}
+
+func drainProgress(p Progress) func(done, total int, msg string) {
+	return func(done, total int, msg string) { p(float64(done), float64(total), msg) }
+}

@@ -300,6 +300,11 @@ func (c *Cluster) PreviewDrain(ctx context.Context, node string, pol drain.Polic
 func (c *Cluster) Drain(ctx context.Context, node string, o drain.Options, progress func(done, total int, msg string)) (drain.Result, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if o.DryRun {
+		// The API server's dry run: every pod would go, nothing is persisted.
+		c.Actions = append(c.Actions, Action{Node: node, What: "drain-dry-run"})
+		return drain.Result{DryRun: true, Evicted: append([]drain.PodRef(nil), c.Pods[node]...)}, nil
+	}
 	if c.Cordoned == nil {
 		c.Cordoned = map[string]string{}
 	}
