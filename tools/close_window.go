@@ -2,13 +2,12 @@ package tools
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // CloseWindowIn names the node whose window the gate closes.
@@ -49,15 +48,8 @@ func CloseWindow() Tool {
 		if err != nil {
 			return GateOut{}, err
 		}
-		if len(g.accepted) > 0 {
-			// Keep them accepted for the later gates of the round.
-			b, err := json.MarshalIndent(g.baseline, "", "  ")
-			if err == nil {
-				err = d.Book.WriteFile(s.id, baselineFile, append(b, '\n'))
-			}
-			if err != nil {
-				return GateOut{}, fmt.Errorf("update the baseline: %w", err)
-			}
+		if err := d.keepAccepted(s, g); err != nil {
+			return GateOut{}, err
 		}
 		out := GateOut{Gate: &g.rep}
 		if g.rep.OK {
@@ -82,24 +74,21 @@ func CloseWindow() Tool {
 		}
 		// Red: wait within the settle time, then stop the round.
 		np, _ := s.nodePlan(d, in.Node)
-		first := np.GateRedSince
-		if first.IsZero() {
-			np.Node, np.GateRedSince = in.Node, d.now()
+		red := window.DecideRedGate(np.GateRedSince, d.now(), d.Config.Kube.GateSettle.D())
+		if red.First {
+			np.Node, np.GateRedSince = in.Node, red.Since
 			if err := s.saveNodePlan(d, np); err != nil {
 				return out, errors.Join(Fail("Call close_window again.", "record when the gate turned red"), err)
 			}
-			first = np.GateRedSince
 		}
-		if d.now().Sub(first) < d.Config.Kube.GateSettle.D() {
-			out.Result = Result{Status: StatusInProgress, Reasons: g.reasons,
-				NextAction: fmt.Sprintf("Wait and call close_window again (the gate may settle until %s).", first.Add(d.Config.Kube.GateSettle.D()).UTC().Format(time.RFC3339))}
+		if red.Settling {
+			out.Result = Result{Status: StatusInProgress, Reasons: g.reasons, NextAction: red.Next()}
 			return out, nil
 		}
 		if err := s.check(round.StepGate, in.Node, false, "", strings.Join(g.reasons, "; ")); err != nil {
 			return out, err
 		}
-		out.Result = Result{Status: StatusFailed, Reasons: g.reasons,
-			NextAction: "Stop: the gate stayed red. Tell a person what failed; nothing else is cordoned until they sign resume or abort."}
+		out.Result = Result{Status: StatusFailed, Reasons: g.reasons, NextAction: red.Next()}
 		return out, nil
 	})
 }

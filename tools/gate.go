@@ -107,6 +107,23 @@ type gateRun struct {
 	baseline *gate.Baseline
 }
 
+// keepAccepted writes the restarts a gate accepted (those the node's
+// deliberate reboot explains) into the round's baseline, so the later
+// gates of the round accept them too.
+func (d *Deps) keepAccepted(s *session, g gateRun) error {
+	if len(g.accepted) == 0 {
+		return nil
+	}
+	b, err := json.MarshalIndent(g.baseline, "", "  ")
+	if err == nil {
+		err = d.Book.WriteFile(s.id, baselineFile, append(b, '\n'))
+	}
+	if err != nil {
+		return fmt.Errorf("update the baseline: %w", err)
+	}
+	return nil
+}
+
 // evaluateGate evaluates the gate for node ("" for the cluster only). It
 // writes nothing.
 func evaluateGate(ctx context.Context, d *Deps, s *session, node string) (gateRun, error) {
