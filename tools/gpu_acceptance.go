@@ -2,9 +2,7 @@ package tools
 
 import (
 	"context"
-	"fmt"
 	"strings"
-	"time"
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube/gpucheck"
@@ -63,20 +61,7 @@ func GPUAcceptance() Tool {
 		if err := s.begin(round.StepGPUAcceptance, in.Node); err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		fm := ""
-		if g.FabricManagerRequired {
-			fm = "required"
-		}
-		var c window.GPUChecks
-		p(0, 3, "host checks")
-		c.Host, c.HostErr = h.Steps.GPUCheck(ctx, in.Node, steps.GPUCheckInput{ExpectedGPUs: g.ExpectedGPUsPerServer, FabricManager: fm})
-		p(1, 3, "smoke pod")
-		c.Smoke, c.SmokeErr = gpucheck.SmokePod(ctx, kc.Kube, in.Node, gpucheck.SmokeOptions{Image: d.Config.Kube.SmokeImage, Timeout: 5 * time.Minute, PollInterval: 250 * time.Millisecond, Logger: d.Log})
-		p(2, 3, "model completion")
-		me := g.ModelEndpoint
-		base, api := splitModelURL(me.URL)
-		c.Completion, c.CompletionErr = gpucheck.Complete(ctx, gpucheck.CompletionRequest{Endpoint: base, API: api, Model: me.Model, Prompt: me.Prompt,
-			MaxTokens: me.MaxTokens, Timeout: time.Duration(max(me.TimeoutSeconds, 1)) * time.Second})
+		c := window.RunGPUAcceptance(ctx, gpuProbes{d: d, hosts: h, kube: kc.Kube, gpu: g}, in.Node, p)
 		out := GPUAcceptanceOut{Host: &c.Host, Smoke: &c.Smoke, Completion: &c.Completion}
 		problems, notes := window.JudgeGPUAcceptance(c)
 		if len(problems) > 0 {
@@ -90,23 +75,9 @@ func GPUAcceptance() Tool {
 		if err := s.finish(round.StepGPUAcceptance, in.Node, "", strings.Join(notes, "; ")); err != nil {
 			return out, err
 		}
-		out.Reasons = append(notes, fmt.Sprintf("%d GPUs healthy, driver %s; completion answered in %s", c.Host.GPUCount, c.Host.DriverVersion, c.Completion.Latency.Round(time.Millisecond)))
+		out.Reasons = window.GPUAccepted(c, notes)
 		out.NextAction = "promote_kernel this node next."
 		out.NextCall = CallTo("promote_kernel", "node", in.Node)
 		return out, nil
 	})
-}
-
-// splitModelURL accepts the intent's model URL with or without its route:
-// ".../v1/completions" and ".../v1/chat/completions" name the API to use,
-// a base URL leaves the choice to the check.
-func splitModelURL(u string) (base, api string) {
-	u = strings.TrimSuffix(u, "/")
-	switch {
-	case strings.HasSuffix(u, "/"+gpucheck.APIChat):
-		return strings.TrimSuffix(u, "/"+gpucheck.APIChat), gpucheck.APIChat
-	case strings.HasSuffix(u, "/"+gpucheck.APICompletions):
-		return strings.TrimSuffix(u, "/"+gpucheck.APICompletions), gpucheck.APICompletions
-	}
-	return u, ""
 }

@@ -3,9 +3,15 @@ package tools
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/kube/gpucheck"
 	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
@@ -395,4 +401,47 @@ func (d *Deps) drainOptions(s *session) window.DrainOptions {
 
 func drainProgress(p Progress) func(done, total int, msg string) {
 	return func(done, total int, msg string) { p(float64(done), float64(total), msg) }
+}
+
+// gpuProbes are GPU acceptance's checks as the intent's gpu settings
+// configure them: the host step, the smoke pod and the model endpoint.
+type gpuProbes struct {
+	d     *Deps
+	hosts *HostAccess
+	kube  kubernetes.Interface
+	gpu   *intent.GPUSettings
+}
+
+func (g gpuProbes) HostGPU(ctx context.Context, node string) (steps.GPUCheck, error) {
+	fm := ""
+	if g.gpu.FabricManagerRequired {
+		fm = "required"
+	}
+	return g.hosts.Steps.GPUCheck(ctx, node, steps.GPUCheckInput{ExpectedGPUs: g.gpu.ExpectedGPUsPerServer, FabricManager: fm})
+}
+
+func (g gpuProbes) SmokePod(ctx context.Context, node string) (gpucheck.SmokeResult, error) {
+	return gpucheck.SmokePod(ctx, g.kube, node, gpucheck.SmokeOptions{Image: g.d.Config.Kube.SmokeImage, Timeout: 5 * time.Minute,
+		PollInterval: 250 * time.Millisecond, Logger: g.d.Log})
+}
+
+func (g gpuProbes) Completion(ctx context.Context) (gpucheck.CompletionResult, error) {
+	me := g.gpu.ModelEndpoint
+	base, api := splitModelURL(me.URL)
+	return gpucheck.Complete(ctx, gpucheck.CompletionRequest{Endpoint: base, API: api, Model: me.Model, Prompt: me.Prompt,
+		MaxTokens: me.MaxTokens, Timeout: time.Duration(max(me.TimeoutSeconds, 1)) * time.Second})
+}
+
+// splitModelURL accepts the intent's model URL with or without its route:
+// ".../v1/completions" and ".../v1/chat/completions" name the API to use,
+// a base URL leaves the choice to the check.
+func splitModelURL(u string) (base, api string) {
+	u = strings.TrimSuffix(u, "/")
+	switch {
+	case strings.HasSuffix(u, "/"+gpucheck.APIChat):
+		return strings.TrimSuffix(u, "/"+gpucheck.APIChat), gpucheck.APIChat
+	case strings.HasSuffix(u, "/"+gpucheck.APICompletions):
+		return strings.TrimSuffix(u, "/"+gpucheck.APICompletions), gpucheck.APICompletions
+	}
+	return u, ""
 }

@@ -1,6 +1,10 @@
 package window
 
 import (
+	"context"
+	"fmt"
+	"time"
+
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube/gpucheck"
 )
@@ -39,4 +43,38 @@ func JudgeGPUAcceptance(c GPUChecks) (problems, notes []string) {
 		problems = append(problems, "model completion: "+c.Completion.Reason)
 	}
 	return problems, notes
+}
+
+// GPUProbes are GPU acceptance's three checks on a node: the host's GPUs
+// and driver (host/steps), a smoke pod on nvidia.com/gpu and a completion
+// from the model endpoint (kube/gpucheck).
+type GPUProbes interface {
+	HostGPU(ctx context.Context, node string) (steps.GPUCheck, error)
+	SmokePod(ctx context.Context, node string) (gpucheck.SmokeResult, error)
+	Completion(ctx context.Context) (gpucheck.CompletionResult, error)
+}
+
+// RunGPUAcceptance runs the three checks in turn, each whatever the
+// others answered (a person reads all three), reporting progress before
+// each; progress may be nil. It records nothing: JudgeGPUAcceptance judges
+// the answers.
+func RunGPUAcceptance(ctx context.Context, p GPUProbes, node string, progress func(done, total float64, msg string)) GPUChecks {
+	if progress == nil {
+		progress = func(float64, float64, string) {}
+	}
+	var c GPUChecks
+	progress(0, 3, "host checks")
+	c.Host, c.HostErr = p.HostGPU(ctx, node)
+	progress(1, 3, "smoke pod")
+	c.Smoke, c.SmokeErr = p.SmokePod(ctx, node)
+	progress(2, 3, "model completion")
+	c.Completion, c.CompletionErr = p.Completion(ctx)
+	return c
+}
+
+// GPUAccepted is what a passed GPU acceptance reports: its notes, then the
+// GPUs, the driver and how fast the model answered.
+func GPUAccepted(c GPUChecks, notes []string) []string {
+	return append(append([]string{}, notes...), fmt.Sprintf("%d GPUs healthy, driver %s; completion answered in %s",
+		c.Host.GPUCount, c.Host.DriverVersion, c.Completion.Latency.Round(time.Millisecond)))
 }

@@ -1,8 +1,11 @@
 package window_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -55,5 +58,50 @@ func TestJudgeGPUAcceptance(t *testing.T) {
 				t.Errorf("notes (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+type gpuProbes struct {
+	calls []string
+	smoke error
+}
+
+func (p *gpuProbes) HostGPU(_ context.Context, node string) (steps.GPUCheck, error) {
+	p.calls = append(p.calls, "host "+node)
+	return steps.GPUCheck{Passed: true, GPUCount: 8, DriverVersion: "550.90.07"}, nil
+}
+
+func (p *gpuProbes) SmokePod(_ context.Context, node string) (gpucheck.SmokeResult, error) {
+	p.calls = append(p.calls, "smoke "+node)
+	return gpucheck.SmokeResult{}, p.smoke
+}
+
+func (p *gpuProbes) Completion(context.Context) (gpucheck.CompletionResult, error) {
+	p.calls = append(p.calls, "completion")
+	return gpucheck.CompletionResult{OK: true, Latency: 1234567 * time.Microsecond}, nil
+}
+
+// Every check runs, whatever another answered: a person reads all three.
+func TestRunGPUAcceptance(t *testing.T) {
+	p := &gpuProbes{smoke: errors.New("no node")}
+	var progress []string
+	c := window.RunGPUAcceptance(context.Background(), p, "gpu-1", func(done, total float64, msg string) {
+		progress = append(progress, fmt.Sprintf("%v/%v %s", done, total, msg))
+	})
+	if d := cmp.Diff([]string{"host gpu-1", "smoke gpu-1", "completion"}, p.calls); d != "" {
+		t.Errorf("checks (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"0/3 host checks", "1/3 smoke pod", "2/3 model completion"}, progress); d != "" {
+		t.Errorf("progress (-want +got):\n%s", d)
+	}
+	problems, _ := window.JudgeGPUAcceptance(c)
+	if d := cmp.Diff([]string{"smoke pod: no node"}, problems); d != "" {
+		t.Errorf("problems (-want +got):\n%s", d)
+	}
+	c = window.RunGPUAcceptance(context.Background(), &gpuProbes{}, "gpu-1", nil)
+	got := window.GPUAccepted(c, []string{"smoke pod: no free GPU"})
+	want := []string{"smoke pod: no free GPU", "8 GPUs healthy, driver 550.90.07; completion answered in 1.235s"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("accepted (-want +got):\n%s", d)
 	}
 }
