@@ -17,9 +17,9 @@ import (
 // per window.
 func approvalFleet() plan.Fleet {
 	facts := plan.Facts{Running: running, Target: target, PackageDigest: "sha256:pkgs",
-		PackageLines: []string{"Inst linux-image-" + target},
-		Packages:     []plan.Package{{Name: "linux-image-" + target, Action: "install", NewVersion: "1", Class: "kernel"}},
-		Entries: []plan.Entry{{ID: "gnulinux-advanced-u>gnulinux-" + running + "-advanced-u", Kernel: running}},
+		PackageLines:    []string{"Inst linux-image-" + target},
+		Packages:        []plan.Package{{Name: "linux-image-" + target, Action: "install", NewVersion: "1", Class: "kernel"}},
+		Entries:         []plan.Entry{{ID: "gnulinux-advanced-u>gnulinux-" + running + "-advanced-u", Kernel: running}},
 		GrubenvWritable: true, KernelPanic: 10, BootFreeBytes: -1,
 		Drain: plan.DrainFacts{Pods: []plan.Pod{{Namespace: "inference", Name: "model-1", OwnerKind: "ReplicaSet", OwnerName: "model-5c"}}},
 	}
@@ -100,11 +100,15 @@ func TestLiveNode(t *testing.T) {
 		mod  func(*plan.Node)
 	}{
 		{name: "drain", p: window.DrainPlan{Node: "gpu-2", Evict: []string{"evict batch/etl-1 (job etl)"}}, step: plan.StepDrain,
-			mod: func(l *plan.Node) { l.Drain = plan.Drain{Workloads: []plan.Workload{{Namespace: "batch", Kind: "job", Name: "etl", Pods: 1}}} }},
+			mod: func(l *plan.Node) {
+				l.Drain = plan.Drain{Workloads: []plan.Workload{{Namespace: "batch", Kind: "job", Name: "etl", Pods: 1}}}
+			}},
 		{name: "install with apt lines", p: window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:new", AptLines: []string{"Inst a"}, Lines: []string{"install a"}, TargetKernel: "k2"},
 			step: plan.StepInstall, mod: func(l *plan.Node) { l.PackageDigest, l.PackageLines, l.Target = "sha256:new", []string{"Inst a"}, "k2" }},
 		{name: "install without apt lines", p: window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:new", Lines: []string{"install a"}, TargetKernel: "k2"},
-			step: plan.StepInstall, mod: func(l *plan.Node) { l.PackageDigest, l.PackageLines, l.Target = "sha256:new", []string{"install a"}, "k2" }},
+			step: plan.StepInstall, mod: func(l *plan.Node) {
+				l.PackageDigest, l.PackageLines, l.Target = "sha256:new", []string{"install a"}, "k2"
+			}},
 		{name: "trial boot", p: window.TrialBootPlan{Node: "gpu-2", RunningKernel: "k1", TargetKernel: "k2", OldEntry: "o", NewEntry: "n"}, step: plan.StepTrialBoot,
 			mod: func(l *plan.Node) { l.Running, l.Target, l.Grub.Old, l.Grub.New = "k1", "k2", "o", "n" }},
 		{name: "drill binds the trial boot's facts", p: window.FallbackDrillPlan{Node: "gpu-2", RunningKernel: "k1", TargetKernel: "k2", OldEntry: "o", NewEntry: "n"}, step: plan.StepTrialBoot,

@@ -6,7 +6,10 @@
 // host, cluster and Lease interfaces it needs; host/steps, kube and the
 // tools' adapters satisfy them, and unit tests run whole windows on fakes.
 //
-// It must not import tools/, the MCP SDK, client-go, x/crypto/ssh or go-git.
+// It must not import tools/, the MCP SDK, x/crypto/ssh or go-git, and it
+// imports no client-go package itself: it names the plain types of
+// kube/drain, kube/gate and kube/gpucheck (which are built on client-go) and
+// receives their work through its interfaces.
 //
 // # Transitions
 //
