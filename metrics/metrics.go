@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,7 +46,10 @@ type Metrics struct {
 	pending map[string]Pending
 
 	notifications *prometheus.CounterVec
-	scrapeErrors  prometheus.Counter
+	// readErrors counts scrapes that could not read the round. It is
+	// reported by the round collector itself, so a scrape that fails counts
+	// in that same scrape (collectors are gathered concurrently).
+	readErrors atomic.Uint64
 }
 
 // Options for New.
@@ -67,11 +71,7 @@ func New(source Source, o Options) *Metrics {
 		Namespace: Namespace, Name: "notifications_total",
 		Help: "Notification deliveries by hook, event kind and outcome (sent, failed).",
 	}, []string{"hook", "kind", "outcome"})
-	m.scrapeErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: Namespace, Name: "round_read_errors_total",
-		Help: "Scrapes that could not read the round's state.",
-	})
-	m.reg.MustRegister(m.notifications, m.scrapeErrors, roundCollector{m})
+	m.reg.MustRegister(m.notifications, roundCollector{m})
 	if o.Process {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -168,6 +168,8 @@ var (
 		[]string{"round", "step"}, nil)
 	descStopped = prometheus.NewDesc(Namespace+"_round_stopped", "1 while the round is stopped for a person's decision.",
 		[]string{"round", "node", "step"}, nil)
+	descReadErrors = prometheus.NewDesc(Namespace+"_round_read_errors_total", "Scrapes that could not read the round's state.",
+		nil, nil)
 	descPending = prometheus.NewDesc(Namespace+"_approvals_pending", "Approval requests waiting for a person's signature.",
 		nil, nil)
 	descPendingAge = prometheus.NewDesc(Namespace+"_approval_pending_age_seconds", "How long each approval request has waited for a signature.",
@@ -180,7 +182,7 @@ type roundCollector struct{ m *Metrics }
 
 func (c roundCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPhase, descStep, descWindow, descOpen, descExpected, descDurations,
-		descFailures, descStopped, descPending, descPendingAge} {
+		descFailures, descStopped, descPending, descPendingAge, descReadErrors} {
 		ch <- d
 	}
 }
@@ -195,10 +197,11 @@ func (c roundCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	st, err := m.source()
 	if err != nil {
-		m.scrapeErrors.Inc()
+		ch <- prometheus.MustNewConstMetric(descReadErrors, prometheus.CounterValue, float64(m.readErrors.Add(1)))
 		ch <- prometheus.NewInvalidMetric(descPhase, err)
 		return
 	}
+	ch <- prometheus.MustNewConstMetric(descReadErrors, prometheus.CounterValue, float64(m.readErrors.Load()))
 	if st == nil {
 		return
 	}
