@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -38,6 +39,38 @@ func waitInstall(t *testing.T, p *host.Pool, node, round string) map[string]any 
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("install on %s still %v after 60s: %s", node, st["state"], out.Stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitInstallAcrossDrop is waitInstall for a host whose connection is cut
+// once while the install runs: the cut may land on a status call rather
+// than on the start, and a status call is safe to repeat on a fresh
+// connection.
+func waitInstallAcrossDrop(t *testing.T, p *host.Pool, node, round string, script []byte) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		out, err := p.RunScript(ctx, node, script, map[string]string{"ACTION": "status", "ROUND": round})
+		cancel()
+		switch {
+		case errors.Is(err, host.ErrConnectionLost):
+			p.Forget(node)
+		case err != nil:
+			t.Fatalf("install.sh status on %s: %v (stderr: %s)", node, err, out.Stderr)
+		default:
+			var st map[string]any
+			if err := json.Unmarshal(out.Stdout, &st); err != nil {
+				t.Fatalf("install.sh status on %s printed no JSON object: %v\n%s", node, err, out.Stdout)
+			}
+			if st["state"] == "finished" || st["state"] == "lost" {
+				return st
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("install on %s not finished after 60s", node)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -306,7 +339,7 @@ func TestSSHDropMidInstall(t *testing.T) {
 			t.Fatalf("install.sh start: %v", err)
 		}
 		p.Forget(h.Name)
-		done := waitInstall(t, p, h.Name, "r1")
+		done := waitInstallAcrossDrop(t, p, h.Name, "r1", script)
 		if done["state"] != "finished" || done["exit_code"] != float64(0) {
 			t.Fatalf("detached install after the drop: %v exit %v\n%v", done["state"], done["exit_code"], done["log_tail"])
 		}
