@@ -42,7 +42,8 @@
 // NeedsRecheck set: the caller re-checks the host or cluster and records the
 // outcome, it never repeats the step blindly. A second process opening the
 // same journal for writing gets ErrLocked (flock); ReadState reads without
-// locking. audit.jsonl beside it holds one fsync'd line per tool call with
+// locking. audit.jsonl beside it holds one fsync'd line per tool call that
+// writes (read-only calls are audited in the server's state directory) with
 // the digest of its arguments (ArgsDigest), never the arguments.
 //
 // # Use

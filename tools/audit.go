@@ -16,13 +16,15 @@ var spillMu sync.Mutex
 
 // RecordAudit writes a tool call's audit record into the open round's
 // audit log (rounds/<id>/audit.jsonl, committed with the round), or, when
-// no round is open, into audit.jsonl in the server's state directory.
+// no round is open, into audit.jsonl in the server's state directory. A
+// read-only call's record always goes to the state directory: a read-only
+// tool changes nothing in the intent repository, not even its audit log.
 func (d *Deps) RecordAudit(ctx context.Context, rec AuditRecord) {
 	decision := round.Allowed
 	if rec.Status == StatusRefused || rec.Status == StatusApprovalRequired {
 		decision = round.Refused
 	}
-	if d.Book != nil {
+	if d.Book != nil && rec.Kind != ReadOnly.String() {
 		if id := d.Book.CurrentID(); id != "" {
 			if j, err := d.Book.Journal(id, false); err == nil {
 				if _, err := j.Audit(round.AuditEntry{Tool: rec.Tool, Node: rec.Node, Digest: rec.ArgsDigest, Args: rec.Args,
