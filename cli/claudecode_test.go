@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"os"
@@ -241,30 +240,7 @@ func startShell(t *testing.T, dir string, env []string, line string) {
 	cmd := exec.Command("sh", "-c", "exec "+line)
 	cmd.Dir = dir
 	cmd.Env = env
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := false
-		for sc.Scan() {
-			if !once && strings.Contains(sc.Text(), "serving MCP") {
-				close(ready)
-				once = true
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s: no banner on stderr", line)
-	}
+	startServing(t, cmd, 30*time.Second, line+": no banner on stderr")
 }
 
 // claudeListed is the mcp-patch line of `claude mcp list` run in dir.

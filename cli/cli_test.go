@@ -299,12 +299,15 @@ func freePort(t *testing.T) string {
 }
 
 // startHTTP starts the real binary serving HTTP and waits for its banner.
-func startHTTP(t *testing.T, repo, token string) string {
+// startServing starts a serve command and waits for its "serving MCP"
+// banner on stderr (failing the test with what after bound); it is stopped
+// when the test ends.
+func startServing(t *testing.T, cmd *exec.Cmd, bound time.Duration, what string) {
 	t.Helper()
-	addr := freePort(t)
-	cmd := exec.Command(binary, "serve", "--http", addr, "--token-env", "T", "--intent-repo", repo, "--state-dir", t.TempDir())
-	cmd.Env = append(os.Environ(), "T="+token)
-	stderr, _ := cmd.StderrPipe()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -322,9 +325,17 @@ func startHTTP(t *testing.T, repo, token string) string {
 	}()
 	select {
 	case <-ready:
-	case <-time.After(20 * time.Second):
-		t.Fatal("server did not start")
+	case <-time.After(bound):
+		t.Fatal(what)
 	}
+}
+
+func startHTTP(t *testing.T, repo, token string) string {
+	t.Helper()
+	addr := freePort(t)
+	cmd := exec.Command(binary, "serve", "--http", addr, "--token-env", "T", "--intent-repo", repo, "--state-dir", t.TempDir())
+	cmd.Env = append(os.Environ(), "T="+token)
+	startServing(t, cmd, 20*time.Second, "server did not start")
 	return "http://" + addr + "/"
 }
 
