@@ -543,31 +543,10 @@ func (f GPUsExhausted) inject(ctx context.Context, w *World) error {
 		return nil
 	}
 	gpus := *resource.NewQuantity(int64(free), resource.DecimalSI)
-	one := int32(1)
 	for _, node := range nodes {
 		name := GPUFillerPrefix + node
 		sel := map[string]string{labelApp: name}
-		dep := &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: withWorld(sel)},
-			Spec: appsv1.DeploymentSpec{
-				Replicas: &one,
-				Selector: &metav1.LabelSelector{MatchLabels: sel},
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: withWorld(sel)},
-					Spec: corev1.PodSpec{
-						Affinity:    pinnedAffinity(node),
-						Tolerations: []corev1.Toleration{{Key: string(kube.ResourceGPU), Operator: corev1.TolerationOpExists}},
-						Containers: []corev1.Container{{
-							Name: "trainer", Image: "nvcr.io/nvidia/pytorch:24.08-py3",
-							Resources: corev1.ResourceRequirements{
-								Requests: corev1.ResourceList{kube.ResourceGPU: gpus},
-								Limits:   corev1.ResourceList{kube.ResourceGPU: gpus},
-							},
-						}},
-					},
-				},
-			},
-		}
+		dep := trainerDeployment(ns, name, node, sel, sel, gpus)
 		if _, err := w.kc.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
 			return fmt.Errorf("create deployment %s/%s: %w", ns, name, err)
 		}
@@ -660,26 +639,8 @@ func (f GPUJobRunning) inject(ctx context.Context, w *World) error {
 	ns, name := w.opts.Names.WorkloadNamespace, TrainingJobPrefix+node
 	sel := map[string]string{labelApp: name}
 	podLabels := map[string]string{labelApp: name, JobLabel: JobLabelValue}
-	one := int32(1)
 	gpu := *resource.NewQuantity(1, resource.DecimalSI)
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: withWorld(sel)},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: sel},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: withWorld(podLabels)},
-				Spec: corev1.PodSpec{
-					Affinity:    pinnedAffinity(node),
-					Tolerations: []corev1.Toleration{{Key: string(kube.ResourceGPU), Operator: corev1.TolerationOpExists}},
-					Containers: []corev1.Container{{
-						Name: "trainer", Image: "nvcr.io/nvidia/pytorch:24.08-py3",
-						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{kube.ResourceGPU: gpu}, Limits: corev1.ResourceList{kube.ResourceGPU: gpu}},
-					}},
-				},
-			},
-		},
-	}
+	dep := trainerDeployment(ns, name, node, sel, podLabels, gpu)
 	if _, err := w.kc.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
 		return fmt.Errorf("create deployment %s/%s: %w", ns, name, err)
 	}
@@ -717,4 +678,32 @@ func (f GPUJobRunning) clear(ctx context.Context, w *World) error {
 		}
 		return true, "", nil
 	})
+}
+
+// trainerDeployment is one replica of a GPU trainer pinned to node,
+// requesting gpus GPUs: what the GPU fillers and the training job faults
+// run.
+func trainerDeployment(ns, name, node string, sel, podLabels map[string]string, gpus resource.Quantity) *appsv1.Deployment {
+	one := int32(1)
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: withWorld(sel)},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: withWorld(podLabels)},
+				Spec: corev1.PodSpec{
+					Affinity:    pinnedAffinity(node),
+					Tolerations: []corev1.Toleration{{Key: string(kube.ResourceGPU), Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{
+						Name: "trainer", Image: "nvcr.io/nvidia/pytorch:24.08-py3",
+						Resources: corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{kube.ResourceGPU: gpus},
+							Limits:   corev1.ResourceList{kube.ResourceGPU: gpus},
+						},
+					}},
+				},
+			},
+		},
+	}
 }
