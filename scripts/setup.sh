@@ -3,8 +3,23 @@
 # machine: Debian packages (with apt-get), Go modules, the npm MCP client used
 # by the interoperability test, and the real control plane (built once into a
 # cache). Safe to run again: each part is skipped when already present.
+#
+#   scripts/setup.sh          everything the tests need
+#   scripts/setup.sh --demo   only what the demo needs (scripts/demo.sh): the
+#                             control plane, grub2-common and the Go modules;
+#                             no test tools, npm client or Alertmanager
 set -eu
 cd "$(dirname "$0")/.."
+
+demo=false
+case ${1:-} in
+--demo) demo=true ;;
+"") ;;
+*)
+	echo "usage: $0 [--demo]" >&2
+	exit 2
+	;;
+esac
 
 # The control-plane build is by far the longest part and needs only Go and the
 # module proxy, so it starts first and runs beside the rest.
@@ -24,6 +39,10 @@ t=$(date +%s)
 
 # qemu-system-x86 ... dpkg-dev: the lab VM (a real Debian host under QEMU) and its image build.
 pkgs="openssh-server openssh-client grub2-common shellcheck pssh ansible git sudo procps ca-certificates iproute2 qemu-system-x86 qemu-utils debootstrap grub-pc-bin fdisk e2fsprogs dpkg-dev util-linux"
+# The demo's lab hosts need the real grub-reboot/grub-editenv, flock, pkill,
+# ssh-keygen and git; the rest is for the tests (real sshd, shellcheck, the
+# fan-out peers, the lab VM).
+$demo && pkgs="openssh-client grub2-common git procps ca-certificates util-linux"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -48,10 +67,10 @@ echo "setup: Go modules"
 t=$(date +%s)
 go mod download
 # Prometheus' rule parser for the alert rules check (a module of its own).
-(cd test/promrules && go mod download)
+$demo || (cd test/promrules && go mod download)
 phase "Go modules" "$t"
 
-if [ -f test/interop/package.json ] && { [ ! -d test/interop/node_modules/@modelcontextprotocol/sdk ] || [ ! -x test/interop/node_modules/.bin/claude ]; }; then
+if ! $demo && [ -f test/interop/package.json ] && { [ ! -d test/interop/node_modules/@modelcontextprotocol/sdk ] || [ ! -x test/interop/node_modules/.bin/claude ]; }; then
 	echo "setup: npm MCP client for the interoperability test"
 	t=$(date +%s)
 	(cd test/interop && npm install --no-audit --no-fund --silent)
@@ -62,7 +81,7 @@ fi
 # the lab's alert gate (its faults alert-firing, alertmanager-down), built
 # once from the module proxy into the cache.
 am_dir="${XDG_CACHE_HOME:-$HOME/.cache}/mcp-patch/alertmanager-v0.28.1"
-if [ ! -x "$am_dir/alertmanager" ]; then
+if ! $demo && [ ! -x "$am_dir/alertmanager" ]; then
 	echo "setup: Alertmanager v0.28.1 for the alert gate's contract test"
 	t=$(date +%s)
 	GOBIN="$am_dir" go install github.com/prometheus/alertmanager/cmd/alertmanager@v0.28.1
@@ -72,7 +91,7 @@ fi
 # The lab VM image (debootstrap, two kernels, a first boot under QEMU):
 # mostly downloads and dpkg, so it runs beside the control-plane build.
 # Only with MCP_PATCH_VM=1: the real-VM test is opt-in (see scripts/test.sh).
-if [ "${MCP_PATCH_VM:-}" = 1 ] && [ -x scripts/build-vm-image.sh ]; then
+if ! $demo && [ "${MCP_PATCH_VM:-}" = 1 ] && [ -x scripts/build-vm-image.sh ]; then
 	echo "setup: lab VM image (built once, then cached)"
 	t=$(date +%s)
 	as_root=""

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/mcp-patch/mcp-patch/kube/drain"
-	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // ReplanIn is the node to plan again.
@@ -47,7 +47,7 @@ func ReplanNode() Tool {
 			return ReplanOut{}, Refuse("Name a node of the round's plan.", in.Node+" is not in the plan of round "+s.id)
 		}
 		st := s.j.State()
-		done, err := replanScope(st.Node(in.Node))
+		done, err := window.ReplanScope(st.Node(in.Node))
 		if err != nil {
 			return ReplanOut{}, err
 		}
@@ -110,20 +110,4 @@ func ReplanNode() Tool {
 		}
 		return out, nil
 	})
-}
-
-// replanScope says which steps of a node's window are done and stay as
-// reviewed in a re-plan: none before the window opens, the drain once the
-// node is drained and its install has not started (an install refused for
-// drift is re-planned there). Any later point refuses: the plan is fixed.
-func replanScope(n *round.NodeState) ([]plan.Step, error) {
-	if n == nil || n.Window == round.WindowPending {
-		return nil, nil
-	}
-	if n.Window == round.WindowOpen && n.Steps[round.StepDrain].Green() &&
-		(n.Steps[round.StepInstall] == nil || n.Steps[round.StepInstall].State == round.Pending) {
-		return []plan.Step{plan.StepDrain}, nil
-	}
-	return nil, Refuse("Finish this node's window as approved, or ask a person to abort.",
-		"the window of "+n.Node+" is "+string(n.Window)+" past its drain: its plan is fixed")
 }

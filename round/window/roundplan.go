@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/plan"
 )
 
 // DefaultSoak is how long the fleet soaks on its new kernels when the
@@ -66,4 +67,21 @@ func PlanNext(roundID string, order round.Order) string {
 		first = order.Positions[0].Node
 	}
 	return "A person reads rounds/" + roundID + "/plan.md and signs the plan (sign_plan); then start with " + first + "."
+}
+
+// ReplanScope says which steps of a node's window are done and stay as
+// reviewed when the node is planned again: none before its window opens,
+// the drain once the node is drained and its install has not started (an
+// install refused for drift is re-planned there). Any later point is a
+// refusal: the plan is fixed.
+func ReplanScope(n *round.NodeState) ([]plan.Step, error) {
+	if n == nil || n.Window == round.WindowPending {
+		return nil, nil
+	}
+	if n.Window == round.WindowOpen && n.Steps[round.StepDrain].Green() &&
+		(n.Steps[round.StepInstall] == nil || n.Steps[round.StepInstall].State == round.Pending) {
+		return []plan.Step{plan.StepDrain}, nil
+	}
+	return nil, refuse("Finish this node's window as approved, or ask a person to abort.",
+		"the window of "+n.Node+" is "+string(n.Window)+" past its drain: its plan is fixed")
 }

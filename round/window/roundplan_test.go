@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -96,5 +97,47 @@ func TestPlanReasons(t *testing.T) {
 	order := round.Order{Positions: []round.Position{{Node: "cp-1"}, {Node: "gpu-1"}}}
 	if got := window.PlanNext("2026-11", order); got != "A person reads rounds/2026-11/plan.md and signs the plan (sign_plan); then start with cp-1." {
 		t.Errorf("next: %q", got)
+	}
+}
+
+func TestReplanScope(t *testing.T) {
+	run := func(s round.StepState) *round.StepRun { return &round.StepRun{State: s} }
+	accepted := &round.StepRun{State: round.Failed, RiskAccepted: true}
+	for _, tc := range []struct {
+		name    string
+		n       *round.NodeState
+		keep    []plan.Step
+		refused string
+	}{
+		{name: "not in the round's state yet", n: nil},
+		{name: "window pending", n: &round.NodeState{Position: round.Position{Node: "gpu-1"}, Window: round.WindowPending}},
+		{name: "drained, install not started", n: &round.NodeState{Position: round.Position{Node: "gpu-1"}, Window: round.WindowOpen,
+			Steps: map[round.Step]*round.StepRun{round.StepDrain: run(round.Done)}}, keep: []plan.Step{plan.StepDrain}},
+		{name: "drained, install refused before it started", n: &round.NodeState{Position: round.Position{Node: "gpu-1"}, Window: round.WindowOpen,
+			Steps: map[round.Step]*round.StepRun{round.StepDrain: run(round.Done), round.StepInstall: run(round.Pending)}}, keep: []plan.Step{plan.StepDrain}},
+		{name: "drain failed, risk accepted", n: &round.NodeState{Position: round.Position{Node: "gpu-1"}, Window: round.WindowOpen,
+			Steps: map[round.Step]*round.StepRun{round.StepDrain: accepted}}, keep: []plan.Step{plan.StepDrain}},
+		{name: "drain in flight", n: &round.NodeState{Position: round.Position{Node: "gpu-1"}, Window: round.WindowOpen,
+			Steps: map[round.Step]*round.StepRun{round.StepDrain: run(round.InFlight)}}, refused: "the window of gpu-1 is open past its drain"},
+		{name: "install in flight", n: &round.NodeState{Position: round.Position{Node: "gpu-1"}, Window: round.WindowOpen,
+			Steps: map[round.Step]*round.StepRun{round.StepDrain: run(round.Done), round.StepInstall: run(round.InFlight)}}, refused: "its plan is fixed"},
+		{name: "window closed", n: &round.NodeState{Position: round.Position{Node: "gpu-1"}, Window: round.WindowClosed}, refused: "the window of gpu-1 is closed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keep, err := window.ReplanScope(tc.n)
+			if tc.refused != "" {
+				var r *window.Refusal
+				if !errors.As(err, &r) || !strings.Contains(err.Error(), tc.refused) || keep != nil {
+					t.Fatalf("ReplanScope = %v, %v; want a refusal saying %q", keep, err, tc.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.keep, keep); d != "" {
+				t.Errorf("steps kept (-want +got):\n%s", d)
+			}
+		})
 	}
 }

@@ -271,14 +271,20 @@ func (h *Host) Autoremove(ctx context.Context, node string, in steps.AutoremoveI
 	return steps.AutoremoveResult{Node: node, RunningKernel: h.Running, Removals: h.Autoremoved[node]}, nil
 }
 
-// Cluster is the drain of a cluster with one cordon per node.
+// Cluster is the drain of a cluster with one cordon per node, answering as
+// drain.Cluster does on a real API server (TestWindowFakeClusterContract in
+// kube/drain holds it to that): a drain with blockers, or whose pods are no
+// longer the approved digest's, changes nothing; a node someone else
+// cordoned stays theirs; a dry run changes nothing.
 type Cluster struct {
 	mu       sync.Mutex
 	Pods     map[string][]drain.PodRef
 	Blockers map[string][]string
-	Cordoned map[string]string // node → identity that cordoned it
+	// Cordoned maps a cordoned node to the identity recorded on it; ""
+	// is a cordon without our record (a person's kubectl cordon).
+	Cordoned map[string]string
 	// Jobs are the pods on each node a drain that waits for jobs sees
-	// running (every selector matches them).
+	// running (every non-empty selector matches them).
 	Jobs    map[string][]drain.PodRef
 	Actions []Action
 }
@@ -288,52 +294,77 @@ var _ window.Cluster = (*Cluster)(nil)
 func (c *Cluster) PreviewDrain(ctx context.Context, node string, pol drain.Policy) (drain.Plan, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p := drain.Plan{Node: node, Evict: c.Pods[node], Blockers: c.Blockers[node]}
+	return c.preview(node), nil
+}
+
+func (c *Cluster) preview(node string) drain.Plan {
+	p := drain.Plan{Node: node, Evict: append([]drain.PodRef(nil), c.Pods[node]...), Blockers: append([]string(nil), c.Blockers[node]...)}
 	parts := []string{node}
 	for _, e := range p.Evict {
 		parts = append(parts, e.String())
 	}
 	p.Digest = window.DigestOf(parts...)
-	return p, nil
+	return p
 }
 
 func (c *Cluster) Drain(ctx context.Context, node string, o drain.Options, progress func(done, total int, msg string)) (drain.Result, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	res := drain.Result{Node: node, DryRun: o.DryRun}
+	if err := (drain.Owner{Identity: o.Identity, Round: o.Round}).Validate(); err != nil {
+		return res, fmt.Errorf("drain node %s: %w", node, err)
+	}
+	res.Plan = c.preview(node)
+	if len(res.Plan.Blockers) > 0 {
+		return res, fmt.Errorf("drain node %s: %w", node, drain.ErrBlocked)
+	}
+	if o.ExpectDigest != "" && o.ExpectDigest != res.Plan.Digest {
+		return res, fmt.Errorf("drain node %s: %w: approved %s, now %s", node, drain.ErrPlanDrift, o.ExpectDigest, res.Plan.Digest)
+	}
 	if o.DryRun {
 		// The API server's dry run: every pod would go, nothing is persisted.
 		c.Actions = append(c.Actions, Action{Node: node, What: "drain-dry-run"})
-		return drain.Result{DryRun: true, Evicted: append([]drain.PodRef(nil), c.Pods[node]...)}, nil
+		res.Evicted = res.Plan.Evict
+		return res, nil
 	}
+	c.cordon(node, o.Identity)
+	c.Actions = append(c.Actions, Action{Node: node, What: "drain", Digest: o.ExpectDigest})
+	res.Evicted = res.Plan.Evict
+	// Evicted, the node's pods are gone, its jobs with them.
+	delete(c.Pods, node)
+	delete(c.Jobs, node)
+	return res, nil
+}
+
+// cordon cordons node as identity's, unless it is cordoned already (then
+// it stays whoever's it is).
+func (c *Cluster) cordon(node, identity string) {
 	if c.Cordoned == nil {
 		c.Cordoned = map[string]string{}
 	}
-	c.Cordoned[node] = o.Identity
-	c.Actions = append(c.Actions, Action{Node: node, What: "drain", Digest: o.ExpectDigest})
-	res := drain.Result{Evicted: c.Pods[node]}
-	c.Pods[node] = nil
-	return res, nil
+	if _, ok := c.Cordoned[node]; ok {
+		return
+	}
+	c.Actions = append(c.Actions, Action{Node: node, What: "cordon"})
+	c.Cordoned[node] = identity
 }
 
 func (c *Cluster) Cordon(ctx context.Context, node, round, identity string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.Cordoned == nil {
-		c.Cordoned = map[string]string{}
+	if err := (drain.Owner{Identity: identity, Round: round}).Validate(); err != nil {
+		return fmt.Errorf("cordon node %s: %w", node, err)
 	}
-	if id, ok := c.Cordoned[node]; ok && id != identity {
-		return fmt.Errorf("cordon %s: cordoned by %s", node, id)
-	}
-	if _, ok := c.Cordoned[node]; !ok {
-		c.Actions = append(c.Actions, Action{Node: node, What: "cordon"})
-	}
-	c.Cordoned[node] = identity
+	c.cordon(node, identity)
 	return nil
 }
 
 func (c *Cluster) HoldingPods(ctx context.Context, node string, sel labels.Selector) ([]drain.PodRef, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if sel == nil || sel.Empty() {
+		return nil, nil
+	}
 	return append([]drain.PodRef(nil), c.Jobs[node]...), nil
 }
 
@@ -342,7 +373,7 @@ func (c *Cluster) CordonState(ctx context.Context, node string) (drain.State, er
 	defer c.mu.Unlock()
 	id, ok := c.Cordoned[node]
 	st := drain.State{Node: node, Unschedulable: ok}
-	if ok {
+	if ok && id != "" {
 		st.Owner = &drain.Owner{Identity: id}
 	}
 	return st, nil
