@@ -38,6 +38,10 @@ type IO struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
+	// SetMemoryLimit sets the process's soft memory limit for serve
+	// (runtime/debug.SetMemoryLimit in main); nil leaves it alone, as a
+	// test that runs commands in its own process wants.
+	SetMemoryLimit func(int64) int64
 }
 
 // globals are the flags every command takes, before or after its name.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-patch/mcp-patch/lab"
 	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 
@@ -57,7 +58,7 @@ func TestLabUpFromAnInstalledBinary(t *testing.T) {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "PATH", cluster.EnvBinDir, "MCP_PATCH_REPO", "MCP_PATCH_LAB_DIR", "MCP_PATCH_CONFIG", "PWD":
+		case "PATH", cluster.EnvBinDir, "MCP_PATCH_REPO", "MCP_PATCH_LAB_DIR", "MCP_PATCH_CONFIG", "PWD", lab.EnvHostBinary:
 			continue
 		}
 		env = append(env, kv)

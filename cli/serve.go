@@ -52,6 +52,10 @@ func runServe(ctx context.Context, g *globals, f serveFlags, stdio IO) error {
 	if err != nil {
 		return usageError{err}
 	}
+	if limit, ok := memoryLimit(c.Serve.MemoryLimitMiB, stdio.Getenv("GOMEMLIMIT")); ok && stdio.SetMemoryLimit != nil {
+		stdio.SetMemoryLimit(limit)
+		log.Info("soft memory limit", "mib", c.Serve.MemoryLimitMiB)
+	}
 	d, cleanup, err := buildDeps(ctx, &c, log, stdio.Getenv)
 	if err != nil {
 		return err
@@ -75,6 +79,17 @@ func runServe(ctx context.Context, g *globals, f serveFlags, stdio IO) error {
 		return err
 	}
 	return serveHTTP(ctx, &c, server, d.Ops.Metrics.Handler(), stdio, log)
+}
+
+// memoryLimit is the soft memory limit serve sets from
+// serve.memory_limit_mib, in bytes; none (false) when it is 0 or the
+// GOMEMLIMIT environment variable, which the Go runtime reads itself, is
+// set.
+func memoryLimit(mib int, gomemlimit string) (int64, bool) {
+	if mib <= 0 || gomemlimit != "" {
+		return 0, false
+	}
+	return int64(mib) << 20, true
 }
 
 // retakeWindowLease takes the window Lease again when the journal shows a

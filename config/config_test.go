@@ -89,3 +89,18 @@ func TestValidateVerifyPassEnv(t *testing.T) {
 		t.Errorf("default verify %+v", d.Verify)
 	}
 }
+
+func TestValidateMemoryLimit(t *testing.T) {
+	if d := DefaultConfig(); d.Serve.MemoryLimitMiB != 16 {
+		t.Errorf("default serve.memory_limit_mib %d, want 16", d.Serve.MemoryLimitMiB)
+	}
+	for mib, want := range map[int]string{0: "", 16: "", 1 << 20: "", -1: "serve.memory_limit_mib: -1 is out of range", 1<<20 + 1: "out of range"} {
+		c := DefaultConfig()
+		c.Identity = "t"
+		c.Serve.MemoryLimitMiB = mib
+		err := c.Validate()
+		if (want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), want) {
+			t.Errorf("memory_limit_mib %d: Validate = %v, want %q", mib, err, want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -359,5 +360,50 @@ func TestCloseWritesAndCommitsTheComponentDocs(t *testing.T) {
 	// Again: nothing new, nothing to commit, no refusal.
 	if _, err := d.closeDocs(context.Background(), s); err != nil {
 		t.Fatalf("second closeDocs: %v", err)
+	}
+}
+
+// planHeader decodes a plan.json once per content: the same bytes give the
+// kept header (a copy the caller may change), a plan rewritten with other
+// bytes is decoded again, and an edited plan is refused even after its
+// unedited bytes were read.
+func TestPlanHeaderOncePerContent(t *testing.T) {
+	d, f := planDeps(t, plan.PerWindow)
+	h, ok, err := d.planHeader(planRound)
+	if err != nil || !ok || h.Digest != f.Digest {
+		t.Fatalf("planHeader = %+v, %v, %v; want digest %s", h, ok, err, f.Digest)
+	}
+	h.Summary[0], h.Nodes = "changed by the caller", nil
+	again, ok, err := d.planHeader(planRound)
+	if err != nil || !ok || again.Digest != f.Digest || again.Summary[0] == "changed by the caller" || len(again.Nodes) != len(f.Nodes) {
+		t.Fatalf("the kept header changed with the caller's copy: %+v, %v", again, err)
+	}
+
+	// Another revision of the plan: decoded again.
+	g := plan.Build(plan.Input{Round: planRound, Order: positionsOf(round.Order{Positions: []round.Position{
+		{Node: "cp-1", Role: round.RoleControlPlane, Reason: "control plane"},
+	}}), Facts: map[string]plan.Facts{"cp-1": planFacts("6.8.0-51-generic")}, Intent: plan.Intent{GPUApproval: plan.PerWindow, PanicSeconds: 10}})
+	if err := d.writeFleetPlan(planRound, g); err != nil {
+		t.Fatal(err)
+	}
+	if h, _, err := d.planHeader(planRound); err != nil || h.Digest != g.Digest || len(h.Nodes) != 1 {
+		t.Fatalf("after a new plan: %+v, %v; want digest %s and 1 node", h, err, g.Digest)
+	}
+
+	// An edited plan: refused, although its unedited bytes are kept.
+	p := filepath.Join(d.Book.Root, "rounds", planRound, fleetPlanFile)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := bytes.Replace(b, []byte("6.8.0-51-generic"), []byte("6.8.0-99-generic"), 1)
+	if bytes.Equal(edited, b) {
+		t.Fatal("the plan does not name the target kernel")
+	}
+	if err := os.WriteFile(p, edited, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if h, _, err := d.planHeader(planRound); err == nil {
+		t.Fatalf("an edited plan was read: %+v", h)
 	}
 }

@@ -1,15 +1,18 @@
 package tools
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/plan"
 )
 
 // RoundBook keeps the rounds' journals in the intent repository under
@@ -24,6 +27,40 @@ type RoundBook struct {
 
 	mu   sync.Mutex
 	open map[string]*round.Journal
+	// headers is each round's last decoded plan header, by the sha256 of
+	// the plan.json bytes it was decoded from.
+	headers map[string]cachedHeader
+}
+
+type cachedHeader struct {
+	sum [sha256.Size]byte
+	h   plan.Header
+}
+
+// cachedHeader is round id's plan header decoded from plan.json bytes
+// whose sha256 is sum, if it is the one kept; a copy the caller may change.
+func (b *RoundBook) cachedHeader(id string, sum [sha256.Size]byte) (plan.Header, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c, ok := b.headers[id]
+	if !ok || c.sum != sum {
+		return plan.Header{}, false
+	}
+	h := c.h
+	h.Summary, h.Blockers, h.Risks, h.Nodes = slices.Clone(h.Summary), slices.Clone(h.Blockers), slices.Clone(h.Risks), slices.Clone(h.Nodes)
+	return h, true
+}
+
+// keepHeader keeps round id's plan header, decoded from bytes whose sha256
+// is sum (one per round: the last).
+func (b *RoundBook) keepHeader(id string, sum [sha256.Size]byte, h plan.Header) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.headers == nil {
+		b.headers = map[string]cachedHeader{}
+	}
+	h.Summary, h.Blockers, h.Risks, h.Nodes = slices.Clone(h.Summary), slices.Clone(h.Blockers), slices.Clone(h.Risks), slices.Clone(h.Nodes)
+	b.headers[id] = cachedHeader{sum: sum, h: h}
 }
 
 // NewRoundBook returns a book over an intent repository working copy.

@@ -3,9 +3,11 @@ package tools
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -78,7 +80,9 @@ func (d *Deps) fleetPlan(id string) (plan.Fleet, bool, error) {
 
 // planHeader streams the round's plan.json for what a status needs (the
 // digests, counts, blockers and each node's approval), never holding the
-// whole plan: a 1000-node plan is megabytes.
+// whole plan: a 1000-node plan is megabytes. The plan is decoded (and its
+// digests checked) once per content: a plan.json whose bytes hash as the
+// last decoded one's gives that header again without decoding them.
 func (d *Deps) planHeader(id string) (plan.Header, bool, error) {
 	fh, err := d.Book.OpenFile(id, fleetPlanFile)
 	if errors.Is(err, os.ErrNotExist) {
@@ -88,10 +92,28 @@ func (d *Deps) planHeader(id string) (plan.Header, bool, error) {
 		return plan.Header{}, false, fmt.Errorf("read the plan of round %s: %w", id, err)
 	}
 	defer fh.Close()
-	h, err := plan.DecodeHeader(fh)
+	readErr := func(err error) error { return fmt.Errorf("read the plan of round %s: %w", id, err) }
+	sum := sha256.New()
+	if _, err := io.Copy(sum, fh); err != nil {
+		return plan.Header{}, false, readErr(err)
+	}
+	if h, ok := d.Book.cachedHeader(id, [sha256.Size]byte(sum.Sum(nil))); ok {
+		return h, true, nil
+	}
+	if _, err := fh.Seek(0, io.SeekStart); err != nil {
+		return plan.Header{}, false, readErr(err)
+	}
+	// The key is the hash of the very bytes decoded (the file may change
+	// between the two reads).
+	sum.Reset()
+	h, err := plan.DecodeHeader(io.TeeReader(fh, sum))
 	if err != nil {
 		return plan.Header{}, false, err
 	}
+	if _, err := io.Copy(sum, fh); err != nil {
+		return plan.Header{}, false, readErr(err)
+	}
+	d.Book.keepHeader(id, [sha256.Size]byte(sum.Sum(nil)), h)
 	return h, true, nil
 }
 
