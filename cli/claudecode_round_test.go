@@ -39,7 +39,10 @@ func TestClaudeCodeRunsLabRound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	start := time.Now()
-	l, err := lab.Up(ctx, lab.Options{Dir: t.TempDir(), ControlPlanes: 2, Canary: 1, GPUServers: 1,
+	// A red gate is waited on for 5 minutes (the lab's default is 90 s):
+	// on a loaded 2-core machine a rebooted control-plane node's etcd
+	// member and Postgres instance can take longer than that to be ready.
+	l, err := lab.Up(ctx, lab.Options{Dir: t.TempDir(), ControlPlanes: 2, Canary: 1, GPUServers: 1, GateSettle: 5 * time.Minute,
 		Logger: discardLog(), Progress: func(s string) { t.Log("lab: " + s) }})
 	if err != nil {
 		t.Fatal(err)

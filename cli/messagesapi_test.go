@@ -365,8 +365,9 @@ type nextStep struct {
 // when round_status says the round waits; stop when close_round is ok.
 func decideNext(tool string, args map[string]any, text string, isError bool) nextStep {
 	var r struct {
-		Status     string `json:"status"`
-		NextAction string `json:"next_action"`
+		Status     string   `json:"status"`
+		Reasons    []string `json:"reasons"`
+		NextAction string   `json:"next_action"`
 		Approval   *struct {
 			Request string `json:"request"`
 		} `json:"approval"`
@@ -421,7 +422,7 @@ func decideNext(tool string, args map[string]any, text string, isError bool) nex
 	case round != nil && round.Next != nil && !round.Next.WaitUntil.IsZero():
 		d.call, d.waitUntil = &modelCall{Tool: "round_status", Args: map[string]any{}}, round.Next.WaitUntil.Add(time.Second)
 	default:
-		d.stuck = fmt.Sprintf("%s names no next call: %s", r.Status, r.NextAction)
+		d.stuck = fmt.Sprintf("%s names no next call: %s (reasons: %s)", r.Status, r.NextAction, strings.Join(r.Reasons, "; "))
 	}
 	return d
 }
