@@ -46,9 +46,14 @@ func (b *RoundBook) cachedHeader(id string, sum [sha256.Size]byte) (plan.Header,
 	if !ok || c.sum != sum {
 		return plan.Header{}, false
 	}
-	h := c.h
+	return cloneHeader(c.h), true
+}
+
+// cloneHeader is h with slices of its own, so that the kept header and a
+// caller's copy never share one.
+func cloneHeader(h plan.Header) plan.Header {
 	h.Summary, h.Blockers, h.Risks, h.Nodes = slices.Clone(h.Summary), slices.Clone(h.Blockers), slices.Clone(h.Risks), slices.Clone(h.Nodes)
-	return h, true
+	return h
 }
 
 // keepHeader keeps round id's plan header, decoded from bytes whose sha256
@@ -59,8 +64,7 @@ func (b *RoundBook) keepHeader(id string, sum [sha256.Size]byte, h plan.Header) 
 	if b.headers == nil {
 		b.headers = map[string]cachedHeader{}
 	}
-	h.Summary, h.Blockers, h.Risks, h.Nodes = slices.Clone(h.Summary), slices.Clone(h.Blockers), slices.Clone(h.Risks), slices.Clone(h.Nodes)
-	b.headers[id] = cachedHeader{sum: sum, h: h}
+	b.headers[id] = cachedHeader{sum: sum, h: cloneHeader(h)}
 }
 
 // NewRoundBook returns a book over an intent repository working copy.
