@@ -124,7 +124,7 @@ func (s *Server) launch(cfgPath string) {
 		t.Fatalf("sshdtest: %v", err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(SSHDPath, "-D", "-e", "-f", cfgPath, "-p", strconv.Itoa(s.Port))
+	cmd := sshdCommand(t, s.Dir, cfgPath, s.Port)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.Dir = s.Dir
@@ -138,6 +138,55 @@ func (s *Server) launch(cfgPath string) {
 		close(exited)
 	}(s.exited)
 	t.Cleanup(func() { stopTree(cmd.Process.Pid, s.exited) })
+}
+
+// sshdCommand is the command line that runs one sshd. As root it runs sshd
+// in a private mount namespace where root's ~/.bashrc reads as an empty
+// file: root's shell is bash, which sources ~/.bashrc for every command sshd
+// runs, and that file belongs to the machine, not to the test. On a machine
+// whose .bashrc runs `pyenv init`, every command paid about 1 s for it, and a
+// test that ended a login in the middle of `pyenv rehash` left its lock
+// behind, so every later login waited 60 s and a whole CI run failed on
+// timeouts. Nothing outside that namespace sees the cover.
+func sshdCommand(t testing.TB, dir, cfgPath string, port int) *exec.Cmd {
+	t.Helper()
+	args := []string{"-D", "-e", "-f", cfgPath, "-p", strconv.Itoa(port)}
+	cover := machineStartupFiles()
+	unshare, err := exec.LookPath("unshare")
+	if len(cover) == 0 || os.Geteuid() != 0 || err != nil {
+		return exec.Command(SSHDPath, args...)
+	}
+	empty := filepath.Join(dir, "empty-startup-file")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatalf("sshdtest: %v", err)
+	}
+	// sh -c SCRIPT sh EMPTY FILE... -- SSHD ARGS...
+	const script = `empty=$1; shift
+while [ "$1" != -- ]; do mount --bind "$empty" "$1" || exit 1; shift; done
+shift; exec "$@"`
+	argv := []string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", empty}
+	argv = append(argv, cover...)
+	argv = append(argv, "--", SSHDPath)
+	argv = append(argv, args...)
+	return exec.Command(unshare, argv...)
+}
+
+// machineStartupFiles are the start-up files of root's shell that bash
+// reads for a command sshd runs and that exist here (test users get
+// /bin/sh, which reads none).
+func machineStartupFiles() []string {
+	u, err := user.LookupId("0")
+	if err != nil || u.HomeDir == "" {
+		return nil
+	}
+	var out []string
+	for _, name := range []string{".bashrc"} {
+		p := filepath.Join(u.HomeDir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // waitListening waits for sshd's "Server listening" line, or for it to exit.
