@@ -174,10 +174,10 @@ func (w *World) hostCameUp(ctx context.Context, h hostState) error {
 	if w.opts.RestartsOnReboot {
 		w.mu.Lock()
 		if w.restartBumps == nil {
-			w.restartBumps = map[types.UID]bool{}
+			w.restartBumps = map[types.UID]*restartBump{}
 		}
 		for uid := range w.hosts[name].podUIDs {
-			w.restartBumps[uid] = true
+			w.restartBumps[uid] = &restartBump{}
 		}
 		w.mu.Unlock()
 	}
@@ -271,12 +271,9 @@ func (w *World) reconcilePods(ctx context.Context) error {
 			continue
 		}
 		key := p.Namespace + "/" + p.Name
-		w.mu.Lock()
-		bump := w.restartBumps[p.UID]
-		w.mu.Unlock()
 		if h, held := holds[key]; held {
 			if !podMatchesHold(p, h) {
-				errs = append(errs, w.patchPodStatus(ctx, p, false, &h, false))
+				errs = append(errs, w.patchPodStatus(ctx, p, false, &h, nil))
 			}
 			continue
 		}
@@ -287,17 +284,71 @@ func (w *World) reconcilePods(ctx context.Context) error {
 		if err != nil || !nodeReady(node) {
 			continue
 		}
-		if !podReady(p) || bump || containersWaiting(p) {
-			err := w.patchPodStatus(ctx, p, true, nil, bump)
-			if err == nil && bump {
-				w.mu.Lock()
-				delete(w.restartBumps, p.UID)
-				w.mu.Unlock()
-			}
-			errs = append(errs, err)
+		atLeast := w.pendingRestarts(p)
+		if !podReady(p) || atLeast != nil || containersWaiting(p) {
+			errs = append(errs, w.patchPodStatus(ctx, p, true, nil, atLeast))
 		}
 	}
 	return joinFirst(errs)
+}
+
+// restartBump is the restart a reboot shows on one pod that stayed on its
+// host. Its target, each container's restart count to show, is fixed the
+// first time it is reported, so that reporting it again (a patch that
+// timed out on this side but landed, or a pass over a cache that has not
+// seen the last patch yet) shows the same count, not one more.
+type restartBump struct {
+	target map[string]int32
+}
+
+// pendingRestarts returns the restart counts p must show for a reboot not
+// yet reported, or nil when there is none or the pod shows it already
+// (then it is forgotten).
+func (w *World) pendingRestarts(p *corev1.Pod) map[string]int32 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b := w.restartBumps[p.UID]
+	if b == nil {
+		return nil
+	}
+	if b.target == nil {
+		b.target = oneMoreRestart(p)
+		return b.target
+	}
+	if podReady(p) && restartsShown(p, b.target) {
+		delete(w.restartBumps, p.UID)
+		return nil
+	}
+	return b.target
+}
+
+// oneMoreRestart is each container's restart count plus one.
+func oneMoreRestart(p *corev1.Pod) map[string]int32 {
+	out := map[string]int32{}
+	for _, c := range p.Spec.Containers {
+		out[c.Name] = 1
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if _, ok := out[cs.Name]; ok {
+			out[cs.Name] = cs.RestartCount + 1
+		}
+	}
+	return out
+}
+
+// restartsShown reports whether every container of p shows at least its
+// target restart count.
+func restartsShown(p *corev1.Pod, target map[string]int32) bool {
+	shown := map[string]int32{}
+	for _, cs := range p.Status.ContainerStatuses {
+		shown[cs.Name] = cs.RestartCount
+	}
+	for name, want := range target {
+		if got, ok := shown[name]; !ok || got < want {
+			return false
+		}
+	}
+	return true
 }
 
 func podMatchesHold(p *corev1.Pod, h podHold) bool {
@@ -327,9 +378,25 @@ func containersWaiting(p *corev1.Pod) bool {
 }
 
 // patchPodStatus sets the pod's Ready and ContainersReady conditions and
-// its containers' states the way a kubelet reports them.
-func (w *World) patchPodStatus(ctx context.Context, p *corev1.Pod, ready bool, h *podHold, bumpRestarts bool) error {
-	now := metav1.Now()
+// its containers' states the way a kubelet reports them; restartsAtLeast
+// raises containers' restart counts (a reboot), never by more than to it.
+func (w *World) patchPodStatus(ctx context.Context, p *corev1.Pod, ready bool, h *podHold, restartsAtLeast map[string]int32) error {
+	conds, statuses := kubeletStatus(p, ready, h, restartsAtLeast, metav1.Now())
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds, "containerStatuses": statuses}})
+	if err != nil {
+		return err
+	}
+	_, err = w.kc.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: fieldManager}, "status")
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("report pod %s/%s ready=%v: %w", p.Namespace, p.Name, ready, err)
+	}
+	return nil
+}
+
+// kubeletStatus is the status a kubelet would report for p: Ready or not,
+// held by h (nil: none), each container's restart count raised to
+// restartsAtLeast where it is lower (a container so raised starts anew).
+func kubeletStatus(p *corev1.Pod, ready bool, h *podHold, restartsAtLeast map[string]int32, now metav1.Time) ([]corev1.PodCondition, []corev1.ContainerStatus) {
 	status := corev1.ConditionFalse
 	if ready {
 		status = corev1.ConditionTrue
@@ -367,8 +434,9 @@ func (w *World) patchPodStatus(ctx context.Context, p *corev1.Pod, ready bool, h
 		cs.Ready = ready
 		started := ready
 		cs.Started = &started
-		if bumpRestarts {
-			cs.RestartCount++
+		restarted := false
+		if want, ok := restartsAtLeast[c.Name]; ok && cs.RestartCount < want {
+			cs.RestartCount, restarted = want, true
 			cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 				ExitCode: 255, Reason: "Unknown", FinishedAt: now,
 			}}
@@ -384,20 +452,12 @@ func (w *World) patchPodStatus(ctx context.Context, p *corev1.Pod, ready bool, h
 			cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 				ExitCode: 1, Reason: "Error", FinishedAt: now,
 			}}
-		case cs.State.Running == nil || bumpRestarts:
+		case cs.State.Running == nil || restarted:
 			cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
 		}
 		statuses = append(statuses, cs)
 	}
-	body, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds, "containerStatuses": statuses}})
-	if err != nil {
-		return err
-	}
-	_, err = w.kc.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: fieldManager}, "status")
-	if err != nil && !isNotFound(err) {
-		return fmt.Errorf("report pod %s/%s ready=%v: %w", p.Namespace, p.Name, ready, err)
-	}
-	return nil
+	return conds, statuses
 }
 
 // joinFirst returns the first non-nil error, saying how many more there

@@ -66,7 +66,7 @@ type World struct {
 	etcdHeld     map[int]bool // members kept stopped by a fault
 	etcdDown     map[int]bool // members the World stopped
 	etcdStarting map[int]bool
-	restartBumps map[types.UID]bool // pods to show one more restart
+	restartBumps map[types.UID]*restartBump // pods to show one more restart
 	switchStart  time.Time
 	lastErr      map[string]string // per reconcile part, to log each error once
 	closed       bool
