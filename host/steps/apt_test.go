@@ -298,6 +298,11 @@ func TestAutoremoveProtectsKernels(t *testing.T) {
 	if err != nil || !res.Removed || !slices.Contains(res.Removals, "leftover") || slices.Contains(res.Removals, "linux-image-"+running) {
 		t.Fatalf("%v %+v", err, res)
 	}
+	// The real dpkg logged its removal inside the lab, not in the
+	// machine's /var/log/dpkg.log.
+	if log, err := os.ReadFile(filepath.Join(lab2.dir, "log", "dpkg.log")); err != nil || !strings.Contains(string(log), "remove leftover:all 1.0") {
+		t.Errorf("the lab's dpkg.log lacks the removal of leftover: %v\n%s", err, log)
+	}
 	if got := lab2.installedVersion(t, "leftover"); got == "1.0 ii" {
 		t.Errorf("leftover still installed")
 	}

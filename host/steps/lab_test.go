@@ -245,7 +245,7 @@ Dir::Etc::Parts "%[1]s/etc/parts";
 Dir::Etc::Preferences "%[1]s/etc/prefs/none";
 Dir::Etc::PreferencesParts "%[1]s/etc/prefs";
 Dir::Log "%[1]s/log";
-DPkg::Options { "--root=%[3]s"; "--admindir=%[2]s"; "--force-not-root"; "--force-script-chrootless"; };
+DPkg::Options { "--root=%[3]s"; "--admindir=%[2]s"; "--log=%[1]s/log/dpkg.log"; "--force-not-root"; "--force-script-chrootless"; };
 APT::Sandbox::User "root";
 %[4]s
 `, l.dir, l.admin, l.root, extraConf), 0o644)
