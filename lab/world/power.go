@@ -145,6 +145,7 @@ func (w *World) hostWentDown(ctx context.Context, h hostState) error {
 	}
 	w.mu.Lock()
 	w.hosts[name].podUIDs = uids
+	w.hosts[name].boots++
 	w.mu.Unlock()
 	w.log.Info("lab host down: node NotReady", "node", name)
 	return nil
@@ -161,6 +162,11 @@ func (w *World) hostCameUp(ctx context.Context, h hostState) error {
 	if _, err := w.kc.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, info, metav1.PatchOptions{FieldManager: fieldManager}, "status"); err != nil {
 		return fmt.Errorf("host %s up: report kernel: %w", name, err)
 	}
+	if w.opts.RestartsOnReboot {
+		if err := w.showRebootRestarts(ctx, name); err != nil {
+			return fmt.Errorf("host %s up: %w", name, err)
+		}
+	}
 	meta, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
 		cluster.KwokNodeAnnotation: cluster.KwokNodeAnnotationValue,
 		AnnotationPower:            nil,
@@ -171,17 +177,59 @@ func (w *World) hostCameUp(ctx context.Context, h hostState) error {
 	if i, ok := w.etcdIndex[name]; ok && w.opts.Etcd != nil {
 		w.startMember(i)
 	}
-	if w.opts.RestartsOnReboot {
+	w.log.Info("lab host up: node handed back to kwok", "node", name, "kernel", h.kernel)
+	return nil
+}
+
+// showRebootRestarts shows the restart of every pod that stayed on the
+// rebooted host, read from the API server (not the informer's cache), before
+// the host's Node turns Ready again: a kubelet starts those containers anew
+// before it reports the node Ready, so no gate can see the node Ready with
+// its pods still showing their pre-reboot containers. A pod the World holds
+// (an etcd member not started yet) shows the restart and stays not Ready. The
+// restart is a fixed target count (restartBump), so a retry after an error
+// does not show a second one; the kubelet play forgets it once shown.
+func (w *World) showRebootRestarts(ctx context.Context, name string) error {
+	w.mu.Lock()
+	uids := w.hosts[name].podUIDs
+	w.mu.Unlock()
+	if len(uids) == 0 {
+		return nil
+	}
+	list, err := w.kc.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+	if err != nil {
+		return fmt.Errorf("list its pods: %w", err)
+	}
+	pods := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		pods = append(pods, &list.Items[i])
+	}
+	holds := w.holds(pods)
+	for _, p := range pods {
+		if !uids[p.UID] || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
 		w.mu.Lock()
 		if w.restartBumps == nil {
 			w.restartBumps = map[types.UID]*restartBump{}
 		}
-		for uid := range w.hosts[name].podUIDs {
-			w.restartBumps[uid] = &restartBump{}
+		b := w.restartBumps[p.UID]
+		if b == nil || b.boot != w.hosts[name].boots {
+			b = &restartBump{boot: w.hosts[name].boots, target: oneMoreRestart(p)}
+			w.restartBumps[p.UID] = b
 		}
+		target := b.target
 		w.mu.Unlock()
+		var err error
+		if h, held := holds[p.Namespace+"/"+p.Name]; held {
+			err = w.patchPodStatus(ctx, p, false, &h, target)
+		} else {
+			err = w.patchPodStatus(ctx, p, true, nil, target)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	w.log.Info("lab host up: node handed back to kwok", "node", name, "kernel", h.kernel)
 	return nil
 }
 
@@ -298,6 +346,7 @@ func (w *World) reconcilePods(ctx context.Context) error {
 // timed out on this side but landed, or a pass over a cache that has not
 // seen the last patch yet) shows the same count, not one more.
 type restartBump struct {
+	boot   int // the host's boot it belongs to (hostState.boots)
 	target map[string]int32
 }
 

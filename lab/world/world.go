@@ -84,6 +84,7 @@ type hostState struct {
 	isUp    bool   // what the cluster has been made to show
 	kernel  string // kernel to report once up
 	podUIDs map[types.UID]bool
+	boots   int // how many times the cluster has been shown it going down
 }
 
 // Setup creates the World's objects on the cluster, starts its loop and
