@@ -145,10 +145,7 @@ func BenchmarkPreflight200(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	labHost := filepath.Join(b.TempDir(), "lab-host")
-	if out, err := exec.Command("go", "build", "-o", labHost, "github.com/mcp-patch/mcp-patch/lab/cmd/lab-host").CombinedOutput(); err != nil {
-		b.Fatalf("build lab-host: %v\n%s", err, out)
-	}
+	labHost := buildLabHost(b)
 	for _, tool := range []struct{ name, bin string }{{"self", ""}, {"lab-host", labHost}} {
 		b.Run(tool.name, func(b *testing.B) {
 			bin := tool.bin
@@ -159,6 +156,39 @@ func BenchmarkPreflight200(b *testing.B) {
 			preflight200(b, tool.bin)
 		})
 	}
+}
+
+// buildLabHost builds lab/cmd/lab-host into a temp dir and returns its path.
+func buildLabHost(b *testing.B) string {
+	labHost := filepath.Join(b.TempDir(), "lab-host")
+	if out, err := exec.Command("go", "build", "-o", labHost, "github.com/mcp-patch/mcp-patch/lab/cmd/lab-host").CombinedOutput(); err != nil {
+		b.Fatalf("build lab-host: %v\n%s", err, out)
+	}
+	return labHost
+}
+
+// benchOrder is the round order of nodes: the first three control-plane
+// nodes, the fourth the canary GPU server, the rest GPU servers.
+func benchOrder(nodes []string) []plan.Position {
+	order := make([]plan.Position, 0, len(nodes))
+	for i, n := range nodes {
+		order = append(order, plan.Position{Node: n, ControlPlane: i < 3, GPU: i >= 3, Canary: i == 3})
+	}
+	return order
+}
+
+// planFromPreflight is plan_round's fleet-wide part: preflight.sh on every
+// node over pool (50 at a time), then the plan built, encoded and rendered.
+func planFromPreflight(b *testing.B, ctx context.Context, pool *host.Pool, nodes []string) (map[string]plan.Facts, plan.Fleet) {
+	facts := tools.PreflightHosts(ctx, steps.New(pool, nil), nodes, 50, func(string, plan.Facts) {})
+	fl := plan.Build(plan.Input{Round: "bench", Order: benchOrder(nodes), Facts: facts, Intent: plan.Intent{GPUApproval: plan.PerWindow, PanicSeconds: 10}})
+	if _, err := fl.Encode(); err != nil {
+		b.Fatal(err)
+	}
+	if err := plan.Markdown(io.Discard, fl); err != nil {
+		b.Fatal(err)
+	}
+	return facts, fl
 }
 
 // commandStart is the median wall time of 20 starts of bin as a lab-host
@@ -191,11 +221,9 @@ func preflight200(b *testing.B, toolBinary string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var order []plan.Position
 	var nodes []string
-	for i, h := range f.Hosts() {
+	for _, h := range f.Hosts() {
 		nodes = append(nodes, h.Name)
-		order = append(order, plan.Position{Node: h.Name, ControlPlane: i < 3, GPU: i >= 3, Canary: i == 3})
 	}
 	for i := 0; i < b.N; i++ {
 		pool, err := host.NewPool(inv, host.Config{KnownHostsFiles: []string{f.KnownHostsFile()}, IdentityFiles: []string{f.OperatorKeyFile()}})
@@ -207,14 +235,7 @@ func preflight200(b *testing.B, toolBinary string) {
 		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ch0)
 		cmds0 := f.Commands()
 		start := time.Now()
-		facts := tools.PreflightHosts(ctx, steps.New(pool, nil), nodes, 50, func(string, plan.Facts) {})
-		fl := plan.Build(plan.Input{Round: "bench", Order: order, Facts: facts, Intent: plan.Intent{GPUApproval: plan.PerWindow, PanicSeconds: 10}})
-		if _, err := fl.Encode(); err != nil {
-			b.Fatal(err)
-		}
-		if err := plan.Markdown(io.Discard, fl); err != nil {
-			b.Fatal(err)
-		}
+		_, fl := planFromPreflight(b, ctx, pool, nodes)
 		wall := time.Since(start)
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ch1)

@@ -3,17 +3,14 @@ package lab
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,10 +18,9 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/host/sshdtest"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/lab/fleet"
-	"github.com/mcp-patch/mcp-patch/round/plan"
-	"github.com/mcp-patch/mcp-patch/tools"
 )
 
 // BenchmarkPreflight200Replay is plan_round's fleet-wide preflight on 200
@@ -47,10 +43,6 @@ func BenchmarkPreflight200Replay(b *testing.B) {
 	ctx := context.Background()
 	answers := recordPreflight(b)
 	rh := startReplayHosts(b, 200, answers)
-	var order []plan.Position
-	for i, n := range rh.nodes {
-		order = append(order, plan.Position{Node: n, ControlPlane: i < 3, GPU: i >= 3, Canary: i == 3})
-	}
 	inv, err := host.LoadInventory(rh.inventory)
 	if err != nil {
 		b.Fatal(err)
@@ -65,14 +57,7 @@ func BenchmarkPreflight200Replay(b *testing.B) {
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 		sessions0 := rh.sessions()
 		start := time.Now()
-		facts := tools.PreflightHosts(ctx, steps.New(pool, nil), rh.nodes, 50, func(string, plan.Facts) {})
-		fl := plan.Build(plan.Input{Round: "bench", Order: order, Facts: facts, Intent: plan.Intent{GPUApproval: plan.PerWindow, PanicSeconds: 10}})
-		if _, err := fl.Encode(); err != nil {
-			b.Fatal(err)
-		}
-		if err := plan.Markdown(io.Discard, fl); err != nil {
-			b.Fatal(err)
-		}
+		facts, fl := planFromPreflight(b, ctx, pool, rh.nodes)
 		wall := time.Since(start)
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 		pool.Close()
@@ -120,11 +105,7 @@ func (r *recorder) RunScript(ctx context.Context, node string, script []byte, en
 // "cp", "canary", "gpu".
 func recordPreflight(b *testing.B) map[string]answer {
 	ctx := context.Background()
-	labHost := filepath.Join(b.TempDir(), "lab-host")
-	if out, err := exec.Command("go", "build", "-o", labHost, "github.com/mcp-patch/mcp-patch/lab/cmd/lab-host").CombinedOutput(); err != nil {
-		b.Fatalf("build lab-host: %v\n%s", err, out)
-	}
-	f, err := fleet.New(ctx, fleet.Options{Dir: b.TempDir(), ControlPlanes: 3, Canary: 1, GPUServers: 1, ToolBinary: labHost})
+	f, err := fleet.New(ctx, fleet.Options{Dir: b.TempDir(), ControlPlanes: 3, Canary: 1, GPUServers: 1, ToolBinary: buildLabHost(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -162,53 +143,27 @@ func recordPreflight(b *testing.B) map[string]answer {
 type replayHosts struct {
 	nodes                          []string
 	inventory, knownHosts, keyFile string
-	count                          *int64
-	mu                             *sync.Mutex
+	count                          *atomic.Int64 // exec requests answered
 }
 
-func (r replayHosts) sessions() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return *r.count
-}
+func (r replayHosts) sessions() int64 { return r.count.Load() }
 
 // startReplayHosts starts n servers: 3 control-plane nodes, a canary and
 // GPU servers, each answering with its role's answer.
 func startReplayHosts(b *testing.B, n int, answers map[string]answer) replayHosts {
-	dir := b.TempDir()
-	_, hostPriv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	hostKey, err := ssh.NewSignerFromKey(hostPriv)
-	if err != nil {
-		b.Fatal(err)
-	}
-	clientPub, clientPriv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	block, err := ssh.MarshalPrivateKey(clientPriv, "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	keyFile := filepath.Join(dir, "id_ed25519")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(block), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	authorized, err := ssh.NewPublicKey(clientPub)
-	if err != nil {
-		b.Fatal(err)
-	}
+	dir := sshdtest.TempDir(b, "replay-hosts-")
+	hostKey, _ := sshdtest.NewKey(b, dir, "host_ed25519", "ed25519")
+	client, keyFile := sshdtest.NewKey(b, dir, "id_ed25519", "ed25519")
+	authorized := client.PublicKey().Marshal()
 	cfg := &ssh.ServerConfig{PublicKeyCallback: func(_ ssh.ConnMetadata, k ssh.PublicKey) (*ssh.Permissions, error) {
-		if bytes.Equal(k.Marshal(), authorized.Marshal()) {
+		if bytes.Equal(k.Marshal(), authorized) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("unknown key")
 	}}
 	cfg.AddHostKey(hostKey)
 
-	rh := replayHosts{count: new(int64), mu: &sync.Mutex{}}
+	rh := replayHosts{count: new(atomic.Int64)}
 	var inv, kh strings.Builder
 	fmt.Fprintf(&inv, "defaults:\n  user: root\n  identity_files: [%q]\nnodes:\n", keyFile)
 	var wg sync.WaitGroup
@@ -295,9 +250,7 @@ func (r replayHosts) serve(c net.Conn, cfg *ssh.ServerConfig, a answer) {
 					continue
 				}
 				req.Reply(true, nil)
-				r.mu.Lock()
-				*r.count++
-				r.mu.Unlock()
+				r.count.Add(1)
 				if _, err := io.Copy(io.Discard, ch); err != nil {
 					return
 				}

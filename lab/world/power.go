@@ -341,10 +341,10 @@ func (w *World) reconcilePods(ctx context.Context) error {
 }
 
 // restartBump is the restart a reboot shows on one pod that stayed on its
-// host. Its target, each container's restart count to show, is fixed the
-// first time it is reported, so that reporting it again (a patch that
-// timed out on this side but landed, or a pass over a cache that has not
-// seen the last patch yet) shows the same count, not one more.
+// host. Its target, each container's restart count to show, is fixed when
+// the host comes up (showRebootRestarts), so that reporting it again (a
+// patch that timed out on this side but landed, or a pass over a cache that
+// has not seen the last patch yet) shows the same count, not one more.
 type restartBump struct {
 	boot   int // the host's boot it belongs to (hostState.boots)
 	target map[string]int32
@@ -359,10 +359,6 @@ func (w *World) pendingRestarts(p *corev1.Pod) map[string]int32 {
 	b := w.restartBumps[p.UID]
 	if b == nil {
 		return nil
-	}
-	if b.target == nil {
-		b.target = oneMoreRestart(p)
-		return b.target
 	}
 	if podReady(p) && restartsShown(p, b.target) {
 		delete(w.restartBumps, p.UID)

@@ -92,7 +92,7 @@ func TestRestartsShown(t *testing.T) {
 }
 
 // The pending bump keeps its target until the pod shows it Ready, then is
-// forgotten; its target is fixed at the first report.
+// forgotten; its target, fixed when the host came up, does not move.
 func TestPendingRestarts(t *testing.T) {
 	w := &World{}
 	before := podWithRestarts(false, map[string]int32{"etcd": 2, "sidecar": 0})
@@ -100,7 +100,7 @@ func TestPendingRestarts(t *testing.T) {
 	if got := w.pendingRestarts(before); got != nil {
 		t.Fatalf("no reboot: pending %v, want nil", got)
 	}
-	w.restartBumps = map[types.UID]*restartBump{"u1": {}}
+	w.restartBumps = map[types.UID]*restartBump{"u1": {target: oneMoreRestart(before)}}
 	first := w.pendingRestarts(before)
 	if first["etcd"] != 3 {
 		t.Fatalf("first report: %v, want etcd 3", first)
