@@ -198,6 +198,7 @@ type Notifier struct {
 
 	mu       sync.Mutex
 	inflight int
+	idle     chan struct{} // closed when inflight drops to zero; nil while zero
 	limit    int
 	closed   bool
 	wg       sync.WaitGroup
@@ -256,6 +257,9 @@ func (n *Notifier) Notify(ev Event) {
 			n.finish(d)
 			continue
 		}
+		if n.inflight == 0 {
+			n.idle = make(chan struct{})
+		}
 		n.inflight++
 		n.wg.Add(1)
 		n.mu.Unlock()
@@ -264,8 +268,43 @@ func (n *Notifier) Notify(ev Event) {
 			n.finish(n.deliver(h, ev, d))
 			n.mu.Lock()
 			n.inflight--
+			if n.inflight == 0 {
+				close(n.idle)
+				n.idle = nil
+			}
 			n.mu.Unlock()
 		}()
+	}
+}
+
+// Idle reports whether no delivery is in flight.
+func (n *Notifier) Idle() bool {
+	if n == nil {
+		return true
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.inflight == 0
+}
+
+// Settle waits (bounded by ctx) until no delivery is in flight: every
+// notification queued before it has been sent or has failed, and its
+// outcome has been recorded. It does not stop new ones.
+func (n *Notifier) Settle(ctx context.Context) error {
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	idle, count := n.idle, n.inflight
+	n.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%d notification(s) still in flight: %w", count, ctx.Err())
 	}
 }
 

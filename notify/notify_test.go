@@ -343,3 +343,47 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Settle returns once every queued delivery has been sent and its outcome
+// recorded; while the receiver holds a request it waits, bounded by its
+// context, and says how many are in flight.
+func TestSettleWaitsForRecordedOutcomes(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		arrived <- struct{}{}
+		<-release
+	}))
+	defer srv.Close()
+	var mu sync.Mutex
+	var recorded []Delivery
+	n := New([]Hook{hook("held", srv.URL, FormatJSON)}, Options{Record: func(d Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		recorded = append(recorded, d)
+		return nil
+	}})
+	if err := n.Settle(context.Background()); err != nil {
+		t.Fatalf("settle with nothing queued: %v", err)
+	}
+	n.Notify(approval())
+	<-arrived
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := n.Settle(short); err == nil || !strings.Contains(err.Error(), "1 notification(s) still in flight") {
+		t.Fatalf("settle while the receiver holds the request: %v", err)
+	}
+	close(release)
+	if err := n.Settle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := len(recorded)
+	mu.Unlock()
+	if got != 1 {
+		t.Fatalf("settle returned with %d outcomes recorded, want 1", got)
+	}
+	if err := n.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -267,6 +267,15 @@ func (j *Journal) State() *State {
 	return j.state.Clone()
 }
 
+// Hold runs fn with the journal's lock held: no record is appended while
+// it runs, so journal.jsonl and state.json stay a matching pair (a commit
+// of the round's files takes both as of the same record).
+func (j *Journal) Hold(fn func() error) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return fn()
+}
+
 // Close releases the lock and closes the files.
 func (j *Journal) Close() error {
 	j.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -601,4 +602,61 @@ func TestJournalRollbackWhileStopped(t *testing.T) {
 	if err := RenderReport(&b, st); err != nil || !strings.Contains(b.String(), "rollback of cp-1 to its old kernel: done") {
 		t.Errorf("report lacks the rollback:\n%s", b.String())
 	}
+}
+
+// Hold keeps appends out while it runs: a record written from another
+// goroutine during it lands after it, so what Hold's function reads of
+// journal.jsonl and state.json is one matching pair.
+func TestJournalHoldKeepsAppendsOut(t *testing.T) {
+	dir := roundDir(t)
+	j := openJournal(t, dir, newClock())
+	noErr(t)(j.Plan(fleetOrder(t), soak48, Meta{ArgsDigest: "sha256:00"}))
+	appended := make(chan error, 1)
+	err := j.Hold(func() error {
+		go func() {
+			_, err := j.Lesson("written while the journal was held")
+			appended <- err
+		}()
+		for range 50 {
+			select {
+			case err := <-appended:
+				return fmt.Errorf("a record was appended while the journal was held (%v)", err)
+			default:
+				runtime.Gosched()
+			}
+		}
+		return filesMatch(dir)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	checkConsistent(t, j)
+}
+
+// filesMatch reports whether state.json says what a replay of
+// journal.jsonl says (read without the journal's lock).
+func filesMatch(dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, JournalFile))
+	if err != nil {
+		return err
+	}
+	replayed, _, err := Replay(data)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, StateFile))
+	if err != nil {
+		return err
+	}
+	var file State
+	if err := json.Unmarshal(b, &file); err != nil {
+		return err
+	}
+	if diff := cmp.Diff(replayed, &file); diff != "" {
+		return fmt.Errorf("state.json differs from the journal (-journal +file):\n%s", diff)
+	}
+	return nil
 }

@@ -301,6 +301,10 @@ func checkSpec(record bool, recordName string, spec Spec) Spec {
 	return spec
 }
 
+// commitSettle bounds how long a commit waits for the notifications its
+// call's records started.
+const commitSettle = 10 * time.Second
+
 // commitRound commits the round's record files to the intent repository's
 // working branch and returns the commit hash.
 func (d *Deps) commitRound(ctx context.Context, s *session, why string) (string, error) {
@@ -308,7 +312,19 @@ func (d *Deps) commitRound(ctx context.Context, s *session, why string) (string,
 	if err != nil {
 		return "", err
 	}
-	c, err := r.CommitFiles(ctx, fmt.Sprintf("round %s: %s", s.id, why), d.Book.Files(s.id))
+	// The notices and Events the call's records started land in the
+	// journal first (bounded: a receiver that is down does not hold the
+	// commit; its outcome goes into the next one).
+	sctx, cancel := context.WithTimeout(ctx, commitSettle)
+	defer cancel()
+	if err := d.Ops.Settle(sctx); err != nil {
+		d.Log.Warn("committing the round before its notifications settled; their outcomes go into the next commit", "round", s.id, "err", err)
+	}
+	var c intent.Commit
+	err = s.j.Hold(func() error {
+		c, err = r.CommitFiles(ctx, fmt.Sprintf("round %s: %s", s.id, why), d.Book.Files(s.id))
+		return err
+	})
 	if errors.Is(err, intent.ErrNoChange) {
 		return "(no change)", nil
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A node the preflight cannot read is a blocker of the plan: plan_round
@@ -81,6 +82,27 @@ func TestFleetPlanNamesEveryBlockerAndCommitsItsAudit(t *testing.T) {
 		t.Fatalf("sign_plan: %s %v", res.Status, res.Reasons)
 	}
 	cleanAfter(t, f, "sign_plan")
+}
+
+// The notice that a blocked plan stopped the round is delivered in the
+// background; plan_round's commit waits for its outcome, so the committed
+// journal holds it and the repository is clean once the call answers,
+// even when the receiver is slow to answer.
+func TestBlockedPlanCommitHoldsItsNotification(t *testing.T) {
+	f := newFleet(t)
+	f.hooks.delay.Store(int64(time.Second))
+	f.host("gpu-2").Unreachable = true
+	if _, res := f.call("plan_round", map[string]any{"round": fRound}); res.Status != StatusFailed {
+		t.Fatalf("plan_round with gpu-2 down: %s %v", res.Status, res.Reasons)
+	}
+	cleanAfter(t, f, "plan_round")
+	out, err := exec.Command("git", "-C", f.repo, "show", "HEAD:rounds/"+fRound+"/journal.jsonl").CombinedOutput()
+	if err != nil {
+		t.Fatalf("git show: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "notification round_stopped to ops sent") {
+		t.Fatalf("the committed journal lacks the round_stopped notice's outcome:\n%s", out)
+	}
 }
 
 // cleanAfter wants an intent working copy without changes and the

@@ -206,7 +206,10 @@ func newModelEndpoint(t *testing.T) *modelEndpoint {
 
 // webhookSink receives the server's notifications (a real HTTP server).
 type webhookSink struct {
-	srv  *httptest.Server
+	srv *httptest.Server
+	// delay holds each request this long before answering (a slow
+	// receiver).
+	delay atomic.Int64
 	mu   sync.Mutex
 	got  []map[string]any
 	seen chan struct{}
@@ -215,6 +218,7 @@ type webhookSink struct {
 func newWebhookSink(t *testing.T) *webhookSink {
 	s := &webhookSink{seen: make(chan struct{}, 256)}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Duration(s.delay.Load()))
 		var m map[string]any
 		b, _ := io.ReadAll(r.Body)
 		_ = json.Unmarshal(b, &m)

@@ -46,6 +46,9 @@ type Ops struct {
 type observed struct {
 	rec round.Record
 	st  *round.State
+	// barrier, when set, is closed by the worker in place of handling a
+	// record: everything queued before it has been handled.
+	barrier chan struct{}
 }
 
 // opsQueue bounds the records waiting for the worker; beyond it a record's
@@ -63,7 +66,7 @@ func (o *Ops) Observe(rec round.Record, st *round.State) {
 		return
 	}
 	select {
-	case o.queue <- observed{rec, st}:
+	case o.queue <- observed{rec: rec, st: st}:
 	default:
 		o.log.Warn("operations queue full: this record's Events and notifications are skipped", "round", st.RoundID, "seq", rec.Seq)
 	}
@@ -79,10 +82,44 @@ func (o *Ops) Start(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case ob := <-o.queue:
+				if ob.barrier != nil {
+					close(ob.barrier)
+					continue
+				}
 				o.handle(ctx, ob)
 			}
 		}
 	}()
+}
+
+// Settle waits (bounded by ctx) until the worker has handled every record
+// queued so far and every notification they started has been delivered
+// and its outcome journaled, and again for what those records started,
+// until a pass finds nothing in flight. A call settles before it commits
+// the round's files, so the commit holds the notices its records caused.
+func (o *Ops) Settle(ctx context.Context) error {
+	if o == nil {
+		return nil
+	}
+	for {
+		b := make(chan struct{})
+		select {
+		case o.queue <- observed{barrier: b}:
+		case <-ctx.Done():
+			return fmt.Errorf("operations queue still full: %w", ctx.Err())
+		}
+		select {
+		case <-b:
+		case <-ctx.Done():
+			return fmt.Errorf("records still waiting for their Events and notifications: %w", ctx.Err())
+		}
+		if o.Notifier.Idle() {
+			return nil
+		}
+		if err := o.Notifier.Settle(ctx); err != nil {
+			return err
+		}
+	}
 }
 
 // Wait waits for the worker to end (after its context ended).
