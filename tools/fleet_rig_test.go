@@ -210,9 +210,9 @@ type webhookSink struct {
 	// delay holds each request this long before answering (a slow
 	// receiver).
 	delay atomic.Int64
-	mu   sync.Mutex
-	got  []map[string]any
-	seen chan struct{}
+	mu    sync.Mutex
+	got   []map[string]any
+	seen  chan struct{}
 }
 
 func newWebhookSink(t *testing.T) *webhookSink {
