@@ -112,6 +112,7 @@ func BenchmarkServe1000Nodes(b *testing.B) {
 					label, unit = "round_status again", "ms/round_status-again"
 				}
 				b.ReportMetric(float64(took)/float64(time.Millisecond), unit)
+				b.ReportMetric(float64(len(text))/1024, "KiB/round_status-text")
 			}
 			mark(fmt.Sprintf("%s (%.0f ms)", label, float64(took)/float64(time.Millisecond)))
 		}

@@ -42,14 +42,18 @@ type Status struct {
 
 // NodeStatus is one row of the per-node step table.
 type NodeStatus struct {
-	Index        int          `json:"index"`
-	Node         string       `json:"node"`
-	Role         Role         `json:"role"`
-	GPU          bool         `json:"gpu,omitempty"`
-	Canary       bool         `json:"canary,omitempty"`
-	VM           bool         `json:"vm,omitempty"`
-	Window       WindowState  `json:"window"`
-	Steps        []StepStatus `json:"steps"`
+	Index  int         `json:"index"`
+	Node   string      `json:"node"`
+	Role   Role        `json:"role"`
+	GPU    bool        `json:"gpu,omitempty"`
+	Canary bool        `json:"canary,omitempty"`
+	VM     bool        `json:"vm,omitempty"`
+	Window WindowState `json:"window"`
+	// Steps are the node's steps that have started, in order; a step
+	// not listed has not started (gpu_acceptance is only a GPU server's
+	// step). A fleet's pending nodes then cost a line each, not one per
+	// step.
+	Steps        []StepStatus `json:"steps,omitempty"`
 	KernelBefore string       `json:"kernel_before,omitempty"`
 	KernelAfter  string       `json:"kernel_after,omitempty"`
 }
@@ -106,7 +110,7 @@ func (s *State) Status(now time.Time) Status {
 		ns := NodeStatus{Index: n.Index + 1, Node: n.Node, Role: n.Role, GPU: n.GPU, Canary: n.Canary,
 			VM: n.VM, Window: n.Window, KernelBefore: n.KernelBefore, KernelAfter: n.KernelAfter}
 		for _, step := range NodeSteps {
-			if r := n.Steps[step]; r != nil {
+			if r := n.Steps[step]; r != nil && started(r) {
 				ns.Steps = append(ns.Steps, stepStatus(step, r))
 			}
 		}
@@ -140,6 +144,15 @@ func (s *State) Status(now time.Time) Status {
 	st.Next, st.NextAction = s.next(now)
 	return st
 }
+
+// started reports whether a node step shows in round_status: it was
+// tried, or it is anything but pending.
+func started(r *StepRun) bool {
+	return r.State != Pending || len(r.Attempts) > 0 || r.NeedsRecheck || r.RiskAccepted
+}
+
+// applies reports whether step is one of the node's steps.
+func (n NodeStatus) applies(step Step) bool { return step != StepGPUAcceptance || n.GPU }
 
 func stepStatus(step Step, r *StepRun) StepStatus {
 	ss := StepStatus{Step: step, State: r.State, Attempts: len(r.Attempts), NeedsRecheck: r.NeedsRecheck,
@@ -371,7 +384,10 @@ func RenderStatusText(w io.Writer, st Status) error {
 			}
 			for _, step := range NodeSteps {
 				c, ok := cells[step]
-				if !ok {
+				switch {
+				case !ok && n.applies(step):
+					c = cell(StepStatus{Step: step, State: Pending})
+				case !ok:
 					c = "n/a"
 				}
 				fmt.Fprintf(tw, "\t%s", c)

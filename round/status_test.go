@@ -116,3 +116,67 @@ func TestStatusSoakWaitsAndSaysUntilWhen(t *testing.T) {
 		t.Errorf("soak end %v, wait until %v", st.SoakEndsAt, st.Next.WaitUntil)
 	}
 }
+
+// A node's row lists the steps that started; a pending node has none, so
+// a fleet's status grows by a line per node, not one per step. The text
+// table still shows every step: "-" for a step to come, "n/a" for GPU
+// acceptance on a node without GPUs.
+func TestStatusListsStartedStepsOnly(t *testing.T) {
+	clk := newClock()
+	j := openJournal(t, roundDir(t), clk)
+	if _, err := j.Plan(fleetOrder(t), soak48, Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	noErr(t)(j.StartStep(StepInspect, "cp-1", Meta{}))
+	noErr(t)(j.FinishStep(StepInspect, "cp-1", Meta{Kernel: "6.8.0-40-generic"}))
+	noErr(t)(j.StartStep(StepSimulate, "cp-1", Meta{}))
+	st := j.Status()
+	rows := map[string][]Step{}
+	for _, n := range st.Nodes {
+		var steps []Step
+		for _, ss := range n.Steps {
+			steps = append(steps, ss.Step)
+		}
+		rows[n.Node] = steps
+	}
+	if diff := cmp.Diff([]Step{StepInspect, StepSimulate}, rows["cp-1"]); diff != "" {
+		t.Errorf("cp-1's steps (-want +got):\n%s", diff)
+	}
+	if len(rows["gpu-a"]) != 0 || len(rows["cp-2"]) != 0 {
+		t.Errorf("pending nodes list steps: gpu-a %v, cp-2 %v", rows["gpu-a"], rows["cp-2"])
+	}
+	var b bytes.Buffer
+	if err := RenderStatusText(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"cp-1", "gpu-a"} {
+		var line string
+		for _, l := range strings.Split(b.String(), "\n") {
+			if f := strings.Fields(l); len(f) > 1 && f[1] == want {
+				line = l
+			}
+		}
+		// The step cells follow the window's: "#", node, a role of one
+		// or two words ("gpu (canary)"), window.
+		f := strings.Fields(line)
+		at := 3
+		if len(f) > at && strings.HasPrefix(f[at], "(") {
+			at++
+		}
+		if len(f) < at+1+len(NodeSteps) {
+			t.Fatalf("no full row for %s in:\n%s", want, b.String())
+		}
+		cells := f[at-3:]
+		gpuCell := cells[4+slices.Index(NodeSteps, StepGPUAcceptance)]
+		switch want {
+		case "cp-1":
+			if cells[4] != "ok" || cells[5] == "-" || gpuCell != "n/a" || cells[6] != "-" {
+				t.Errorf("cp-1's row: %q", line)
+			}
+		case "gpu-a":
+			if gpuCell != "-" || cells[4] != "-" {
+				t.Errorf("gpu-a's row: %q", line)
+			}
+		}
+	}
+}
