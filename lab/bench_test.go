@@ -83,16 +83,21 @@ func BenchmarkLabRound(b *testing.B) {
 	}
 }
 
-// BenchmarkFleetCheck200 fans the fleet check's host step (kernel.sh) out
-// over 200 lab hosts through the production SSH pool at concurrency 50:
-// cold (new connections) and pooled.
-func BenchmarkFleetCheck200(b *testing.B) {
-	ctx := context.Background()
-	f, err := fleet.New(ctx, fleet.Options{Dir: b.TempDir(), ControlPlanes: 3, Canary: 1, GPUServers: 196, Parallelism: 16})
+// benchFleet starts a lab fleet for a benchmark (closed when it ends) and
+// returns it, its node names in order, and what opens a new SSH pool over
+// its inventory with its operator key and known hosts.
+func benchFleet(b *testing.B, o fleet.Options) (*fleet.Fleet, []string, func() *host.Pool) {
+	b.Helper()
+	o.Dir = b.TempDir()
+	f, err := fleet.New(context.Background(), o)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
+	b.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			b.Logf("close the lab fleet: %v", err)
+		}
+	})
 	inv, err := host.LoadInventory(f.InventoryFile())
 	if err != nil {
 		b.Fatal(err)
@@ -101,6 +106,21 @@ func BenchmarkFleetCheck200(b *testing.B) {
 	for _, h := range f.Hosts() {
 		nodes = append(nodes, h.Name)
 	}
+	return f, nodes, func() *host.Pool {
+		pool, err := host.NewPool(inv, host.Config{KnownHostsFiles: []string{f.KnownHostsFile()}, IdentityFiles: []string{f.OperatorKeyFile()}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return pool
+	}
+}
+
+// BenchmarkFleetCheck200 fans the fleet check's host step (kernel.sh) out
+// over 200 lab hosts through the production SSH pool at concurrency 50:
+// cold (new connections) and pooled.
+func BenchmarkFleetCheck200(b *testing.B) {
+	ctx := context.Background()
+	_, nodes, newPool := benchFleet(b, fleet.Options{ControlPlanes: 3, Canary: 1, GPUServers: 196, Parallelism: 16})
 	run := func(pool *host.Pool) time.Duration {
 		st := steps.New(pool, nil)
 		start := time.Now()
@@ -115,10 +135,7 @@ func BenchmarkFleetCheck200(b *testing.B) {
 		return time.Since(start)
 	}
 	for i := 0; i < b.N; i++ {
-		pool, err := host.NewPool(inv, host.Config{KnownHostsFiles: []string{f.KnownHostsFile()}, IdentityFiles: []string{f.OperatorKeyFile()}})
-		if err != nil {
-			b.Fatal(err)
-		}
+		pool := newPool()
 		cold := run(pool)
 		warm := run(pool)
 		b.ReportMetric(cold.Seconds(), "s/cold-200")
@@ -212,24 +229,9 @@ func commandStart(b *testing.B, bin string) time.Duration {
 
 func preflight200(b *testing.B, toolBinary string) {
 	ctx := context.Background()
-	f, err := fleet.New(ctx, fleet.Options{Dir: b.TempDir(), ControlPlanes: 3, Canary: 1, GPUServers: 196, Parallelism: 16, ToolBinary: toolBinary})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	inv, err := host.LoadInventory(f.InventoryFile())
-	if err != nil {
-		b.Fatal(err)
-	}
-	var nodes []string
-	for _, h := range f.Hosts() {
-		nodes = append(nodes, h.Name)
-	}
+	f, nodes, newPool := benchFleet(b, fleet.Options{ControlPlanes: 3, Canary: 1, GPUServers: 196, Parallelism: 16, ToolBinary: toolBinary})
 	for i := 0; i < b.N; i++ {
-		pool, err := host.NewPool(inv, host.Config{KnownHostsFiles: []string{f.KnownHostsFile()}, IdentityFiles: []string{f.OperatorKeyFile()}})
-		if err != nil {
-			b.Fatal(err)
-		}
+		pool := newPool()
 		var ru0, ru1, ch0, ch1 syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ch0)

@@ -105,25 +105,16 @@ func (r *recorder) RunScript(ctx context.Context, node string, script []byte, en
 // "cp", "canary", "gpu".
 func recordPreflight(b *testing.B) map[string]answer {
 	ctx := context.Background()
-	f, err := fleet.New(ctx, fleet.Options{Dir: b.TempDir(), ControlPlanes: 3, Canary: 1, GPUServers: 1, ToolBinary: buildLabHost(b)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	inv, err := host.LoadInventory(f.InventoryFile())
-	if err != nil {
-		b.Fatal(err)
-	}
-	pool, err := host.NewPool(inv, host.Config{KnownHostsFiles: []string{f.KnownHostsFile()}, IdentityFiles: []string{f.OperatorKeyFile()}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	f, nodes, newPool := benchFleet(b, fleet.Options{ControlPlanes: 3, Canary: 1, GPUServers: 1, ToolBinary: buildLabHost(b)})
+	// The recording fleet stops before the replay is measured.
+	defer func() {
+		if err := f.Close(); err != nil {
+			b.Logf("close the recording fleet: %v", err)
+		}
+	}()
+	pool := newPool()
 	defer pool.Close()
 	rec := &recorder{Runner: pool, got: map[string]answer{}}
-	var nodes []string
-	for _, h := range f.Hosts() {
-		nodes = append(nodes, h.Name)
-	}
 	for _, n := range nodes {
 		if _, _, err := steps.New(rec, nil).Preflight(ctx, n); err != nil {
 			b.Fatalf("record preflight on %s: %v", n, err)
