@@ -2,6 +2,8 @@ package policy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -30,6 +32,7 @@ const (
 	ReasonIssuedInFuture      Reason = "issued_in_future"      // its signed issue time is ahead of the clock
 	ReasonMismatch            Reason = "mismatch"              // signed for another tool/node/round/plan/kind
 	ReasonReplayed            Reason = "replayed"              // its nonce was already used
+	ReasonNeverUsed           Reason = "never_used"            // a standing approval no server accepted while it was valid
 )
 
 // RefusalError is why an approval was not accepted. Match a reason with
@@ -73,7 +76,7 @@ func (e *RefusalError) Hint() string {
 		return "Request a fresh approval: the server issues requests valid for its configured lifetime; do not sign requests that stay valid longer."
 	case ReasonIssuedInFuture:
 		return "The request claims to be issued later than now: request a fresh approval from this server (and check the clocks)."
-	case ReasonExpired, ReasonReplayed:
+	case ReasonExpired, ReasonReplayed, ReasonNeverUsed:
 		return "Request a fresh approval and ask a person to sign it."
 	case ReasonMismatch:
 		return "The approval was signed for a different step or plan; request an approval for this step and plan."
@@ -96,6 +99,7 @@ var (
 	ErrIssuedInFuture      = &RefusalError{Reason: ReasonIssuedInFuture}
 	ErrMismatch            = &RefusalError{Reason: ReasonMismatch}
 	ErrReplayed            = &RefusalError{Reason: ReasonReplayed}
+	ErrNeverUsed           = &RefusalError{Reason: ReasonNeverUsed}
 )
 
 func refusal(r Reason, field, want, got, detail string) *RefusalError {
@@ -172,9 +176,11 @@ type Expectation struct {
 	// Attestations need Node and Round and must leave Tool and PlanDigest
 	// empty.
 	Tool, Node, Round, PlanDigest string
-	// Step and Stop are the stop a resume or abort answers: the failed step
-	// and its journal record ("<seq> sha256:<hex>"), or NoStop for both.
-	// Required for round_resume and round_abort, empty for other kinds.
+	// Step and Stop are the stop a resume or abort answers, or the failed
+	// check an accepted risk accepts: the failed step and its journal
+	// record ("<seq> sha256:<hex>"), or NoStop for both. Required for
+	// round_resume, round_abort and residual_risk_accepted, empty for
+	// other kinds.
 	Step, Stop string
 	// Summary, when non-nil, must equal the signed summary line for line.
 	// Pass the summary the server derives from the plan, so that a request
@@ -182,8 +188,11 @@ type Expectation struct {
 	Summary []string
 }
 
-// bindsStop says whether a kind answers a stop of the round.
-func (k Kind) bindsStop() bool { return k == KindRoundResume || k == KindRoundAbort }
+// bindsStop says whether a kind names a failure of the round: the stop a
+// resume or abort answers, the failed check an accepted risk accepts.
+func (k Kind) bindsStop() bool {
+	return k == KindRoundResume || k == KindRoundAbort || k == KindResidualRiskAccepted
+}
 
 func (e Expectation) kind() Kind {
 	if e.Kind == "" {
@@ -278,7 +287,34 @@ func (v *Verifier) Verify(ctx context.Context, approval string, want Expectation
 	return got, nil
 }
 
+// Reverify checks again an approval that was accepted and used before,
+// and that stands for what it signed (the signed plan of a round, the
+// approval of a node's window): the same checks as Verify against the
+// allowed signers of now (a key removed since is refused), the binding
+// and the signed lifetime, except that it must have been used (its nonce
+// consumed while it was valid) instead of unused and unexpired. Only the
+// signed bytes prove an approval: a record of one, anywhere, does not.
+func (v *Verifier) Reverify(ctx context.Context, approval string, want Expectation) (Verified, error) {
+	got, err := v.check(ctx, approval, want, true)
+	if err != nil {
+		return Verified{}, fmt.Errorf("verify standing approval: %w", err)
+	}
+	return got, nil
+}
+
+// DerivedNonce is the nonce of one part of a standing approval (a step of
+// a window approval): consuming it uses that part up, once, where every
+// server looks, without touching the approval's own nonce.
+func DerivedNonce(nonce, part string) string {
+	sum := sha256.Sum256([]byte("mcp-patch derived nonce v1\n" + nonce + "\n" + part + "\n"))
+	return hex.EncodeToString(sum[:16])
+}
+
 func (v *Verifier) verify(ctx context.Context, text string, want Expectation) (Verified, error) {
+	return v.check(ctx, text, want, false)
+}
+
+func (v *Verifier) check(ctx context.Context, text string, want Expectation, standing bool) (Verified, error) {
 	if v.AllowedSigners == nil || v.NonceStore == nil {
 		return Verified{}, errors.New("verifier needs AllowedSigners and NonceStore")
 	}
@@ -313,7 +349,7 @@ func (v *Verifier) verify(ctx context.Context, text string, want Expectation) (V
 		return Verified{}, refusal(ReasonLabOnlySigner, "", "", "", fmt.Sprintf("key %s (allowed_signers line %d, %s) is labelled lab-only", fp, signer.Line, signer.Principal()))
 	}
 	req := a.Request
-	if !now.Before(req.Expires) {
+	if !standing && !now.Before(req.Expires) {
 		return Verified{}, refusal(ReasonExpired, "", "", "", fmt.Sprintf("expired at %s, it is now %s", req.Expires.Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
 	}
 	if err := CheckLifetime(req, now, v.MaxLifetime, v.ClockSkew); err != nil {
@@ -326,8 +362,11 @@ func (v *Verifier) verify(ctx context.Context, text string, want Expectation) (V
 	if err != nil {
 		return Verified{}, err
 	}
-	if used {
+	switch {
+	case used && !standing:
 		return Verified{}, refusal(ReasonReplayed, "", "", "", fmt.Sprintf("nonce %s has already been used", req.Nonce))
+	case !used && standing:
+		return Verified{}, refusal(ReasonNeverUsed, "", "", "", fmt.Sprintf("approval %s (nonce %s) was never accepted by this server while it was valid", req.ID(), req.Nonce))
 	}
 	return Verified{
 		Principal:      signer.Principal(),
@@ -434,6 +473,22 @@ func lineAt(lines []string, i int) (string, bool) {
 		return lines[i], true
 	}
 	return "(no line)", false
+}
+
+// ConsumePart uses up one part of a standing approval (DerivedNonce), once,
+// durably: a second call for the same part is refused with ErrReplayed.
+// The approval itself must have been used (Reverify checked it).
+func (v *Verifier) ConsumePart(ctx context.Context, got Verified, part string) error {
+	if v.NonceStore == nil {
+		return errors.New("consume approval: verifier has no NonceStore")
+	}
+	// The mark outlives the approval's own expiry: the part is used for
+	// as long as the standing approval could be presented.
+	until := v.now().Add(LifetimeCeiling)
+	if err := v.NonceStore.Consume(ctx, DerivedNonce(got.Nonce, part), got.ApprovalID, v.now(), until); err != nil {
+		return fmt.Errorf("use %s of approval %s: %w", part, got.ApprovalID, err)
+	}
+	return nil
 }
 
 // Consume marks the approval used. Call it once the step is certain to run,

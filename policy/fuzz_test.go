@@ -11,7 +11,7 @@ import (
 func FuzzParseRequest(f *testing.F) {
 	req := newTestRequest(f, t0)
 	f.Add(req.Canonical())
-	att, err := NewAttestation(KindResidualRiskAccepted, AttestationFields{Node: "*", Round: "2026-11",
+	att, err := NewAttestation(KindResidualRiskAccepted, AttestationFields{Node: "*", Round: "2026-11", Step: NoStop, Stop: NoStop,
 		Reason: "accepted", ReviewTrigger: "driver-version-change:550.90.07"}, []string{"x"}, time.Hour, fixedClock(t0), nil)
 	if err != nil {
 		f.Fatal(err)

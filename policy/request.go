@@ -23,13 +23,16 @@ type Kind string
 //
 //	approval                   tool, node, round, plan-digest
 //	hypervisor_snapshot_taken  node, round
-//	residual_risk_accepted     node ("*" for the whole fleet), round, reason, review-trigger
+//	residual_risk_accepted     node ("*" for the whole fleet), round, step, stop, reason, review-trigger
 //	round_resume               node, round, step, stop, reason
 //	round_abort                node, round, step, stop, reason
 //
 // A resume or abort names the stop it answers: the step that failed and
 // "stop", the journal record of that failure (its sequence number and
 // digest), or "none" for both when the round is not stopped (abort only).
+// An accepted residual risk names the failed check the same way (the step
+// and its failure's journal record), or "none" for both when it is a note
+// for the report that accepts no check.
 const (
 	KindApproval                Kind = "approval"
 	KindHypervisorSnapshotTaken Kind = "hypervisor_snapshot_taken"
@@ -84,7 +87,7 @@ const (
 var kindFields = map[Kind][]string{
 	KindApproval:                {fieldTool, fieldNode, fieldRound, fieldPlanDigest, fieldIssued, fieldExpires, fieldNonce},
 	KindHypervisorSnapshotTaken: {fieldNode, fieldRound, fieldIssued, fieldExpires, fieldNonce},
-	KindResidualRiskAccepted:    {fieldNode, fieldRound, fieldReason, fieldReviewTrigger, fieldIssued, fieldExpires, fieldNonce},
+	KindResidualRiskAccepted:    {fieldNode, fieldRound, fieldStep, fieldStop, fieldReason, fieldReviewTrigger, fieldIssued, fieldExpires, fieldNonce},
 	KindRoundResume:             {fieldNode, fieldRound, fieldStep, fieldStop, fieldReason, fieldIssued, fieldExpires, fieldNonce},
 	KindRoundAbort:              {fieldNode, fieldRound, fieldStep, fieldStop, fieldReason, fieldIssued, fieldExpires, fieldNonce},
 }
@@ -126,10 +129,11 @@ type Request struct {
 	// risk, e.g. driver-version-change:550.90.07 (residual_risk_accepted).
 	ReviewTrigger string
 	// Step is the step whose failure stopped the round (round_resume,
-	// round_abort), or NoStop.
+	// round_abort) or the failed check accepted (residual_risk_accepted),
+	// or NoStop.
 	Step string
 	// Stop names the journal record of that failure, "<seq> sha256:<hex>"
-	// (round_resume, round_abort), or NoStop.
+	// (round_resume, round_abort, residual_risk_accepted), or NoStop.
 	Stop string
 	// Issued is when the server issued the request, UTC, whole seconds. It
 	// is signed, so the lifetime Expires-Issued is what the person saw.
@@ -148,8 +152,9 @@ type AttestationFields struct {
 	Round         string
 	Reason        string
 	ReviewTrigger string
-	// Step and Stop bind a resume or abort to the stop it answers (see
-	// Request.Step and Request.Stop).
+	// Step and Stop bind a resume or abort to the stop it answers, and an
+	// accepted risk to the failed check it accepts (see Request.Step and
+	// Request.Stop).
 	Step string
 	Stop string
 }

@@ -26,7 +26,7 @@ func TestRequestCanonicalText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	risk, err := NewAttestation(KindResidualRiskAccepted, AttestationFields{Node: "*", Round: "2026-11",
+	risk, err := NewAttestation(KindResidualRiskAccepted, AttestationFields{Node: "*", Round: "2026-11", Step: NoStop, Stop: NoStop,
 		Reason: "NVIDIA 550.90 builds with warnings on 6.8.0-49", ReviewTrigger: "driver-version-change:550.90.07"},
 		nil, time.Hour, clock, zeroRand{})
 	if err != nil {
@@ -63,6 +63,8 @@ summary: kernels: 6.8.0-45 -> 6.8.0-49
 kind: residual_risk_accepted
 node: *
 round: 2026-11
+step: none
+stop: none
 reason: NVIDIA 550.90 builds with warnings on 6.8.0-49
 review-trigger: driver-version-change:550.90.07
 issued: 2026-11-29T13:00:00Z
@@ -117,7 +119,7 @@ func TestAttestationKindsRoundTrip(t *testing.T) {
 			if k == KindResidualRiskAccepted {
 				f.ReviewTrigger = "kernel-version-change:6.8.0-49"
 			}
-			if k == KindRoundResume || k == KindRoundAbort {
+			if k == KindRoundResume || k == KindRoundAbort || k == KindResidualRiskAccepted {
 				f.Step, f.Stop = "gate", "7 sha256:"+strings.Repeat("0f", 32)
 			}
 			r, err := NewAttestation(k, f, []string{"gate: rdma rail mlx5_3 down, now up"}, time.Hour, fixedClock(t0), nil)
@@ -265,7 +267,7 @@ func TestDescribe(t *testing.T) {
 			t.Errorf("Describe(resume) lacks %q:\n%s", want, got)
 		}
 	}
-	risk, err := NewAttestation(KindResidualRiskAccepted, AttestationFields{Node: "*", Round: "2026-11",
+	risk, err := NewAttestation(KindResidualRiskAccepted, AttestationFields{Node: "*", Round: "2026-11", Step: NoStop, Stop: NoStop,
 		Reason: "driver warnings", ReviewTrigger: "driver-version-change:550.90.07"}, nil, time.Hour, fixedClock(t0), nil)
 	if err != nil {
 		t.Fatal(err)

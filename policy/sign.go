@@ -226,6 +226,12 @@ func Describe(req Request) string {
 		fmt.Fprintf(&b, "You state that a hypervisor snapshot of %s has been taken for patch round %s, so that it can be restored if the update goes wrong.\n", node, req.Round)
 	case KindResidualRiskAccepted:
 		fmt.Fprintf(&b, "You accept a residual risk on %s in patch round %s: %s.\n", node, req.Round, req.Reason)
+		if req.Stop == NoStop {
+			b.WriteString("It accepts no failed check: a note for the report.\n")
+		} else {
+			seq, digest, _ := strings.Cut(req.Stop, " ")
+			fmt.Fprintf(&b, "It accepts only the failed %s recorded in the journal as record %s (%s), which then counts as green; any other failure needs a new statement.\n", req.Step, seq, digest)
+		}
 		fmt.Fprintf(&b, "It must be reviewed again on: %s.\n", req.ReviewTrigger)
 	case KindRoundResume:
 		fmt.Fprintf(&b, "You resume patch round %s, which stopped after a failed check on %s. Your reason: %s.\n", req.Round, node, req.Reason)

@@ -143,9 +143,28 @@ type Stop struct {
 // over the record's sequence number, time, node, step and reason. A later
 // stop, even of the same step on the same node, has another binding.
 func (s *Stop) Binding() string {
+	return Failure{Seq: s.Seq, Time: s.Time, Node: s.Node, Step: s.Step, Reason: s.Reason}.Binding()
+}
+
+// Binding names the failure's journal record as a statement about it
+// must: "<seq> sha256:<hex>", the digest over the record's sequence
+// number, time, node, step and reason (the stop that a failure caused has
+// the same binding).
+func (f Failure) Binding() string {
 	sum := sha256.Sum256([]byte(fmt.Sprintf("mcp-patch stop v1\n%d\n%s\n%s\n%s\n%s\n",
-		s.Seq, s.Time.UTC().Format(time.RFC3339Nano), s.Node, s.Step, s.Reason)))
-	return fmt.Sprintf("%d sha256:%s", s.Seq, hex.EncodeToString(sum[:]))
+		f.Seq, f.Time.UTC().Format(time.RFC3339Nano), f.Node, f.Step, f.Reason)))
+	return fmt.Sprintf("%d sha256:%s", f.Seq, hex.EncodeToString(sum[:]))
+}
+
+// LastFailure is the latest failure of step on node ("" for a round
+// step), or nil.
+func (s *State) LastFailure(step Step, node string) *Failure {
+	for i := len(s.Failures) - 1; i >= 0; i-- {
+		if f := &s.Failures[i]; f.Step == step && f.Node == node {
+			return f
+		}
+	}
+	return nil
 }
 
 // Failure is a failed step, kept for the report.

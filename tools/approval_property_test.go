@@ -70,6 +70,7 @@ func TestRandomCallsNeverExecuteWithoutValidApproval(t *testing.T) {
 		},
 	})
 	c := config.DefaultConfig()
+	c.StateDir = t.TempDir()
 	d := &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Approvals: appr, Now: clock}
 
 	sign := func(s ssh.Signer, tool, node, rnd, digest string, ttl time.Duration) (string, policy.Request) {

@@ -44,15 +44,16 @@ func ApproveWindow() Tool {
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
-		if _, _, err := d.signedPlan(s.id); err != nil {
+		if _, _, err := d.signedPlan(ctx, s.id); err != nil {
 			return ApproveWindowOut{}, err
 		}
 		ps, err := d.planSignatures(s.id)
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
-		if w, ok := ps.Windows[in.Node]; ok && w.Window == n.Window {
-			return ApproveWindowOut{Tools: w.Tools, Result: Result{Reasons: []string{"the window of " + in.Node + " is already approved by " + w.Principal}}}, nil
+		// Approved means a kept signature of this window verifies now.
+		if wp, ok, err := d.latestProof(ctx, s.id, "approve_window", in.Node); err == nil && ok && wp.Digest == n.Window {
+			return ApproveWindowOut{Tools: windowToolsOf(wp.Summary), Result: Result{Reasons: []string{"the window of " + in.Node + " is already approved by " + wp.Principal}}}, nil
 		}
 		kc, err := d.cluster(ctx)
 		if err != nil {
@@ -76,6 +77,9 @@ func ApproveWindow() Tool {
 		a, err := d.Approvals.Verify(ctx, in.Approval, "approve_window", bind)
 		if err != nil {
 			return ApproveWindowOut{}, Refuse("Ask a person to sign a new request: call approve_window without the approval to get it.", "approval refused: "+err.Error(), "nothing was recorded")
+		}
+		if err := d.keepProof(s.id, proof{Tool: "approve_window", Node: in.Node, ApprovalID: a.ID, Approval: a.Text}); err != nil {
+			return ApproveWindowOut{}, Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was recorded")
 		}
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return ApproveWindowOut{}, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")

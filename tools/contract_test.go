@@ -42,7 +42,7 @@ func TestContractFieldsComeFirst(t *testing.T) {
 	// What the server puts on the wire, before any client decodes it into
 	// a map (which would lose the order).
 	var wire []byte
-	srv := NewServer(reg, testDeps(ModeNormal), "test")
+	srv := NewServer(reg, testDeps(t, ModeNormal), "test")
 	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			res, err := next(ctx, method, req)
@@ -91,7 +91,7 @@ func TestApprovalRequiredNextCall(t *testing.T) {
 	executed, digest := 0, "sha256:aaa"
 	reg := &Registry{}
 	reg.Add(stepTool(&executed, &digest))
-	cs := connect(t, reg, testDeps(ModeNormal), nil)
+	cs := connect(t, reg, testDeps(t, ModeNormal), nil)
 	res, m := call(t, cs, "step", map[string]any{"node": "cp-1"})
 	if res.IsError || m["status"] != string(StatusApprovalRequired) {
 		t.Fatalf("isError=%v %v", res.IsError, m)
@@ -107,7 +107,7 @@ func TestApprovalRequiredNextCall(t *testing.T) {
 func TestSchemaViolationIsARefusal(t *testing.T) {
 	reg := &Registry{}
 	reg.Add(echoTool())
-	cs := connect(t, reg, testDeps(ModeNormal), nil)
+	cs := connect(t, reg, testDeps(t, ModeNormal), nil)
 	for name, args := range map[string]map[string]any{
 		"bad pattern":   {"node": "GPU_01"},
 		"unknown field": {"node": "gpu-01", "force": true},

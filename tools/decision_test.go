@@ -37,6 +37,7 @@ func TestResumeStatementAnswersOneStop(t *testing.T) {
 	}
 	defer store.Close()
 	c := config.DefaultConfig()
+	c.StateDir = t.TempDir()
 	book := NewRoundBook(t.TempDir(), clock)
 	defer book.Close()
 	d := &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Now: clock, Book: book,

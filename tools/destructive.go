@@ -36,6 +36,11 @@ type Approved struct {
 	LabOnly     bool // signed with a key labelled lab-only
 	// Digest is the plan digest the approval was verified against.
 	Digest string
+	// Text is the approval as signed (the request and its signature): what
+	// the server keeps to verify it again.
+	Text string
+	// Summary is what the person was shown, as signed (set by Reverify).
+	Summary []string
 
 	verified policy.Verified
 }
@@ -51,16 +56,31 @@ type Approvals interface {
 	// Consume makes the approval single-use, durably (where every server of
 	// the cluster looks), just before acting.
 	Consume(ctx context.Context, a Approved) error
+	// Reverify checks again an approval that was used before and stands
+	// for what it signed (the signed plan, a window approval): its
+	// signature against allowed_signers now and its binding to tool and p
+	// (Node, Round, Digest; an empty Digest takes the one it signed, in
+	// the answer's Digest). A record of an approval is never enough.
+	Reverify(ctx context.Context, approval, tool string, p Plan) (Approved, error)
+	// ConsumePart uses up one part of a standing approval (a step of a
+	// window approval), once, durably: a second use is refused.
+	ConsumePart(ctx context.Context, a Approved, part string) error
 	// Attestation and VerifyAttestation do the same for statements of
 	// decisions that belong to people (resume, abort, accepted risk …).
 	// VerifyAttestation checks the statement against want's Node, Round,
-	// Step and Stop (a resume or abort answers exactly one stop).
+	// Step and Stop (a resume or abort answers exactly one stop, an
+	// accepted risk one failed check) and its summary against the one the
+	// server derives now, line for line.
 	Attestation(kind policy.Kind, f policy.AttestationFields, summary []string) (string, time.Time, error)
-	VerifyAttestation(ctx context.Context, text string, kind policy.Kind, want policy.AttestationFields) (Approved, policy.Request, error)
+	VerifyAttestation(ctx context.Context, text string, kind policy.Kind, want policy.AttestationFields, summary []string) (Approved, policy.Request, error)
 }
 
-// needApproval is returned by the chokepoint when no approval was given.
-type needApproval struct{ ApprovalNeeded }
+// needApproval is returned by the chokepoint when no approval was given;
+// notes say why an approval the call might have relied on did not cover it.
+type needApproval struct {
+	ApprovalNeeded
+	notes []string
+}
 
 func (n *needApproval) Error() string { return "approval required" }
 
@@ -129,7 +149,7 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 		}
 		// The round's reviewed plan: signed before the first cordon, and
 		// this step's live plan equal to its node's reviewed plan.
-		if err := d.checkReviewed(roundID, spec.Name, plan); err != nil {
+		if err := d.checkReviewed(ctx, roundID, spec.Name, plan); err != nil {
 			return zero, err
 		}
 		bind := Plan{Node: plan.Target(), Round: roundID, Digest: plan.Digest(), Summary: plan.Summary()}
@@ -137,13 +157,31 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 			return zero, Refuse("Ask the operator to configure approvals.allowed_signers and restart the server.",
 				"no allowed_signers file is configured, so no approval can be verified and no destructive step can run")
 		}
+		var notes []string
 		if in.approval() == "" {
-			// A per-window approval covers the step when its live digest is
-			// the one that approval bound.
-			if a, ok, err := d.windowApproval(roundID, spec.Name, plan); err != nil {
+			// A per-window approval covers the step when its signature
+			// verifies again now and binds the live digest, once per step.
+			a, ok, note, err := d.windowApproval(ctx, roundID, spec.Name, plan)
+			if err != nil {
 				return zero, err
-			} else if ok {
+			}
+			if note != "" {
+				notes = append(notes, note)
+			}
+			if ok {
 				a.Digest = bind.Digest
+				if err := d.keepStep(roundID, spec.Name, "approve_window", a, plan); err != nil {
+					return zero, Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was executed")
+				}
+				switch err := d.Approvals.ConsumePart(ctx, a, spec.Name); {
+				case errors.Is(err, policy.ErrReplayed):
+					ok = false
+					notes = append(notes, "the window approval "+a.ID+" of "+bind.Node+" covered "+spec.Name+" once already: running it again needs a new signature")
+				case err != nil:
+					return zero, Refuse("Ask a person to sign a new request.", "window approval could not be used: "+err.Error(), "nothing was executed")
+				}
+			}
+			if ok {
 				d.Log.Info("step covered by its window approval", "tool", spec.Name, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
 				out, err := t.Do(ctx, d, in, plan, a, p)
 				PO(&out).result().approvalID = a.ID
@@ -157,24 +195,30 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 				return zero, fmt.Errorf("build approval request: %w", err)
 			}
 			d.Ops.approvalNeeded(spec.Name, bind, exp, d.now())
-			return zero, &needApproval{ApprovalNeeded{
+			return zero, &needApproval{ApprovalNeeded: ApprovalNeeded{
 				Request:    text,
 				Summary:    bind.Summary,
 				Command:    "mcp-patch approve request.txt   (save the request text as request.txt; prints the approval to hand back)",
 				AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 request.txt && cat request.txt request.txt.sig   (hand back the whole output)",
 				ExpiresAt:  exp.UTC().Format(time.RFC3339),
-			}}
+			}, notes: notes}
 		}
 		a, err := d.Approvals.Verify(ctx, in.approval(), spec.Name, bind)
 		if err != nil {
 			return zero, Refuse("Ask a person to sign a new request: call again without the approval to get it.",
 				"approval refused: "+err.Error(), "nothing was executed")
 		}
+		a.Digest = bind.Digest
+		// The signed bytes are kept before the approval is used: what a
+		// later step (a drain carried on) holds this one to is verified
+		// again from them, never taken from a record the agent can write.
+		if err := d.keepStep(roundID, spec.Name, spec.Name, a, plan); err != nil {
+			return zero, Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was executed")
+		}
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return zero, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was executed")
 		}
 		d.Ops.approvalUsed(spec.Name, bind.Node)
-		a.Digest = bind.Digest
 		d.Log.Info("approved step", "tool", spec.Name, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
 		out, err := t.Do(ctx, d, in, plan, a, p)
 		PO(&out).result().approvalID = a.ID
@@ -199,6 +243,17 @@ func isNeedApproval(err error) (*needApproval, bool) {
 	var n *needApproval
 	ok := errors.As(err, &n)
 	return n, ok
+}
+
+// keepStep keeps the signed bytes of the approval a step is about to run
+// under (tool: what the request was signed for) with the plan it runs.
+func (d *Deps) keepStep(roundID, step, tool string, a Approved, plan window.Plan) error {
+	raw, err := window.Encode(plan)
+	if err != nil {
+		return err
+	}
+	node := plan.Target()
+	return d.keepProof(roundID, proof{Tool: tool, Step: step, Node: node, ApprovalID: a.ID, Approval: a.Text, Plan: raw})
 }
 
 // grant is the approval as the window journals it.

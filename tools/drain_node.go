@@ -49,14 +49,30 @@ func DrainNode() Tool {
 				}
 				return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome)}, nil
 			}
-			if s.inFlightRun(round.StepDrain, in.Node) == nil {
+			run := s.inFlightRun(round.StepDrain, in.Node)
+			if run == nil {
 				return DrainOut{}, errNotInFlight
 			}
 			w, err := d.window(ctx, s, needCluster)
 			if err != nil {
 				return DrainOut{}, err
 			}
-			o, err := w.FollowDrain(ctx, in.Node, d.drainOptions(s), drainProgress(p))
+			// The drain carried on is held to the plan its approval signed,
+			// as this server kept it beside the signature (verified again
+			// now), never to the journal's copy: an empty plan stands for
+			// "not known", which needs a fresh approval.
+			opts := d.drainOptions(s)
+			opts.Approved = &window.DrainPlan{}
+			if last := run.Last(); last != nil {
+				approved, err := d.approvedDrain(ctx, s.id, in.Node, last.ApprovalID)
+				if err != nil {
+					return DrainOut{}, Refuse("Ask a person to sign a new request: call drain_node again to get it.", err.Error(), "nothing was evicted")
+				}
+				if approved != nil {
+					opts.Approved = approved
+				}
+			}
+			o, err := w.FollowDrain(ctx, in.Node, opts, drainProgress(p))
 			return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome).then(CallTo("install_updates", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, in DrainIn) (string, window.DrainPlan, error) {

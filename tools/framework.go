@@ -268,7 +268,7 @@ func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, args m
 		if n, ok := isNeedApproval(err); ok {
 			a := n.ApprovalNeeded
 			res.Status, res.Approval = StatusApprovalRequired, &a
-			res.Reasons = []string{t.spec.Name + " is destructive: a person must sign the request before anything runs", "nothing was executed"}
+			res.Reasons = append(append([]string{}, n.notes...), t.spec.Name+" is destructive: a person must sign the request before anything runs", "nothing was executed")
 			res.NextAction = "Give approval.request to a person unchanged with approval.command; when they hand back the signed approval, " +
 				"make next_call with approval set to it (next_call is this call again)."
 			err = nil

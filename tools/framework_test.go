@@ -67,13 +67,44 @@ func (f *fakeApprovals) Verify(_ context.Context, a, tool string, p Plan) (Appro
 	if f.used[a] {
 		return Approved{}, errors.New("replayed")
 	}
-	return Approved{ID: a}, nil
+	return Approved{ID: a, Text: a}, nil
 }
 func (f *fakeApprovals) Consume(_ context.Context, a Approved) error { f.used[a.ID] = true; return nil }
+
+// Reverify takes "signed:<digest>", then the signed summary lines, once
+// it was used.
+func (f *fakeApprovals) Reverify(_ context.Context, a, tool string, p Plan) (Approved, error) {
+	return fakeReverify(f.used, a, p)
+}
+func (f *fakeApprovals) ConsumePart(_ context.Context, a Approved, part string) error {
+	if f.used[a.ID+"/"+part] {
+		return policy.ErrReplayed
+	}
+	f.used[a.ID+"/"+part] = true
+	return nil
+}
+
+func fakeReverify(used map[string]bool, a string, p Plan) (Approved, error) {
+	first, rest, _ := strings.Cut(a, "\n")
+	dg, ok := strings.CutPrefix(first, "signed:")
+	switch {
+	case !ok:
+		return Approved{}, errors.New("not signed")
+	case p.Digest != "" && dg != p.Digest:
+		return Approved{}, errors.New("signature does not match the plan")
+	case !used[first]:
+		return Approved{}, errors.New("never used")
+	}
+	var summary []string
+	if rest != "" {
+		summary = strings.Split(strings.TrimSuffix(rest, "\n"), "\n")
+	}
+	return Approved{ID: first, Digest: dg, Summary: summary, Text: a}, nil
+}
 func (f *fakeApprovals) Attestation(policy.Kind, policy.AttestationFields, []string) (string, time.Time, error) {
 	return "", time.Time{}, errors.New("not in this fake")
 }
-func (f *fakeApprovals) VerifyAttestation(context.Context, string, policy.Kind, policy.AttestationFields) (Approved, policy.Request, error) {
+func (f *fakeApprovals) VerifyAttestation(context.Context, string, policy.Kind, policy.AttestationFields, []string) (Approved, policy.Request, error) {
 	return Approved{}, policy.Request{}, errors.New("not in this fake")
 }
 
@@ -91,9 +122,9 @@ func stepTool(executed *int, digest *string) Tool {
 		})
 }
 
-func testDeps(mode config.Mode) *Deps {
+func testDeps(t testing.TB, mode config.Mode) *Deps {
 	c := config.DefaultConfig()
-	c.Mode = mode
+	c.Mode, c.StateDir = mode, t.TempDir()
 	return &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: mode,
 		Approvals: &fakeApprovals{used: map[string]bool{}}}
 }
@@ -142,7 +173,7 @@ func TestResultsAndErrors(t *testing.T) {
 	reg := &Registry{}
 	reg.Add(echoTool())
 	var progress []string
-	cs := connect(t, reg, testDeps(ModeNormal), &mcp.ClientOptions{
+	cs := connect(t, reg, testDeps(t, ModeNormal), &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			progress = append(progress, r.Params.Message)
 		}})
@@ -190,7 +221,7 @@ func TestProgressNotifications(t *testing.T) {
 	reg := &Registry{}
 	reg.Add(echoTool())
 	got := make(chan string, 4)
-	cs := connect(t, reg, testDeps(ModeNormal), &mcp.ClientOptions{
+	cs := connect(t, reg, testDeps(t, ModeNormal), &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			got <- r.Params.Message
 		}})
@@ -214,7 +245,7 @@ func TestDestructiveChokepoint(t *testing.T) {
 	digest := "sha256:aaa"
 	reg := &Registry{}
 	reg.Add(stepTool(&executed, &digest))
-	cs := connect(t, reg, testDeps(ModeNormal), nil)
+	cs := connect(t, reg, testDeps(t, ModeNormal), nil)
 
 	res, m := call(t, cs, "step", map[string]any{"node": "cp-1"})
 	if res.IsError || m["status"] != string(StatusApprovalRequired) {
@@ -253,7 +284,7 @@ func TestModes(t *testing.T) {
 	reg := &Registry{}
 	reg.Add(echoTool(), stepTool(&executed, &digest))
 
-	cs := connect(t, reg, testDeps(ModeReadOnly), nil)
+	cs := connect(t, reg, testDeps(t, ModeReadOnly), nil)
 	lt, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +297,7 @@ func TestModes(t *testing.T) {
 		t.Fatalf("read-only mode offers (-want +got):\n%s", diff)
 	}
 
-	cs = connect(t, reg, testDeps(ModeDisableDestructive), nil)
+	cs = connect(t, reg, testDeps(t, ModeDisableDestructive), nil)
 	_, m := call(t, cs, "step", map[string]any{"node": "cp-1", "approval": "signed:d"})
 	if m["status"] != string(StatusRefused) || executed != 0 {
 		t.Fatalf("disable-destructive: %v executed=%d", m, executed)
@@ -311,7 +342,7 @@ func TestAnnotationsSayTheKind(t *testing.T) {
 	// Every built-in tool, as listed: destructive exactly when it needs an
 	// approval.
 	reg := Builtin()
-	cs := connect(t, reg, testDeps(ModeNormal), nil)
+	cs := connect(t, reg, testDeps(t, ModeNormal), nil)
 	lt, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -68,7 +68,7 @@ func InstallUpdates() Tool {
 			// plan was signed is shown as a diff against what people
 			// reviewed, and re-planned there (replan_node).
 			live := window.PackagePlan{Node: in.Node, PackageDigest: sim.Plan.Digest, AptLines: sim.Plan.Lines, TargetKernel: sim.Plan.TargetKernel}
-			if err := d.checkReviewed(s.id, "install_updates", live); err != nil {
+			if err := d.checkReviewed(ctx, s.id, "install_updates", live); err != nil {
 				return "", window.PackagePlan{}, err
 			}
 			plan, err := window.DecidePackage(in.Node, sim, window.Simulated{PackageDigest: np.PackageDigest, TargetKernel: np.TargetKernel, RunningKernel: np.RunningKernel})

@@ -38,7 +38,7 @@ func planFacts(target string) plan.Facts {
 // temporary intent working copy, approvals faked.
 func planDeps(t *testing.T, approval string) (*Deps, plan.Fleet) {
 	t.Helper()
-	d := testDeps(config.ModeNormal)
+	d := testDeps(t, config.ModeNormal)
 	d.Book = NewRoundBook(t.TempDir(), func() time.Time { return time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC) })
 	t.Cleanup(func() { d.Book.Close() })
 	j, err := d.Book.Journal(planRound, true)
@@ -76,7 +76,7 @@ func TestTheFirstDrainWaitsForTheSignedPlan(t *testing.T) {
 	d, f := planDeps(t, plan.PerStep)
 	gpu, _ := f.Node("gpu-2")
 	drainPlan := window.DrainPlan{Node: "gpu-2", PreviewDigest: "sha256:pods", Evict: []string{"evict inference/model-1 (replicaset model-5c)"}}
-	err := d.checkReviewed(planRound, "drain_node", drainPlan)
+	err := d.checkReviewed(t.Context(), planRound, "drain_node", drainPlan)
 	if err == nil || !strings.Contains(err.Error(), "is not signed") {
 		t.Fatalf("drain before the plan is signed: %v", err)
 	}
@@ -91,32 +91,32 @@ func TestTheFirstDrainWaitsForTheSignedPlan(t *testing.T) {
 	if res.Status != StatusOK || !out.Plan.Signed || out.Plan.Signatures != 15 {
 		t.Fatalf("sign_plan: %s %v %+v", res.Status, res.Reasons, out.Plan)
 	}
-	if err := d.checkReviewed(planRound, "drain_node", drainPlan); err != nil {
+	if err := d.checkReviewed(t.Context(), planRound, "drain_node", drainPlan); err != nil {
 		t.Fatalf("drain after signing: %v", err)
 	}
 	// A drain that now evicts a workload the plan did not list is drift.
 	more := drainPlan
 	more.Evict = append(more.Evict, "evict batch/train-7 (job train)")
-	err = d.checkReviewed(planRound, "drain_node", more)
+	err = d.checkReviewed(t.Context(), planRound, "drain_node", more)
 	if err == nil || !strings.Contains(err.Error(), "+ evict batch/job/train") || !strings.Contains(err.Error(), "nothing was executed") {
 		t.Fatalf("drifted drain: %v", err)
 	}
 	// Another package set is drift, with a diff against the reviewed lines.
-	err = d.checkReviewed(planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:other",
+	err = d.checkReviewed(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:other",
 		Lines: append([]string{"Inst curl [1] (2)"}, gpu.PackageLines...), TargetKernel: gpu.Target})
 	var ref *Refusal
 	if err == nil || !strings.Contains(err.Error(), "+ Inst curl [1] (2)") || !asRefusal(err, &ref) || !strings.Contains(ref.NextAction, "replan_node") {
 		t.Fatalf("drifted install: %v", err)
 	}
-	if err := d.checkReviewed(planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: gpu.PackageDigest, Lines: gpu.PackageLines, TargetKernel: gpu.Target}); err != nil {
+	if err := d.checkReviewed(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: gpu.PackageDigest, Lines: gpu.PackageLines, TargetKernel: gpu.Target}); err != nil {
 		t.Fatalf("install as reviewed: %v", err)
 	}
 	tb := window.TrialBootPlan{Node: "gpu-2", RunningKernel: gpu.Running, TargetKernel: gpu.Target, OldEntry: gpu.Grub.Old, NewEntry: "gnulinux-advanced-u>gnulinux-6.8.0-51-generic-advanced-OTHER"}
-	if err := d.checkReviewed(planRound, "trial_boot", tb); err == nil || !strings.Contains(err.Error(), "GRUB entry of the target kernel differs") {
+	if err := d.checkReviewed(t.Context(), planRound, "trial_boot", tb); err == nil || !strings.Contains(err.Error(), "GRUB entry of the target kernel differs") {
 		t.Fatalf("another GRUB entry: %v", err)
 	}
 	// What the plan does not bind is not held to it.
-	if err := d.checkReviewed(planRound, "autoremove", window.AutoremovePlan{}); err != nil {
+	if err := d.checkReviewed(t.Context(), planRound, "autoremove", window.AutoremovePlan{}); err != nil {
 		t.Fatalf("autoremove: %v", err)
 	}
 }
@@ -145,7 +145,7 @@ func TestReplanSignsOnlyTheChange(t *testing.T) {
 	if err := d.writeFleetPlan(planRound, g); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.checkReviewed(planRound, "drain_node", window.DrainPlan{Node: "cp-1"}); err == nil || !strings.Contains(err.Error(), "revision 1) is not signed") {
+	if err := d.checkReviewed(t.Context(), planRound, "drain_node", window.DrainPlan{Node: "cp-1"}); err == nil || !strings.Contains(err.Error(), "revision 1) is not signed") {
 		t.Fatalf("the re-planned plan is not signed yet: %v", err)
 	}
 	_, res := callSign(t, d, "")
@@ -159,7 +159,7 @@ func TestReplanSignsOnlyTheChange(t *testing.T) {
 	if _, res := callSign(t, d, "signed:"+g.Digest); res.Status != StatusOK {
 		t.Fatalf("sign the re-plan: %v", res.Reasons)
 	}
-	if err := d.checkReviewed(planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:more", TargetKernel: "6.8.0-51-generic"}); err != nil {
+	if err := d.checkReviewed(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:more", TargetKernel: "6.8.0-51-generic"}); err != nil {
 		t.Fatalf("install of the re-planned set: %v", err)
 	}
 }
@@ -169,15 +169,11 @@ func TestWindowApprovalCoversTheReviewedDigestsOnly(t *testing.T) {
 	if f.Signatures != 8 || f.PerStepSignatures != 15 {
 		t.Errorf("signatures %d (per step %d), want 8 (15)", f.Signatures, f.PerStepSignatures)
 	}
+	if _, res := callSign(t, d, "signed:"+f.Digest); res.Status != StatusOK {
+		t.Fatalf("sign: %v", res.Reasons)
+	}
 	n, _ := f.Node("gpu-2")
-	ps, err := d.planSignatures(planRound)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps.Windows["gpu-2"] = windowSignature{Node: "gpu-2", Window: n.Window, Principal: "alice", ApprovalID: "w1", Tools: window.WindowTools(n, "sha256:pods")}
-	if err := d.savePlanSignatures(planRound, ps); err != nil {
-		t.Fatal(err)
-	}
+	wid := windowApproved(t, d, n, "sha256:pods")
 	tb := window.TrialBootPlan{Node: "gpu-2", RunningKernel: n.Running, TargetKernel: n.Target, OldEntry: n.Grub.Old, NewEntry: n.Grub.New, PanicSeconds: 10, BootID: "b1"}
 	for name, p := range map[string]window.Plan{
 		"drain_node":      window.DrainPlan{Node: "gpu-2", PreviewDigest: "sha256:pods"},
@@ -185,18 +181,37 @@ func TestWindowApprovalCoversTheReviewedDigestsOnly(t *testing.T) {
 		"trial_boot":      tb,
 		"promote_kernel":  window.PromotePlan{Node: "gpu-2", Kernel: n.Target, NewEntry: n.Grub.New},
 	} {
-		a, ok, err := d.windowApproval(planRound, name, p)
-		if err != nil || !ok || a.ID != "w1" {
+		a, ok, _, err := d.windowApproval(t.Context(), planRound, name, p)
+		if err != nil || !ok || a.ID != wid {
 			t.Errorf("%s as reviewed: covered=%v id=%q err=%v", name, ok, a.ID, err)
 		}
 	}
-	_, ok, err := d.windowApproval(planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:drifted"})
+	_, ok, _, err := d.windowApproval(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:drifted"})
 	if ok || err == nil || !strings.Contains(err.Error(), "differs from") {
 		t.Errorf("drifted install: covered=%v err=%v", ok, err)
 	}
-	if _, ok, err := d.windowApproval(planRound, "install_updates", window.PackagePlan{Node: "cp-1", PackageDigest: n.PackageDigest}); ok || err != nil {
+	if _, ok, _, err := d.windowApproval(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "cp-1", PackageDigest: n.PackageDigest}); ok || err != nil {
 		t.Errorf("a node without a window approval: covered=%v err=%v", ok, err)
 	}
+}
+
+// windowApproved keeps, as approve_window does when a person signed,
+// a window approval of n (in the fake: its window digest and the tools it
+// binds, as the signed summary lists them), used; it answers its id.
+func windowApproved(t *testing.T, d *Deps, n plan.Node, pods string) string {
+	t.Helper()
+	tools := window.WindowTools(n, pods)
+	text := "signed:" + n.Window + "\n"
+	for _, tl := range []string{"drain_node", "install_updates", "fallback_drill", "trial_boot", "promote_kernel"} {
+		if dg, ok := tools[tl]; ok {
+			text += tl + " bound to " + dg + "\n"
+		}
+	}
+	d.Approvals.(*fakeApprovals).used["signed:"+n.Window] = true
+	if err := d.keepProof(planRound, proof{Tool: "approve_window", Node: n.Node, ApprovalID: "w1", Approval: text}); err != nil {
+		t.Fatal(err)
+	}
+	return "signed:" + n.Window
 }
 
 func TestPlanChanges(t *testing.T) {
@@ -220,14 +235,7 @@ func TestResignedReplanCarriesTheWindowApproval(t *testing.T) {
 		t.Fatalf("sign: %v", res.Reasons)
 	}
 	n, _ := f.Node("gpu-2")
-	ps, err := d.planSignatures(planRound)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps.Windows["gpu-2"] = windowSignature{Node: "gpu-2", Window: n.Window, Principal: "alice", ApprovalID: "w1", Tools: window.WindowTools(n, "sha256:pods")}
-	if err := d.savePlanSignatures(planRound, ps); err != nil {
-		t.Fatal(err)
-	}
+	windowApproved(t, d, n, "sha256:pods")
 	facts := planFacts("6.8.0-51-generic")
 	facts.PackageDigest = "sha256:more"
 	live := plan.BuildNode(0, plan.Position{Node: "gpu-2", GPU: true}, facts, plan.Placement{}, plan.Intent{GPUApproval: plan.PerWindow, PanicSeconds: 10})
@@ -238,7 +246,7 @@ func TestResignedReplanCarriesTheWindowApproval(t *testing.T) {
 	if err := d.writeFleetPlan(planRound, g); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := d.windowApproval(planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:more"}); err == nil {
+	if _, _, _, err := d.windowApproval(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:more"}); err == nil {
 		t.Fatal("a window approval of the old revision covers the re-planned install")
 	}
 	if _, res := callSign(t, d, "signed:"+g.Digest); res.Status != StatusOK {
@@ -248,11 +256,11 @@ func TestResignedReplanCarriesTheWindowApproval(t *testing.T) {
 		"install_updates": window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:more"},
 		"drain_node":      window.DrainPlan{Node: "gpu-2", PreviewDigest: "sha256:pods"},
 	} {
-		if _, ok, err := d.windowApproval(planRound, tool, p); !ok || err != nil {
+		if _, ok, _, err := d.windowApproval(t.Context(), planRound, tool, p); !ok || err != nil {
 			t.Errorf("%s after the re-plan was signed: covered=%v err=%v", tool, ok, err)
 		}
 	}
-	if _, ok, err := d.windowApproval(planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: n.PackageDigest}); ok || err == nil {
+	if _, ok, _, err := d.windowApproval(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: n.PackageDigest}); ok || err == nil {
 		t.Errorf("the old package set is still covered: %v %v", ok, err)
 	}
 }
@@ -293,11 +301,7 @@ func TestChokepointHoldsStepsToTheSignedPlan(t *testing.T) {
 	if res := run(""); res.Status != StatusApprovalRequired || executed != 0 {
 		t.Fatalf("signed plan, no window approval: %s executed=%d", res.Status, executed)
 	}
-	ps, _ := d.planSignatures(planRound)
-	ps.Windows["gpu-2"] = windowSignature{Node: "gpu-2", Window: n.Window, Principal: "alice", ApprovalID: "w1", Tools: window.WindowTools(n, "sha256:pods")}
-	if err := d.savePlanSignatures(planRound, ps); err != nil {
-		t.Fatal(err)
-	}
+	windowApproved(t, d, n, "sha256:pods")
 	live.PackageDigest, live.Lines = "sha256:drifted", append(live.Lines, "Inst curl [1] (2)")
 	if res := run(""); res.Status != StatusRefused || executed != 0 || !strings.Contains(strings.Join(res.Reasons, "\n"), "+ Inst curl [1] (2)") {
 		t.Fatalf("drifted under a window approval: %s %v executed=%d", res.Status, res.Reasons, executed)

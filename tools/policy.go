@@ -36,7 +36,32 @@ func (p *PolicyApprovals) Verify(ctx context.Context, approval, tool string, pla
 	if err != nil {
 		return Approved{}, explainRefusal(err)
 	}
-	return Approved{ID: v.ApprovalID, Principal: v.Principal, Fingerprint: v.KeyFingerprint, LabOnly: v.LabOnly, verified: v}, nil
+	return Approved{ID: v.ApprovalID, Principal: v.Principal, Fingerprint: v.KeyFingerprint, LabOnly: v.LabOnly, Text: approval, verified: v}, nil
+}
+
+// Reverify checks a kept approval again (policy.Verifier.Reverify): the
+// signature against allowed_signers now and its binding to tool, node,
+// round and digest; it must have been used while valid.
+func (p *PolicyApprovals) Reverify(ctx context.Context, approval, tool string, plan Plan) (Approved, error) {
+	digest := plan.Digest
+	if digest == "" {
+		a, err := policy.ParseApproval(approval)
+		if err != nil {
+			return Approved{}, explainRefusal(err)
+		}
+		digest = a.Request.PlanDigest
+	}
+	v, err := p.Verifier.Reverify(ctx, approval, policy.Expectation{Tool: tool, Node: plan.Node, Round: plan.Round, PlanDigest: digest})
+	if err != nil {
+		return Approved{}, explainRefusal(err)
+	}
+	return Approved{ID: v.ApprovalID, Principal: v.Principal, Fingerprint: v.KeyFingerprint, LabOnly: v.LabOnly, Digest: digest,
+		Summary: v.Request.Summary, Text: approval, verified: v}, nil
+}
+
+// ConsumePart uses up one part (a step) of a standing approval, once.
+func (p *PolicyApprovals) ConsumePart(ctx context.Context, a Approved, part string) error {
+	return explainRefusal(p.Verifier.ConsumePart(ctx, a.verified, part))
 }
 
 // Consume uses the approval up, durably.
@@ -55,12 +80,12 @@ func (p *PolicyApprovals) Attestation(kind policy.Kind, f policy.AttestationFiel
 
 // VerifyAttestation checks a signed statement of the given kind against
 // the node, round and (resume, abort) stop it must name.
-func (p *PolicyApprovals) VerifyAttestation(ctx context.Context, text string, kind policy.Kind, want policy.AttestationFields) (Approved, policy.Request, error) {
-	v, err := p.Verifier.Verify(ctx, text, policy.Expectation{Kind: kind, Node: want.Node, Round: want.Round, Step: want.Step, Stop: want.Stop})
+func (p *PolicyApprovals) VerifyAttestation(ctx context.Context, text string, kind policy.Kind, want policy.AttestationFields, summary []string) (Approved, policy.Request, error) {
+	v, err := p.Verifier.Verify(ctx, text, policy.Expectation{Kind: kind, Node: want.Node, Round: want.Round, Step: want.Step, Stop: want.Stop, Summary: summary})
 	if err != nil {
 		return Approved{}, policy.Request{}, explainRefusal(err)
 	}
-	return Approved{ID: v.ApprovalID, Principal: v.Principal, Fingerprint: v.KeyFingerprint, LabOnly: v.LabOnly, verified: v}, v.Request, nil
+	return Approved{ID: v.ApprovalID, Principal: v.Principal, Fingerprint: v.KeyFingerprint, LabOnly: v.LabOnly, Text: text, verified: v}, v.Request, nil
 }
 
 func explainRefusal(err error) error {

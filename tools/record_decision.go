@@ -72,21 +72,26 @@ func RecordDecision() Tool {
 				binding.Step, binding.Stop = string(t.Stop.Step), t.Stop.Binding()
 			}
 		}
+		if t.Failure != nil {
+			binding.Step, binding.Stop = string(t.Step), t.Failure.Binding()
+		}
 		if d.Approvals == nil {
 			return DecisionOut{}, Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")
 		}
+		// The summary is the server's, now: a statement whose summary was
+		// rewritten before it was signed is refused, as approvals are.
+		summary := window.DecisionSummary(st, dk.name, node, s.id, t)
 		if in.Attestation == "" {
-			summary := window.DecisionSummary(st, dk.name, node, s.id)
 			text, exp, err := d.Approvals.Attestation(dk.kind, binding, summary)
 			if err != nil {
 				return DecisionOut{}, Refuse("Give a reason (plain ASCII) and, for accepted risk, a review trigger like driver-version-change:550.90.07.", "cannot build the statement: "+err.Error())
 			}
-			return DecisionOut{}, &needApproval{ApprovalNeeded{Request: text, Summary: summary,
+			return DecisionOut{}, &needApproval{ApprovalNeeded: ApprovalNeeded{Request: text, Summary: summary,
 				Command:    "mcp-patch approve statement.txt   (save the text as statement.txt)",
 				AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 statement.txt && cat statement.txt statement.txt.sig",
 				ExpiresAt:  exp.UTC().Format(time.RFC3339)}}
 		}
-		a, req, err := d.Approvals.VerifyAttestation(ctx, in.Attestation, dk.kind, binding)
+		a, req, err := d.Approvals.VerifyAttestation(ctx, in.Attestation, dk.kind, binding, summary)
 		if err != nil {
 			return DecisionOut{}, Refuse("Ask the person to sign a fresh statement (call again without attestation).", "statement refused: "+err.Error(), "nothing was recorded")
 		}

@@ -71,10 +71,10 @@ func RoundStatus() Tool {
 		if restricted {
 			out.Maintenance = &mv
 		}
-		if nc, why := d.planNextCall(st, out.NextCall); why != "" {
+		if nc, why := d.planNextCall(ctx, st, out.NextCall); why != "" {
 			out.NextCall, out.NextAction = nc, why
 		}
-		if ps, err := d.planStatus(st.RoundID); err == nil && ps != nil {
+		if ps, err := d.planStatus(ctx, st.RoundID); err == nil && ps != nil {
 			out.Plan = ps
 			out.Reasons = append(out.Reasons, fmt.Sprintf("the plan (revision %d) needs %d signatures (%d with one per step); signed: %v", ps.Revision, ps.Signatures, ps.PerStepSignatures, ps.Signed))
 			out.Reasons = append(out.Reasons, ps.Risks...)

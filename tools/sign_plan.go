@@ -49,16 +49,27 @@ func SignPlan() Tool {
 		if err != nil {
 			return SignPlanOut{}, err
 		}
-		if sig, ok := ps.signedFor(f.Digest); ok {
-			st, err := d.planStatus(s.id)
+		// Signed means a kept signature of this digest verifies now; the
+		// report in plan-signatures.json is not asked.
+		sp, signed, err := d.planProof(ctx, s.id)
+		if err != nil {
+			d.Log.Warn("the round's plan signature does not verify again", "round", s.id, "error", err)
+			signed = false
+		}
+		if signed && sp.Digest == f.Digest {
+			st, err := d.planStatus(ctx, s.id)
 			if err != nil {
 				return SignPlanOut{}, err
 			}
-			return SignPlanOut{Plan: st, Result: Result{Reasons: []string{"the plan " + f.Digest + " is already signed by " + sig.Principal}}}, nil
+			return SignPlanOut{Plan: st, Result: Result{Reasons: []string{"the plan " + f.Digest + " is already signed by " + sp.Principal}}}, nil
 		}
+		// What changed since the last signature this server verified (the
+		// report's copy of its step digests, checked against its digest).
 		var changed []string
-		if n := len(ps.Plan); n > 0 {
-			changed = planChanges(ps.Plan[n-1].Nodes, f)
+		if signed {
+			if last, ok := ps.signedFor(sp.Digest); ok {
+				changed = planChanges(last.Nodes, f)
+			}
 		}
 		bind := Plan{Node: window.FleetTarget, Round: s.id, Digest: f.Digest, Summary: planSummary(f, changed)}
 		if d.Approvals == nil {
@@ -70,6 +81,9 @@ func SignPlan() Tool {
 		a, err := d.Approvals.Verify(ctx, in.Approval, "sign_plan", bind)
 		if err != nil {
 			return SignPlanOut{}, Refuse("Ask a person to sign a new request: call sign_plan without the approval to get it.", "approval refused: "+err.Error(), "nothing was recorded")
+		}
+		if err := d.keepProof(s.id, proof{Tool: "sign_plan", Node: window.FleetTarget, ApprovalID: a.ID, Approval: a.Text}); err != nil {
+			return SignPlanOut{}, Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was recorded")
 		}
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return SignPlanOut{}, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")
@@ -85,7 +99,7 @@ func SignPlan() Tool {
 		out.approvalID = a.ID
 		d.commitRoundLast(ctx, s, "plan signed", func(c string) string { return "signature committed (" + c + ")" },
 			"signature not committed: ", &out.Reasons)
-		if out.Plan, err = d.planStatus(s.id); err != nil {
+		if out.Plan, err = d.planStatus(ctx, s.id); err != nil {
 			return out, err
 		}
 		out.NextAction = "Call round_status: the first window may start."

@@ -205,14 +205,14 @@ var toolStep = map[string]plan.Step{
 // drift refuses with the diff and asks for a re-plan of that node. A
 // round without a plan document (planned before plans were documents) is
 // not held to it.
-func (d *Deps) checkReviewed(roundID, tool string, p window.Plan) error {
+func (d *Deps) checkReviewed(ctx context.Context, roundID, tool string, p window.Plan) error {
 	if d.Book == nil {
 		return nil
 	}
 	if _, ok := toolStep[tool]; !ok {
 		return nil
 	}
-	f, ok, err := d.signedPlan(roundID)
+	f, ok, err := d.signedPlan(ctx, roundID)
 	if err != nil || !ok {
 		return err
 	}
@@ -231,10 +231,18 @@ func (d *Deps) checkReviewed(roundID, tool string, p window.Plan) error {
 	return nil
 }
 
+// planProof is the round's latest plan signature that this server kept
+// when sign_plan verified it, verified again now.
+func (d *Deps) planProof(ctx context.Context, roundID string) (standing, bool, error) {
+	return d.latestProof(ctx, roundID, "sign_plan", window.FleetTarget)
+}
+
 // signedPlan returns the round's reviewed plan once it has no blockers and
-// a person signed its digest; ok is false for a round without a plan
-// document (planned before plans were documents).
-func (d *Deps) signedPlan(roundID string) (plan.Fleet, bool, error) {
+// its digest is the one the round's latest plan signature binds, that
+// signature verified again now; ok is false for a round without a plan
+// document (planned before plans were documents). plan-signatures.json is
+// not asked: it is a report.
+func (d *Deps) signedPlan(ctx context.Context, roundID string) (plan.Fleet, bool, error) {
 	f, ok, err := d.fleetPlan(roundID)
 	if err != nil {
 		return plan.Fleet{}, false, Refuse("Plan the round again (plan_round): the plan file cannot be trusted.", err.Error(), "nothing was executed")
@@ -249,51 +257,95 @@ func (d *Deps) signedPlan(roundID string) (plan.Fleet, bool, error) {
 		}
 		return plan.Fleet{}, false, Refuse("Fix the blockers and call plan_round again.", append(reasons, "nothing was executed")...)
 	}
-	ps, err := d.planSignatures(roundID)
+	sp, ok, err := d.planProof(ctx, roundID)
 	if err != nil {
-		return plan.Fleet{}, false, err
+		return plan.Fleet{}, false, Refuse("Call sign_plan: a person signs the plan again.", err.Error(), "nothing was executed")
 	}
-	if _, ok := ps.signedFor(f.Digest); !ok {
+	if !ok || sp.Digest != f.Digest {
+		reasons := []string{fmt.Sprintf("the plan of round %s (digest %s, revision %d) is not signed", roundID, f.Digest, f.Revision)}
+		if ok {
+			reasons = append(reasons, "the round's latest plan signature ("+sp.ID+" by "+sp.Principal+") binds digest "+sp.Digest)
+		}
+		if ps, err := d.planSignatures(roundID); err == nil {
+			if _, listed := ps.signedFor(f.Digest); listed {
+				reasons = append(reasons, "rounds/"+roundID+"/"+planSignedFile+" lists a signature of this digest, but the server holds no signature of it that verifies: that file is a report for people, never a proof")
+			}
+		}
 		return plan.Fleet{}, false, Refuse("Call sign_plan: a person signs the plan digest (mcp-patch approve shows its summary) before the first cordon.",
-			fmt.Sprintf("the plan of round %s (digest %s, revision %d) is not signed", roundID, f.Digest, f.Revision), "nothing was executed")
+			append(reasons, "nothing was executed")...)
 	}
 	return f, true, nil
 }
 
 // windowApproval returns the per-window approval that covers this tool's
-// live plan, if the node has one. A node with a window approval whose
-// digest for this step differs is refused: the approval binds exactly the
-// reviewed window.
-func (d *Deps) windowApproval(roundID, tool string, p window.Plan) (Approved, bool, error) {
+// live plan, if the node has one: the signature kept when approve_window
+// verified it, verified again now, on a node the signed plan approves per
+// window (never a control-plane node), binding this step's live digest
+// (or, for a step a signed re-plan changed since, that signature's). A
+// window approval whose digest for this step differs is refused: it binds
+// exactly the reviewed window. note says why a window approval the node
+// seems to have did not cover the step (the call then needs its own
+// signature).
+func (d *Deps) windowApproval(ctx context.Context, roundID, tool string, p window.Plan) (a Approved, ok bool, note string, err error) {
 	if d.Book == nil {
-		return Approved{}, false, nil
+		return Approved{}, false, "", nil
 	}
-	ps, err := d.planSignatures(roundID)
+	if _, ok := toolStep[tool]; !ok {
+		return Approved{}, false, "", nil
+	}
+	node := p.Target()
+	wp, ok, err := d.latestProof(ctx, roundID, "approve_window", node)
 	if err != nil {
-		return Approved{}, false, err
+		return Approved{}, false, "", Refuse("Call approve_window again: a person signs the window anew.", err.Error(), "nothing was executed")
 	}
-	ws, ok := ps.Windows[p.Target()]
 	if !ok {
-		return Approved{}, false, nil
+		if ps, err := d.planSignatures(roundID); err == nil {
+			if _, listed := ps.Windows[node]; listed {
+				note = "rounds/" + roundID + "/" + planSignedFile + " lists a window approval of " + node + ", but the server holds no signature of it that verifies: that file is a report for people, never an approval"
+			}
+		}
+		return Approved{}, false, note, nil
 	}
-	want, ok := ws.Tools[tool]
-	if !ok {
-		return Approved{}, false, nil
-	}
-	f, okPlan, err := d.fleetPlan(roundID)
+	f, okPlan, err := d.signedPlan(ctx, roundID)
 	if err != nil || !okPlan {
-		return Approved{}, false, err
+		return Approved{}, false, "", err
 	}
-	if n, ok := f.Node(p.Target()); !ok || n.Window != ws.Window {
-		return Approved{}, false, Refuse("Call approve_window again: the node was re-planned after its window was approved.",
-			"the window approval of "+p.Target()+" binds window digest "+ws.Window+", the plan now has another", "nothing was executed")
+	n, inPlan := f.Node(node)
+	if !inPlan || n.Approval != plan.PerWindow || n.Role == plan.RoleControlPlane {
+		return Approved{}, false, node + " is approved per step in the signed plan: a window approval never covers its steps", nil
+	}
+	want, ok := windowToolsOf(wp.Summary)[tool]
+	if !ok {
+		return Approved{}, false, "", nil
+	}
+	// The window's digest changed since it was approved: only a plan
+	// signature kept after the window approval carries it over.
+	carried := wp.Digest != n.Window
+	if carried {
+		pp, _, err := d.planProof(ctx, roundID)
+		if err != nil {
+			return Approved{}, false, "", err
+		}
+		if pp.index < wp.index {
+			return Approved{}, false, "", Refuse("Call approve_window again: the node was re-planned after its window was approved.",
+				"the window approval of "+node+" binds window digest "+wp.Digest+", the plan now has "+n.Window, "nothing was executed")
+		}
+	}
+	if carried && tool != "drain_node" {
+		// Carried over, the steps are bound to the signed re-plan's
+		// digests. A changed drain is left out: its preview digest is only
+		// known at the drain, so it stays bound to the window approval's
+		// and asks for its own signature when it differs.
+		want = window.WindowTools(n, "")[tool]
 	}
 	got := p.Digest()
 	if got != want {
-		return Approved{}, false, Refuse("Call replan_node for "+p.Target()+", then approve its window again.",
-			fmt.Sprintf("%s on %s: the live plan digest %s differs from %s, which the window approval binds", tool, p.Target(), got, want), "nothing was executed")
+		return Approved{}, false, "", Refuse("Call replan_node for "+node+", then approve its window again.",
+			fmt.Sprintf("%s on %s: the live plan digest %s differs from %s, which the window approval binds", tool, node, got, want), "nothing was executed")
 	}
-	return Approved{ID: ws.ApprovalID, Principal: ws.Principal, Digest: got}, true, nil
+	a = wp.Approved
+	a.Digest = got
+	return a, true, "", nil
 }
 
 // carryWindows moves the per-window approvals onto a re-planned plan that
@@ -455,22 +507,23 @@ type PlanStatus struct {
 	signedAt          time.Time `json:"-"`
 }
 
-func (d *Deps) planStatus(id string) (*PlanStatus, error) {
+func (d *Deps) planStatus(ctx context.Context, id string) (*PlanStatus, error) {
 	f, ok, err := d.planHeader(id)
 	if err != nil || !ok {
 		return nil, err
 	}
-	ps, err := d.planSignatures(id)
-	if err != nil {
-		return nil, err
-	}
 	st := &PlanStatus{Digest: f.Digest, Revision: f.Revision, Signatures: f.Signatures, PerStepSignatures: f.PerStepSignatures,
 		Summary: f.Summary, Risks: f.Risks, Files: []string{"rounds/" + id + "/" + fleetPlanMD, "rounds/" + id + "/" + fleetPlanFile}}
-	if sig, ok := ps.signedFor(f.Digest); ok {
-		st.Signed, st.SignedBy, st.signedAt = true, sig.Principal, sig.Time
+	// Signed is what the kept signatures prove, verified again now; the
+	// report in plan-signatures.json is not asked.
+	if sp, ok, err := d.planProof(ctx, id); err == nil && ok && sp.Digest == f.Digest {
+		st.Signed, st.SignedBy, st.signedAt = true, sp.Principal, sp.proof.Time
 	}
 	for _, n := range f.Nodes {
-		if w, ok := ps.Windows[n.Node]; ok && w.Window == n.Window {
+		if n.Approval != plan.PerWindow {
+			continue
+		}
+		if wp, ok, err := d.latestProof(ctx, id, "approve_window", n.Node); err == nil && ok && wp.Digest == n.Window {
 			st.WindowsApproved = append(st.WindowsApproved, n.Node)
 		}
 	}
@@ -486,7 +539,7 @@ func (d *Deps) requestApproval(tool string, p Plan) error {
 	if err != nil {
 		return fmt.Errorf("build approval request: %w", err)
 	}
-	return &needApproval{ApprovalNeeded{Request: text, Summary: p.Summary,
+	return &needApproval{ApprovalNeeded: ApprovalNeeded{Request: text, Summary: p.Summary,
 		Command:    "mcp-patch approve request.txt   (save the request text as request.txt; prints the approval to hand back)",
 		AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 request.txt && cat request.txt request.txt.sig   (hand back the whole output)",
 		ExpiresAt:  exp.UTC().Format(time.RFC3339)}}
@@ -496,7 +549,7 @@ func (d *Deps) requestApproval(tool string, p Plan) error {
 // be refused without them: plan_round while the plan has blockers,
 // sign_plan while its digest is unsigned, approve_window before the drain
 // of a node approved per window.
-func (d *Deps) planNextCall(st *round.State, nc *Call) (*Call, string) {
+func (d *Deps) planNextCall(ctx context.Context, st *round.State, nc *Call) (*Call, string) {
 	if nc == nil || st.Stop != nil || st.Closed || st.Aborted || d.Book == nil {
 		return nc, ""
 	}
@@ -510,16 +563,12 @@ func (d *Deps) planNextCall(st *round.State, nc *Call) (*Call, string) {
 	if !f.Ready() {
 		return CallTo("plan_round", "round", st.RoundID), "The plan has blockers: run plan_round again once they are fixed."
 	}
-	ps, err := d.planSignatures(st.RoundID)
-	if err != nil {
-		return nc, ""
-	}
-	if _, ok := ps.signedFor(f.Digest); !ok {
+	if sp, ok, err := d.planProof(ctx, st.RoundID); err != nil || !ok || sp.Digest != f.Digest {
 		return CallTo("sign_plan"), "A person reads rounds/" + st.RoundID + "/plan.md and signs the plan (sign_plan) before the first cordon."
 	}
 	if nc.Tool == "drain_node" {
 		if n, ok := f.Node(callNode(nc)); ok && n.Approval == plan.PerWindow {
-			if w, ok := ps.Windows[n.Node]; !ok || w.Window != n.Window {
+			if wp, ok, err := d.latestProof(ctx, st.RoundID, "approve_window", n.Node); err != nil || !ok || wp.Digest != n.Window {
 				return CallTo("approve_window", "node", n.Node), "A person approves the whole window of " + n.Node + " with one signature (approve_window)."
 			}
 		}

@@ -49,7 +49,21 @@ func (f *syncApprovals) Verify(_ context.Context, a, tool string, p Plan) (Appro
 	if f.used[a] {
 		return Approved{}, errors.New("replayed")
 	}
-	return Approved{ID: a}, nil
+	return Approved{ID: a, Text: a}, nil
+}
+func (f *syncApprovals) Reverify(_ context.Context, a, tool string, p Plan) (Approved, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fakeReverify(f.used, a, p)
+}
+func (f *syncApprovals) ConsumePart(_ context.Context, a Approved, part string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.used[a.ID+"/"+part] {
+		return policy.ErrReplayed
+	}
+	f.used[a.ID+"/"+part] = true
+	return nil
 }
 func (f *syncApprovals) Consume(_ context.Context, a Approved) error {
 	f.mu.Lock()
@@ -63,7 +77,7 @@ func (f *syncApprovals) Consume(_ context.Context, a Approved) error {
 func (f *syncApprovals) Attestation(policy.Kind, policy.AttestationFields, []string) (string, time.Time, error) {
 	return "", time.Time{}, errors.New("not in this fake")
 }
-func (f *syncApprovals) VerifyAttestation(context.Context, string, policy.Kind, policy.AttestationFields) (Approved, policy.Request, error) {
+func (f *syncApprovals) VerifyAttestation(context.Context, string, policy.Kind, policy.AttestationFields, []string) (Approved, policy.Request, error) {
 	return Approved{}, policy.Request{}, errors.New("not in this fake")
 }
 
@@ -93,6 +107,7 @@ func newWRig(t *testing.T) *wrig {
 		kube:  &fakes.Cluster{Pods: map[string][]drain.PodRef{wNode: {{Namespace: "ml", Name: "trainer-0"}}}},
 		lease: &fakes.Lease{Identity: "server-a"}}
 	c := config.DefaultConfig()
+	c.StateDir = t.TempDir()
 	clock := func() time.Time { r.mu.Lock(); defer r.mu.Unlock(); return r.now }
 	r.d = &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Now: clock,
 		Approvals: &syncApprovals{used: map[string]bool{}}, Identity: "server-a",

@@ -37,6 +37,12 @@ type Options struct {
 	// ExpectDigest, when set, must equal the plan digest computed now and
 	// again after the cordon; a mismatch stops the drain with ErrPlanDrift.
 	ExpectDigest string
+	// OnlyPods, when not nil, are the pods ("namespace/name") an approval
+	// listed: every pod the plan would evict now, before and after the
+	// cordon, must be one of them, or the drain stops with ErrPlanDrift
+	// and evicts nothing. A drain carried on after some pods went checks
+	// it instead of ExpectDigest (its digest changed with every eviction).
+	OnlyPods map[string]bool
 	// Timeout bounds the eviction phase, PDB retries included. Zero: 10m.
 	Timeout time.Duration
 	// EvictRetryDelay is the pause after a refused eviction (429 from a
@@ -143,6 +149,9 @@ func Drain(ctx context.Context, kc kubernetes.Interface, node string, opts Optio
 	if opts.ExpectDigest != "" && plan.Digest != opts.ExpectDigest {
 		return fail(fmt.Errorf("%w: approved %s, now %s", ErrPlanDrift, opts.ExpectDigest, plan.Digest))
 	}
+	if err := onlyApproved(plan, opts.OnlyPods); err != nil {
+		return fail(err)
+	}
 
 	cr, err := cordon(ctx, kc, node, Owner{Identity: opts.Identity, Round: opts.Round}, opts.DryRun)
 	if err != nil {
@@ -155,6 +164,10 @@ func Drain(ctx context.Context, kc kubernetes.Interface, node string, opts Optio
 		again, err := Preview(ctx, kc, node, opts.Policy)
 		if err != nil {
 			return fail(fmt.Errorf("re-plan after cordon (node left cordoned): %w", err))
+		}
+		if err := onlyApproved(again, opts.OnlyPods); err != nil {
+			res.Plan = again
+			return fail(fmt.Errorf("%w (node left cordoned)", err))
 		}
 		if again.Digest != plan.Digest {
 			res.Plan = again
@@ -327,4 +340,22 @@ func evictionVerdict(ctx context.Context, kc kubernetes.Interface, p *corev1.Pod
 		}
 	}
 	return msg
+}
+
+// onlyApproved refuses a plan that would evict a pod the approval did not
+// list (nil: no list to hold it to).
+func onlyApproved(p Plan, only map[string]bool) error {
+	if only == nil {
+		return nil
+	}
+	var extra []string
+	for _, e := range p.Evict {
+		if !only[e.Namespace+"/"+e.Name] {
+			extra = append(extra, e.Namespace+"/"+e.Name)
+		}
+	}
+	if len(extra) > 0 {
+		return fmt.Errorf("%w: %d pods appeared since the approval and are not in it: %s", ErrPlanDrift, len(extra), strings.Join(extra, ", "))
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package window
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/mcp-patch/mcp-patch/round"
 )
@@ -16,6 +15,10 @@ type DecisionTarget struct {
 	// stop it answers (nil while the round is not stopped).
 	Bound bool
 	Stop  *round.Stop
+	// Failure is the failed check an accepted risk accepts (nil for a
+	// note): the statement names it (step and journal record), so it
+	// accepts that failure only.
+	Failure *round.Failure
 }
 
 // DecisionNode is the node a decision names when the caller names none:
@@ -65,15 +68,34 @@ func DecideDecision(st *round.State, d round.DecisionName, node string, step rou
 	if err := st.AdmitDecision(d, node, step); err != nil {
 		return DecisionTarget{}, err
 	}
+	if d == round.DecisionResidualRiskAccepted && step != "" {
+		lookup := node
+		if !step.NodeStep() {
+			lookup = ""
+		}
+		if t.Failure = st.LastFailure(step, lookup); t.Failure == nil {
+			return DecisionTarget{}, refuse("Call round_status: it names the failed checks.", fmt.Sprintf("no failure of %s is recorded to accept", where(step, lookup)))
+		}
+	}
 	return t, nil
 }
 
 // DecisionSummary is what the statement for a decision shows the person
-// who signs it: the decision and, while the round is stopped, the stop.
-func DecisionSummary(st *round.State, d round.DecisionName, node, roundID string) []string {
+// who signs it: the decision, the failed check an accepted risk accepts
+// (or that it accepts none) and, while the round is stopped, the stop.
+// The server derives it again when the statement comes back and refuses
+// one whose summary differs.
+func DecisionSummary(st *round.State, d round.DecisionName, node, roundID string, t DecisionTarget) []string {
 	summary := []string{fmt.Sprintf("decision %s on %s in round %s", d, node, roundID)}
+	if d == round.DecisionResidualRiskAccepted {
+		if f := t.Failure; f != nil {
+			summary = append(summary, oneLine(fmt.Sprintf("accepts the failed %s (journal record %d) as green: %s", where(f.Step, f.Node), f.Seq, clip(f.Reason, 400))))
+		} else {
+			summary = append(summary, "a note for the report: it accepts no failed check")
+		}
+	}
 	if st.Stop != nil {
-		summary = append(summary, strings.Join(strings.Fields("the round stopped at "+where(st.Stop.Step, st.Stop.Node)+": "+clip(st.Stop.Reason, 400)), " "))
+		summary = append(summary, oneLine("the round stopped at "+where(st.Stop.Step, st.Stop.Node)+": "+clip(st.Stop.Reason, 400)))
 	}
 	return summary
 }

@@ -106,16 +106,20 @@ func TestDecideDecision(t *testing.T) {
 func TestDecisionWords(t *testing.T) {
 	long := strings.Repeat("x", 500)
 	st := decisionState(&round.Stop{Seq: 7, Node: "gpu-1", Step: round.StepInstall, Reason: "apt\n  failed " + long}, "gpu-1")
-	sum := window.DecisionSummary(st, round.DecisionResume, "gpu-1", "2026-11")
+	sum := window.DecisionSummary(st, round.DecisionResume, "gpu-1", "2026-11", window.DecisionTarget{})
 	if len(sum) != 2 || sum[0] != "decision resume on gpu-1 in round 2026-11" ||
 		!strings.HasPrefix(sum[1], "the round stopped at install on gpu-1: apt failed xxx") || !strings.HasSuffix(sum[1], "...") || len(sum[1]) > 460 {
 		t.Fatalf("summary %q", sum)
 	}
-	if sum := window.DecisionSummary(decisionState(&round.Stop{Step: round.StepFleetCheck, Reason: "r"}, ""), round.DecisionAbort, "cp-1", "2026-11"); sum[1] != "the round stopped at fleet_check: r" {
+	if sum := window.DecisionSummary(decisionState(&round.Stop{Step: round.StepFleetCheck, Reason: "r"}, ""), round.DecisionAbort, "cp-1", "2026-11", window.DecisionTarget{}); sum[1] != "the round stopped at fleet_check: r" {
 		t.Fatalf("fleet-wide stop: %q", sum)
 	}
-	if sum := window.DecisionSummary(decisionState(nil, ""), round.DecisionResidualRiskAccepted, round.FleetWide, "2026-11"); len(sum) != 1 {
-		t.Fatalf("not stopped: %q", sum)
+	if sum := window.DecisionSummary(decisionState(nil, ""), round.DecisionResidualRiskAccepted, round.FleetWide, "2026-11", window.DecisionTarget{}); len(sum) != 2 || sum[1] != "a note for the report: it accepts no failed check" {
+		t.Fatalf("a note, not stopped: %q", sum)
+	}
+	failed := &round.Failure{Seq: 9, Node: "gpu-1", Step: round.StepGate, Reason: "etcd: no leader"}
+	if sum := window.DecisionSummary(decisionState(nil, ""), round.DecisionResidualRiskAccepted, "gpu-1", "2026-11", window.DecisionTarget{Node: "gpu-1", Step: round.StepGate, Failure: failed}); len(sum) != 2 || sum[1] != "accepts the failed gate on gpu-1 (journal record 9) as green: etcd: no leader" {
+		t.Fatalf("an accepted gate: %q", sum)
 	}
 	for _, tc := range []struct{ reason, trigger, want string }{
 		{"", "", "resume by alice"},

@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"k8s.io/apimachinery/pkg/labels"
@@ -305,6 +306,10 @@ type DrainOptions struct {
 	// does not reset it); then the round stops with the node cordoned.
 	JobSelector labels.Selector
 	JobWait     time.Duration
+	// Approved, when set, is the approved plan of the drain in flight as
+	// the server keeps it beside the signature that approved it; nil: the
+	// plan the journal holds. A drain carried on evicts only pods it lists.
+	Approved *DrainPlan
 }
 
 // StartDrain opens the node's window: the Lease, then the journal, then
@@ -319,12 +324,15 @@ func (w *Window) StartDrain(ctx context.Context, p DrainPlan, a Approval, o Drai
 		}
 		return DrainOutcome{}, err
 	}
-	return w.drain(ctx, p.Node, p.PreviewDigest, o, progress)
+	return w.drain(ctx, p.Node, p.PreviewDigest, nil, o, progress)
 }
 
 // FollowDrain carries on a drain in flight: the cordon is ours, so evict
-// what is left under the same policy. A node not cordoned by us shows the
-// drain never began: ErrNeedApproval.
+// what is left under the same policy, and only pods the approved plan
+// lists (a pod that appeared since the approval stops the drain with
+// drift, as the first pass does). A node not cordoned by us shows the
+// drain never began, and a drain whose approved plan is not known cannot
+// be held to it: ErrNeedApproval.
 func (w *Window) FollowDrain(ctx context.Context, node string, o DrainOptions, progress func(done, total int, msg string)) (DrainOutcome, error) {
 	run := w.Rec.InFlight(round.StepDrain, node)
 	if run == nil {
@@ -350,17 +358,41 @@ func (w *Window) FollowDrain(ctx context.Context, node string, o DrainOptions, p
 	if obs == Unreadable {
 		return DrainOutcome{}, &HostError{Node: node, Action: "read the cordon", Err: err}
 	}
-	return w.drain(ctx, node, "", o, progress)
+	approved := o.Approved
+	if approved == nil {
+		var p DrainPlan
+		if a := run.Last(); a != nil && len(a.Plan) > 0 && json.Unmarshal(a.Plan, &p) == nil {
+			approved = &p
+		}
+	}
+	if approved == nil || approved.Node != node || approved.PreviewDigest != run.Last().PlanDigest {
+		return DrainOutcome{}, ErrNeedApproval
+	}
+	return w.drain(ctx, node, "", ApprovedPods(*approved), o, progress)
 }
 
-func (w *Window) drain(ctx context.Context, node, expect string, o DrainOptions, progress func(done, total int, msg string)) (DrainOutcome, error) {
+// ApprovedPods are the pods ("namespace/name") a drain plan evicts.
+func ApprovedPods(p DrainPlan) map[string]bool {
+	out := map[string]bool{}
+	for _, e := range p.Evict {
+		rest, ok := strings.CutPrefix(e, "evict ")
+		if !ok {
+			continue
+		}
+		ref, _, _ := strings.Cut(rest, " (")
+		out[ref] = true
+	}
+	return out
+}
+
+func (w *Window) drain(ctx context.Context, node, expect string, only map[string]bool, o DrainOptions, progress func(done, total int, msg string)) (DrainOutcome, error) {
 	if o.JobSelector != nil && !o.JobSelector.Empty() {
 		if out, held, err := w.waitForJobs(ctx, node, o); held {
 			return out, err
 		}
 	}
 	opts := o.Options
-	opts.Policy, opts.Round, opts.Identity, opts.ExpectDigest = o.Policy, w.Round, o.Identity, expect
+	opts.Policy, opts.Round, opts.Identity, opts.ExpectDigest, opts.OnlyPods = o.Policy, w.Round, o.Identity, expect, only
 	res, err := w.Cluster.Drain(ctx, node, opts, progress)
 	out := DrainOutcome{Drain: &res}
 	if err != nil {

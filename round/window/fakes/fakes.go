@@ -321,6 +321,13 @@ func (c *Cluster) Drain(ctx context.Context, node string, o drain.Options, progr
 	if o.ExpectDigest != "" && o.ExpectDigest != res.Plan.Digest {
 		return res, fmt.Errorf("drain node %s: %w: approved %s, now %s", node, drain.ErrPlanDrift, o.ExpectDigest, res.Plan.Digest)
 	}
+	if o.OnlyPods != nil {
+		for _, e := range res.Plan.Evict {
+			if !o.OnlyPods[e.Namespace+"/"+e.Name] {
+				return res, fmt.Errorf("drain node %s: %w: %s appeared since the approval and is not in it", node, drain.ErrPlanDrift, e.Namespace+"/"+e.Name)
+			}
+		}
+	}
 	if o.DryRun {
 		// The API server's dry run: every pod would go, nothing is persisted.
 		c.Actions = append(c.Actions, Action{Node: node, What: "drain-dry-run"})

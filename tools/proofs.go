@@ -1,0 +1,230 @@
+package tools
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+// The proofs of a round are the signed bytes of every approval a step ran
+// under (the request text and its SSHSIG signature, as the person handed
+// them back), each with the typed plan it ran. They are kept in the
+// server's state directory (proofs/<round>.jsonl), out of the agent's
+// reach, and every decision that rests on an earlier approval (the signed
+// plan, a window approval, the approved plan of a drain carried on)
+// verifies the signature again, against allowed_signers as it is now, at
+// the moment it decides. rounds/<id>/plan-signatures.json in the intent
+// repository is a report for people: nothing reads it to decide.
+
+// proof is one kept approval.
+type proof struct {
+	// Tool is the tool the request was signed for; Step, when set, the
+	// destructive tool that ran under it (itself, or a step of a window
+	// approval). A standing approval (sign_plan, approve_window) is kept
+	// without a step when it is signed.
+	Tool       string `json:"tool"`
+	Step       string `json:"step,omitempty"`
+	Node       string `json:"node"`
+	ApprovalID string `json:"approval_id"`
+	// Approval is the request text and its signature, as signed.
+	Approval string `json:"approval"`
+	// Plan is the typed plan the step ran (destructive steps).
+	Plan json.RawMessage `json:"plan,omitempty"`
+	Time time.Time       `json:"time"`
+}
+
+// proofsDir is where the proofs live under the state directory.
+const proofsDir = "proofs"
+
+// maxProofFile bounds a round's proof file (a round of 1,000 nodes keeps
+// some 6,000 approvals of a few KiB each).
+const maxProofFile = 256 << 20
+
+var proofRoundRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// proofMu serialises appends of this process (several processes append
+// under the file lock).
+var proofMu sync.Mutex
+
+func (d *Deps) proofFile(roundID string) (string, error) {
+	if d.Config == nil || d.Config.StateDir == "" {
+		return "", errors.New("no state directory is configured: the server keeps the signatures it verified there, and without them no approval can be proven again")
+	}
+	if !proofRoundRE.MatchString(roundID) {
+		return "", fmt.Errorf("round id %q is not a plain name", roundID)
+	}
+	return filepath.Join(d.Config.StateDir, proofsDir, roundID+".jsonl"), nil
+}
+
+// keepProof appends the signed bytes of an approval about to be used,
+// fsynced, before the approval is consumed and the step acts.
+func (d *Deps) keepProof(roundID string, p proof) error {
+	path, err := d.proofFile(roundID)
+	if err != nil {
+		return err
+	}
+	p.Time = d.now().UTC()
+	b, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("keep the approval's signature: %w", err)
+	}
+	proofMu.Lock()
+	defer proofMu.Unlock()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("keep the approval's signature: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("keep the approval's signature: %w", err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("keep the approval's signature: lock %s: %w", path, err)
+	}
+	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("keep the approval's signature: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("keep the approval's signature: fsync %s: %w", path, err)
+	}
+	return nil
+}
+
+// proofs reads the round's kept approvals in the order they were kept. A
+// torn last line (a crash while appending) belongs to an approval that was
+// never consumed and is left out; any other damage is an error.
+func (d *Deps) proofs(roundID string) ([]proof, error) {
+	path, err := d.proofFile(roundID)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the kept signatures: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxProofFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read the kept signatures: %w", err)
+	}
+	if len(b) > maxProofFile {
+		return nil, fmt.Errorf("read the kept signatures: %s is larger than %d bytes", path, maxProofFile)
+	}
+	if i := bytes.LastIndexByte(b, '\n'); i+1 < len(b) {
+		b = b[:i+1]
+	}
+	var out []proof
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64<<10), maxProofFile)
+	for n := 1; sc.Scan(); n++ {
+		var p proof
+		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+			return nil, fmt.Errorf("read the kept signatures: %s line %d: %w", path, n, err)
+		}
+		out = append(out, p)
+	}
+	return out, sc.Err()
+}
+
+// standing is a kept approval whose signature verified again just now.
+type standing struct {
+	Approved
+	index int // its place among the round's proofs
+	proof proof
+}
+
+// reverify checks a kept approval again: its signature against
+// allowed_signers now, its binding to tool, node and round (and digest,
+// when not empty: otherwise whatever digest it signed, in the answer's
+// Digest), and that it was consumed while valid.
+func (d *Deps) reverify(ctx context.Context, roundID string, p proof, tool, node, digest string) (Approved, error) {
+	if d.Approvals == nil {
+		return Approved{}, errors.New("no allowed_signers file is configured")
+	}
+	return d.Approvals.Reverify(ctx, p.Approval, tool, Plan{Node: node, Round: roundID, Digest: digest})
+}
+
+// latestProof is the last kept approval of tool on node that verifies
+// again; ok is false when none was kept. One that was kept but no longer
+// verifies (its key left allowed_signers) is an error that says so.
+func (d *Deps) latestProof(ctx context.Context, roundID, tool, node string) (standing, bool, error) {
+	ps, err := d.proofs(roundID)
+	if err != nil {
+		return standing{}, false, err
+	}
+	for i := len(ps) - 1; i >= 0; i-- {
+		p := ps[i]
+		if p.Tool != tool || p.Node != node || p.Step != "" {
+			continue
+		}
+		a, err := d.reverify(ctx, roundID, p, tool, node, "")
+		if err != nil {
+			return standing{}, false, fmt.Errorf("the %s signature %s kept for %s no longer verifies: %w", tool, p.ApprovalID, node, err)
+		}
+		return standing{Approved: a, index: i, proof: p}, true, nil
+	}
+	return standing{}, false, nil
+}
+
+// windowToolsOf reads what a window approval binds from the summary the
+// person signed ("<tool> bound to <digest>" lines, DecideWindowApproval).
+func windowToolsOf(summary []string) map[string]string {
+	out := map[string]string{}
+	for _, l := range summary {
+		tool, dg, ok := strings.Cut(l, " bound to ")
+		if ok && toolStep[tool] != "" && !strings.ContainsRune(dg, ' ') {
+			out[tool] = dg
+		}
+	}
+	return out
+}
+
+// approvedDrain is the approved plan of the drain in flight on node, from
+// the kept signature of its approval (approvalID, as the journal names
+// it), verified again; nil when this server keeps none for it.
+func (d *Deps) approvedDrain(ctx context.Context, roundID, node, approvalID string) (*window.DrainPlan, error) {
+	ps, err := d.proofs(roundID)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(ps) - 1; i >= 0; i-- {
+		p := ps[i]
+		if p.ApprovalID != approvalID || p.Node != node || p.Step != "drain_node" || len(p.Plan) == 0 {
+			continue
+		}
+		var dp window.DrainPlan
+		if err := json.Unmarshal(p.Plan, &dp); err != nil || dp.Node != node {
+			continue
+		}
+		a, err := d.reverify(ctx, roundID, p, p.Tool, node, "")
+		if err != nil {
+			return nil, fmt.Errorf("the signature of the drain in flight on %s no longer verifies: %w", node, err)
+		}
+		bound := a.Digest
+		if p.Tool == "approve_window" {
+			bound = windowToolsOf(a.Summary)["drain_node"]
+		}
+		if bound != dp.PreviewDigest {
+			continue
+		}
+		return &dp, nil
+	}
+	return nil, nil
+}
