@@ -265,7 +265,7 @@ func serveLabHTTP(ctx context.Context, l *lab.Lab, addr string, getenv func(stri
 		return nil, err
 	}
 	server := tools.NewServer(tools.Builtin(), d, Version)
-	srv, ln := newHTTPServer(ln, bearerHandler(server, h.Token, log))
+	srv, ln := newHTTPServer(ln, bearerHandler(server, h.Token, sessionLimitsOf(d.Config.Serve), log))
 	h.Server, h.srv, h.URL = server, srv, "http://"+ln.Addr().String()+"/"
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

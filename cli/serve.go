@@ -174,7 +174,7 @@ func serveHTTP(ctx context.Context, c *config.Config, server *mcp.Server, metric
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/", bearerHandler(server, token, log))
+	mux.Handle("/", bearerHandler(server, token, sessionLimitsOf(c.Serve), log))
 	mux.Handle("GET /metrics", bearerOnly(metricsHandler, token))
 	handler := http.Handler(mux)
 	ln, err := net.Listen("tcp", c.Serve.HTTP)
@@ -226,7 +226,6 @@ const (
 	httpReadTimeout       = 30 * time.Second // a request body; streams answer on the write side
 	httpIdleTimeout       = 60 * time.Second // an idle keep-alive connection
 	httpMaxConnections    = 256
-	mcpSessionIdle        = 30 * time.Minute // an MCP session no request touched
 )
 
 // newHTTPServer wraps a handler with the server's timeouts and caps the
@@ -245,10 +244,13 @@ func newHTTPServer(ln net.Listener, handler http.Handler) (*http.Server, net.Lis
 // Host and Origin must be loopback names when the server listens on
 // loopback (DNS rebinding). Requests of protocol 2026-07-28 or later are
 // served statelessly, as that revision requires on HTTP; older ones keep
-// sessions, closed after mcpSessionIdle without a request.
-func bearerHandler(server *mcp.Server, token string, log *slog.Logger) http.Handler {
+// sessions, bounded by lim (boundedSessions: caps in all and per token,
+// the oldest idle closed first, closed after lim.Idle without a request).
+func bearerHandler(server *mcp.Server, token string, lim sessionLimits, log *slog.Logger) http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return server }
-	stateful := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: mcpSessionIdle})
+	// The SDK's own idle timeout is the book's too, a backstop.
+	sdk := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: lim.Idle})
+	stateful := boundedSessions(server, sdk, newSessionBook(lim, time.Now), log)
 	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: log, Stateless: true})
 	mcpHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if v := r.Header.Get("Mcp-Protocol-Version"); v >= statelessProtocol {

@@ -100,6 +100,15 @@ type Serve struct {
 	// MemoryLimitMiB is a soft limit on the server's Go memory
 	// (runtime/debug.SetMemoryLimit). Default 16; 0 turns it off.
 	MemoryLimitMiB int `json:"memory_limit_mib,omitempty" jsonschema:"minimum=0,maximum=1048576,description=Soft limit on the server's Go memory in MiB (default 16; 0: none): the garbage collector collects more often near it, which keeps serve near 60 MiB resident at 1000 nodes; past it the server runs on with at most half its CPU in the collector, so raise it for fleets of several thousand nodes. The GOMEMLIMIT environment variable wins."`
+	// MaxSessions caps the live MCP sessions of the HTTP server in all;
+	// a new session past it closes the oldest idle one. Default 256; 0: no cap.
+	MaxSessions int `json:"max_sessions,omitempty" jsonschema:"minimum=0,maximum=100000,description=Most live MCP sessions over HTTP in all (default 256; 0: no cap): a new session past it closes the one idle the longest; one is refused (503) only while every session has a request in flight"`
+	// MaxSessionsPerToken caps the live sessions of one bearer token.
+	// Default 128; 0: no cap.
+	MaxSessionsPerToken int `json:"max_sessions_per_token,omitempty" jsonschema:"minimum=0,maximum=100000,description=Most live MCP sessions over HTTP for one bearer token (default 128; 0: no cap); past it the token's own session idle the longest is closed"`
+	// SessionIdleMinutes closes an MCP session no request touched for
+	// this many minutes. Default 30.
+	SessionIdleMinutes int `json:"session_idle_minutes,omitempty" jsonschema:"minimum=1,maximum=10080,description=Minutes without a request after which an MCP session over HTTP is closed (default 30)"`
 }
 
 // SSH configures how hosts are reached.
@@ -319,7 +328,7 @@ func DefaultConfig() Config {
 		StateDir: filepath.Join(home, ".local", "state", "mcp-patch"),
 		Identity: host,
 		Mode:     ModeNormal,
-		Serve:    Serve{TokenEnv: "MCP_PATCH_TOKEN", MemoryLimitMiB: 16},
+		Serve:    Serve{TokenEnv: "MCP_PATCH_TOKEN", MemoryLimitMiB: 16, MaxSessions: 256, MaxSessionsPerToken: 128, SessionIdleMinutes: 30},
 		SSH: SSH{
 			User: "root", Port: 22,
 			KnownHosts:      []string{filepath.Join(home, ".ssh", "known_hosts")},
@@ -387,6 +396,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Serve.MemoryLimitMiB < 0 || c.Serve.MemoryLimitMiB > 1<<20 {
 		bad("serve.memory_limit_mib", "%d is out of range (0 to 1048576; 0: no limit)", c.Serve.MemoryLimitMiB)
+	}
+	if c.Serve.MaxSessions < 0 || c.Serve.MaxSessions > 100000 {
+		bad("serve.max_sessions", "%d is out of range (0 to 100000; 0: no cap)", c.Serve.MaxSessions)
+	}
+	if c.Serve.MaxSessionsPerToken < 0 || c.Serve.MaxSessionsPerToken > 100000 {
+		bad("serve.max_sessions_per_token", "%d is out of range (0 to 100000; 0: no cap)", c.Serve.MaxSessionsPerToken)
+	}
+	if c.Serve.SessionIdleMinutes < 1 || c.Serve.SessionIdleMinutes > 10080 {
+		bad("serve.session_idle_minutes", "%d is out of range (1 to 10080 minutes)", c.Serve.SessionIdleMinutes)
 	}
 	if c.SSH.Port < 1 || c.SSH.Port > 65535 {
 		bad("ssh.port", "%d is out of range", c.SSH.Port)

@@ -235,6 +235,9 @@ func (j *Journal) Audit(e AuditEntry) (AuditRecord, error) {
 		}
 		digest = d
 	}
+	if j.view {
+		return AuditRecord{}, fmt.Errorf("audit %s: %w", e.Tool, ErrReadOnlyView)
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.audit == nil {

@@ -52,6 +52,12 @@ type Journal struct {
 
 	opened OpenReport
 
+	// view: opened by OpenView, it writes nothing and reads the journal
+	// again when it changed (viewMod, size: as last read).
+	view        bool
+	viewMod     time.Time
+	viewRecords int
+
 	// observe is told of every record on disk (WithObserver).
 	observe func(Record, *State)
 
@@ -172,28 +178,19 @@ func (j *Journal) open() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if len(sc.torn) > 0 {
-		saved, err := j.saveTorn(JournalFile, sc.good, sc.torn)
+	if len(sc.torn) > 0 || sc.missingNewline {
+		// Readers (OpenView) wait while the bytes they read change.
+		unlock, err := repairLock(f)
 		if err != nil {
 			return err
 		}
-		if err := f.Truncate(int64(sc.good)); err != nil {
-			return fmt.Errorf("truncate torn tail of %s: %w", path, err)
+		err = j.repairTail(f, path, &sc)
+		if uerr := unlock(); err == nil {
+			err = uerr
 		}
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("sync %s: %w", path, err)
+		if err != nil {
+			return err
 		}
-		j.opened.TornBytes, j.opened.TornSavedAs = len(sc.torn), saved
-		j.log.Warn("round journal had a torn last line", "round", j.roundID, "bytes", len(sc.torn), "saved_as", saved)
-	}
-	if sc.missingNewline {
-		if _, err := f.Write([]byte{'\n'}); err != nil {
-			return fmt.Errorf("complete last line of %s: %w", path, err)
-		}
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("sync %s: %w", path, err)
-		}
-		sc.good++
 	}
 	j.size = int64(sc.good)
 
@@ -234,6 +231,35 @@ func (j *Journal) open() error {
 	return nil
 }
 
+// repairTail saves and truncates a torn last line and completes a last
+// record whose newline was not written; sc.good follows.
+func (j *Journal) repairTail(f *os.File, path string, sc *scanned) error {
+	if len(sc.torn) > 0 {
+		saved, err := j.saveTorn(JournalFile, sc.good, sc.torn)
+		if err != nil {
+			return err
+		}
+		if err := f.Truncate(int64(sc.good)); err != nil {
+			return fmt.Errorf("truncate torn tail of %s: %w", path, err)
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", path, err)
+		}
+		j.opened.TornBytes, j.opened.TornSavedAs = len(sc.torn), saved
+		j.log.Warn("round journal had a torn last line", "round", j.roundID, "bytes", len(sc.torn), "saved_as", saved)
+	}
+	if sc.missingNewline {
+		if _, err := f.Write([]byte{'\n'}); err != nil {
+			return fmt.Errorf("complete last line of %s: %w", path, err)
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", path, err)
+		}
+		sc.good++
+	}
+	return nil
+}
+
 func (s *State) needsRecheck() []Target {
 	var out []Target
 	for _, n := range s.Nodes {
@@ -264,6 +290,7 @@ func (j *Journal) Opened() OpenReport { return j.opened }
 func (j *Journal) State() *State {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.refreshView()
 	return j.state.Clone()
 }
 

@@ -406,6 +406,9 @@ func esc(s string) string {
 // directory (report.md, timeline.svg), each by atomic replace, and returns
 // their paths. The caller commits them with the lessons.
 func (j *Journal) WriteReport() (report, timeline string, err error) {
+	if j.view {
+		return "", "", fmt.Errorf("write report of round %s: %w", j.roundID, ErrReadOnlyView)
+	}
 	st := j.State()
 	var md, svg bytes.Buffer
 	if err := RenderReport(&md, st); err != nil {

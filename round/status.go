@@ -95,6 +95,7 @@ var needsApproval = map[Step]bool{StepDrain: true, StepInstall: true, StepTrialB
 func (j *Journal) Status() Status {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.refreshView()
 	return j.state.Status(j.now())
 }
 

@@ -24,7 +24,7 @@ func (d *Deps) RecordAudit(ctx context.Context, rec AuditRecord) {
 	if rec.Status == StatusRefused || rec.Status == StatusApprovalRequired {
 		decision = round.Refused
 	}
-	if d.Book != nil && rec.Kind != ReadOnly.String() {
+	if d.Book != nil && !d.Book.ReadOnly && rec.Kind != ReadOnly.String() {
 		if id := d.Book.CurrentID(); id != "" {
 			if j, err := d.Book.Journal(id, false); err == nil {
 				if _, err := j.Audit(round.AuditEntry{Tool: rec.Tool, Node: rec.Node, Digest: rec.ArgsDigest, Args: rec.Args,

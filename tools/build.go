@@ -68,6 +68,7 @@ func wire(ctx context.Context, d *Deps) (cleanup func(), err error) {
 		}
 		d.Resources = IntentResources(d)
 		d.Book = NewRoundBook(repoPath, d.Now)
+		d.Book.ReadOnly = c.Mode == config.ModeReadOnly
 		d.CurrentRound = d.Book.CurrentID
 		closers = append(closers, func() { d.Book.Close() })
 	}

@@ -44,6 +44,25 @@ func (d *Deps) openSession() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
+	return d.sessionOf(j), nil
+}
+
+// readSession is openSession for a read-only tool: the open round read
+// through a view (RoundBook.CurrentView), so that the call writes nothing
+// and locks no writer out, even as the process's first call.
+func (d *Deps) readSession() (*session, error) {
+	if d.Book == nil {
+		return nil, Refuse("Start the server with --intent-repo: rounds are kept in the intent repository.", "no intent repository is configured")
+	}
+	j, err := d.Book.CurrentView()
+	if err != nil {
+		return nil, err
+	}
+	return d.sessionOf(j), nil
+}
+
+// sessionOf is the session of round journal j with the intent's settings.
+func (d *Deps) sessionOf(j *round.Journal) *session {
 	s := &session{j: j, id: j.RoundID(), events: d.WindowEvents, now: d.now}
 	if r, err := d.intentRepo(s.id); err == nil {
 		if st, err := r.RoundSettings(); err == nil {
@@ -52,20 +71,35 @@ func (d *Deps) openSession() (*session, error) {
 			d.Log.Warn("intent settings unreadable", "err", err)
 		}
 	}
-	return s, nil
+	return s
 }
 
-// maybeSession is openSession for read-only tools that also work before a
-// round is planned: nil when no round is open.
-func (d *Deps) maybeSession() *session {
+// maybeSession is the open round for checks that also work before a
+// round is planned: nil when no round is open. A check that records
+// (its recording twin) holds the journal for writing; the read-only check
+// reads it through a view (readSession).
+func (d *Deps) maybeSession(record bool) *session {
 	if d.Book == nil || d.Book.CurrentID() == "" {
 		return nil
 	}
-	s, err := d.openSession()
+	open := d.readSession
+	if record {
+		open = d.openSession
+	}
+	s, err := open()
 	if err != nil {
 		return nil
 	}
 	return s
+}
+
+// checkSession is the open round for a check: held for writing by the
+// recording twin, read through a view by the read-only tool.
+func (d *Deps) checkSession(record bool) (*session, error) {
+	if record {
+		return d.openSession()
+	}
+	return d.readSession()
 }
 
 // ruleRefusal turns a standing rule's refusal into a tool refusal.

@@ -66,7 +66,7 @@ func FleetCheck() Tool {
 			" behind.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (FleetCheckOut, error) {
-		s, err := d.openSession()
+		s, err := d.readSession()
 		if err != nil {
 			return FleetCheckOut{}, err
 		}

@@ -31,7 +31,7 @@ func inspectNode(record bool) Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return InspectOut{}, err
 		}
-		s := d.maybeSession()
+		s := d.maybeSession(record)
 		rec := recording(s, record)
 		if err := rec.admit(d, round.StepInspect, in.Node); err != nil {
 			return InspectOut{}, err

@@ -51,7 +51,7 @@ func RoundStatus() Tool {
 			}
 			st = s
 		} else {
-			s, err := d.openSession()
+			s, err := d.readSession()
 			if err != nil {
 				return RoundStatusOut{}, err
 			}

@@ -17,16 +17,24 @@ import (
 
 // RoundBook keeps the rounds' journals in the intent repository under
 // rounds/<round-id>/. The server holds the open round's journal for
-// writing; a second process gets round.ErrLocked.
+// writing; a second process gets round.ErrLocked. Read-only tools read
+// through views (View, CurrentView): they open nothing for writing, so a
+// read-only call, even as a process's first, writes nothing and locks no
+// writer out.
 type RoundBook struct {
 	// Root is the intent repository's working copy.
 	Root  string
 	Clock func() time.Time
 	// Observe, when set, is every journal's observer (round.WithObserver).
 	Observe func(round.Record, *round.State)
+	// ReadOnly (a --read-only server) opens every journal as a view
+	// (round.OpenView): nothing this process does can write a round.
+	ReadOnly bool
 
 	mu   sync.Mutex
 	open map[string]*round.Journal
+	// views are the journals read by read-only calls, by round id.
+	views map[string]*round.Journal
 	// headers is each round's last decoded plan header, by the sha256 of
 	// the plan.json bytes it was decoded from.
 	headers map[string]cachedHeader
@@ -86,6 +94,12 @@ func (b *RoundBook) Journal(id string, create bool) (*round.Journal, error) {
 	if !round.ValidRoundID(id) {
 		return nil, Refuse("Use a round id such as 2026-11 (letters, digits, '.', '_', '-').", fmt.Sprintf("round id %q is not valid", id))
 	}
+	if b.ReadOnly {
+		if create {
+			return nil, Refuse("Use a server that is not read-only to plan a round.", "this server is read-only: it opens no round for writing")
+		}
+		return b.View(id)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if j, ok := b.open[id]; ok {
@@ -116,6 +130,52 @@ func (b *RoundBook) Journal(id string, create bool) (*round.Journal, error) {
 	}
 	b.open[id] = j
 	return j, nil
+}
+
+// View is round id's journal for a read-only call: the journal this
+// process holds for writing when it holds one, else a view of it
+// (round.OpenView), which writes nothing and takes no exclusive lock.
+func (b *RoundBook) View(id string) (*round.Journal, error) {
+	if !round.ValidRoundID(id) {
+		return nil, Refuse("Use a round id such as 2026-11 (letters, digits, '.', '_', '-').", fmt.Sprintf("round id %q is not valid", id))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if j, ok := b.open[id]; ok {
+		return j, nil
+	}
+	if j, ok := b.views[id]; ok {
+		return j, nil
+	}
+	dir := b.dir(id)
+	if _, err := os.Lstat(filepath.Join(dir, round.JournalFile)); err != nil {
+		return nil, Refuse("Plan the round first (plan_round).", fmt.Sprintf("round %s has no journal in the intent repository", id))
+	}
+	opts := []round.Option{round.WithRepoRoot(b.Root)}
+	if b.Clock != nil {
+		opts = append(opts, round.WithClock(b.Clock))
+	}
+	j, err := round.OpenView(dir, opts...)
+	if errors.Is(err, round.ErrUnsafePath) {
+		return nil, Refuse("Ask a person to replace the link with the file itself (or remove it), then call again.",
+			fmt.Sprintf("round %s: %v", id, err), "nothing was read or written")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read journal of round %s: %w", id, err)
+	}
+	if b.views == nil {
+		b.views = map[string]*round.Journal{}
+	}
+	b.views[id] = j
+	return j, nil
+}
+
+// Holds says whether this process holds round id's journal for writing.
+func (b *RoundBook) Holds(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.open[id]
+	return ok
 }
 
 // OpenRounds lists the rounds that are not closed, newest id last.
@@ -155,6 +215,15 @@ func (b *RoundBook) OpenRounds() ([]string, error) {
 
 // Current returns the journal of the one open round.
 func (b *RoundBook) Current() (*round.Journal, error) {
+	return b.current(func(id string) (*round.Journal, error) { return b.Journal(id, false) })
+}
+
+// CurrentView is Current for a read-only call: the one open round's
+// journal as View answers it.
+func (b *RoundBook) CurrentView() (*round.Journal, error) { return b.current(b.View) }
+
+// current opens the one open round's journal with open.
+func (b *RoundBook) current(open func(id string) (*round.Journal, error)) (*round.Journal, error) {
 	ids, err := b.OpenRounds()
 	if err != nil {
 		return nil, fmt.Errorf("list rounds: %w", err)
@@ -165,7 +234,7 @@ func (b *RoundBook) Current() (*round.Journal, error) {
 		return nil, RefuseWith(CallTo("plan_round", "round", month),
 			"Plan a round first: plan_round with round "+month+" (this month).", "no round is open")
 	case 1:
-		return b.Journal(ids[0], false)
+		return open(ids[0])
 	}
 	return nil, Refuse("Close or abort the older rounds first.", fmt.Sprintf("several rounds are open: %v", ids))
 }
@@ -194,6 +263,9 @@ func (b *RoundBook) Files(id string) []string {
 // WriteFile writes a file of the round's record atomically, never through
 // a symbolic link (round.ErrUnsafePath).
 func (b *RoundBook) WriteFile(id, name string, data []byte) error {
+	if b.ReadOnly {
+		return fmt.Errorf("write %s of round %s: %w", name, id, round.ErrReadOnlyView)
+	}
 	return round.WriteFile(b.Root, b.dir(id), name, data)
 }
 
@@ -217,6 +289,10 @@ func (b *RoundBook) Close() error {
 	for id, j := range b.open {
 		errs = append(errs, j.Close())
 		delete(b.open, id)
+	}
+	for id, j := range b.views {
+		errs = append(errs, j.Close())
+		delete(b.views, id)
 	}
 	return errors.Join(errs...)
 }

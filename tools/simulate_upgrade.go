@@ -32,7 +32,7 @@ func simulateUpgrade(record bool) Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return SimulateOut{}, err
 		}
-		s := d.maybeSession()
+		s := d.maybeSession(record)
 		rec := recording(s, record)
 		if err := rec.admit(d, round.StepSimulate, in.Node); err != nil {
 			return SimulateOut{}, err

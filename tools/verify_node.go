@@ -31,7 +31,7 @@ func verifyNode(record bool) Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return VerifyOut{}, err
 		}
-		s, err := d.openSession()
+		s, err := d.checkSession(record)
 		if err != nil {
 			return VerifyOut{}, err
 		}

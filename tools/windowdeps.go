@@ -285,12 +285,18 @@ func (d *Deps) RetakeWindowLease(ctx context.Context) (string, error) {
 	if d.Mode == ModeReadOnly || d.Book == nil || d.Book.CurrentID() == "" {
 		return "", nil
 	}
-	s, err := d.openSession()
+	// Read first: a server that starts with no window open opens no
+	// journal for writing (and so writes nothing) until a call needs it.
+	v, err := d.readSession()
 	if err != nil {
 		return "", err
 	}
-	if s.j.State().Current == "" {
+	if v.j.State().Current == "" {
 		return "", nil
+	}
+	s, err := d.openSession()
+	if err != nil {
+		return "", err
 	}
 	lease, err := d.windowLease(ctx)
 	if err != nil {
