@@ -1,11 +1,17 @@
 #!/bin/sh
 # build-vm-image.sh — build the lab's real Debian 12 GPU-server image once.
 #
-# A BIOS disk with an MSDOS label, GRUB in the MBR, ext4 root, systemd as
-# PID 1, sshd, the serial console on ttyS0, kernel.panic=10, and two real
-# Debian kernels: the "running" one installed (linux-image-amd64 of
-# bookworm) and a newer one (bookworm-security) waiting in a local apt
-# repository inside the image (/srv/lab-repo), with dummy NVIDIA modules
+# One disk that boots both ways: a GPT label with a BIOS boot partition
+# (GRUB's i386-pc core image, booted by SeaBIOS), an EFI system partition
+# (vfat, mounted at /boot/efi; GRUB's x86_64-efi image with an NVRAM boot
+# entry written by efibootmgr, booted by OVMF) and an ext4 root holding
+# /boot/grub (grub.cfg and grubenv for both). grub-pc is the installed GRUB
+# package, grub-efi-amd64-bin and efibootmgr beside it. systemd as PID 1,
+# sshd, the serial console on ttyS0, kernel.panic=10, and two real Debian
+# kernels of the cloud flavour (linux-image-cloud-amd64: virtio, a fraction
+# of the generic flavour's modules): the "running" one installed (bookworm)
+# and a newer one (bookworm-security) waiting in a local apt repository
+# inside the image (/srv/lab-repo), with dummy NVIDIA modules
 # packages for both, Kubernetes-named packages (held) with newer versions
 # in the repository, a package whose conffile changes (edited locally in the
 # image, so an install must keep the local file without asking), a package
@@ -18,16 +24,19 @@
 #     disk.qcow2        the base image (tests boot qcow2 overlays on it)
 #     id_ed25519[.pub]  the lab's SSH key, authorized for root in the image
 #     ssh_host_ed25519_key.pub  the image's host key (for known_hosts)
+#     OVMF_VARS.fd      the UEFI variables after the first boot (the boot
+#                       entry grub-install wrote); UEFI VMs boot a copy
 #     image.env         OLD_KERNEL, NEW_KERNEL, ROOT_UUID, ... (KEY=value)
 #     firstboot.log     the serial log of the first boot
 #
 # <key> is a hash of this script's commands (comments do not count), so a
 # second run is instant. Debian packages come from the mirror this machine's
 # apt uses (VM_MIRROR / VM_SECURITY_MIRROR override it). The build needs
-# root (losetup, mount, chroot), debootstrap, dpkg-dev, qemu-utils and
-# qemu-system-x86; it takes 6-15 minutes: debootstrap, the kernels, then a
-# first boot under QEMU that runs the real grub-install and update-grub
-# (they cannot run in the build chroot on a loop-mounted root).
+# root (losetup, mount, chroot), debootstrap, dpkg-dev, qemu-utils,
+# qemu-system-x86, ovmf and dosfstools; it takes 6-15 minutes: debootstrap,
+# the kernels, then a first boot under QEMU with OVMF that runs the real
+# grub-install (both targets) and update-grub (they cannot run in the build
+# chroot on a loop-mounted root).
 #
 # Run by hand:   sh scripts/build-vm-image.sh
 #                sh scripts/build-vm-image.sh --cached-only
@@ -66,9 +75,17 @@ main() {
 		say "needs root (losetup, mount, chroot)"
 		exit 1
 	}
-	for c in debootstrap dpkg-deb dpkg-scanpackages qemu-img qemu-system-x86_64 losetup sfdisk mkfs.ext4 flock ssh-keygen; do
+	for c in debootstrap dpkg-deb dpkg-scanpackages qemu-img qemu-system-x86_64 losetup sfdisk mkfs.ext4 mkfs.vfat flock ssh-keygen; do
 		command -v "$c" >/dev/null 2>&1 || {
 			say "missing $c (scripts/setup.sh installs it)"
+			exit 1
+		}
+	done
+	ovmf_code=${VM_OVMF_CODE:-/usr/share/OVMF/OVMF_CODE_4M.fd}
+	ovmf_vars=${VM_OVMF_VARS:-/usr/share/OVMF/OVMF_VARS_4M.fd}
+	for f in "$ovmf_code" "$ovmf_vars"; do
+		[ -r "$f" ] || {
+			say "missing $f (Debian's ovmf package; scripts/setup.sh installs it)"
 			exit 1
 		}
 	done
@@ -103,16 +120,26 @@ main() {
 	start=$(date +%s)
 	say "key $key; building into $dest (mirror $mirror, security $security)"
 
-	# The disk: one bootable Linux partition from 1 MiB, MBR gap for GRUB.
+	# The disk (GPT): 1 MiB BIOS boot partition for GRUB's i386-pc core
+	# image, a 62 MiB EFI system partition, the root filesystem after it up
+	# to the last MiB (the backup GPT lives at the disk's end).
 	disk=$work/disk.raw
 	truncate -s 3G "$disk"
-	printf 'label: dos\nstart=2048, type=83, bootable\n' | sfdisk -q "$disk"
-	# The kernel here may lack MSDOS partition support (no partition nodes
-	# from losetup -P), so the partition is mapped with an offset.
-	loop=$(losetup -f --show -o 1048576 "$disk")
+	printf 'label: gpt\nstart=2048, size=2048, type=21686148-6449-6E6F-744E-656564454649, name=bios\nstart=4096, size=126976, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=esp\nstart=131072, size=6158336, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root\n' | sfdisk -q "$disk"
+	# The kernel here may lack partition support (no partition nodes from
+	# losetup -P), so each partition is mapped with an offset.
+	loop=$(losetup -f --show -o $((4096 * 512)) --sizelimit $((126976 * 512)) "$disk")
+	mkfs.vfat -n ESP "$loop" >/dev/null
+	esp_uuid=$(blkid -s UUID -o value "$loop")
+	losetup -d "$loop"
+	loop=$(losetup -f --show -o $((131072 * 512)) --sizelimit $((6158336 * 512)) "$disk")
 	mkfs.ext4 -q -L root "$loop"
 	root_uuid=$(blkid -s UUID -o value "$loop" 2>/dev/null || tune2fs -l "$loop" | sed -n 's/^Filesystem UUID:[[:space:]]*//p')
 	mount "$loop" "$root"
+	if [ -z "$esp_uuid" ] || [ -z "$root_uuid" ]; then
+		say "could not read the filesystems' UUIDs (ESP '$esp_uuid', root '$root_uuid')"
+		exit 1
+	fi
 
 	say "debootstrap bookworm"
 	debootstrap --variant=minbase \
@@ -122,6 +149,9 @@ main() {
 		exit 1
 	}
 	say "debootstrap done after $(($(date +%s) - start))s"
+	# dpkg without an fsync per file: the image is rebuilt, never repaired,
+	# and the install inside the VM is where most of a test's time goes.
+	printf 'force-unsafe-io\n' >"$root/etc/dpkg/dpkg.cfg.d/lab-unsafe-io"
 
 	mount -t proc proc "$root/proc"
 	mount -t sysfs sys "$root/sys"
@@ -143,12 +173,13 @@ EOF
 	done
 	inchroot apt-get update -q >"$work/apt.log" 2>&1
 
-	# The running kernel is the one bookworm's linux-image-amd64 points to,
-	# the new one the one bookworm-security's points to.
-	old_meta=$(inchroot apt-cache madison linux-image-amd64 | awk -F'|' '$3 ~ /bookworm\/main/ && $3 !~ /security/ {gsub(/ /, "", $2); print $2; exit}')
-	new_meta=$(inchroot apt-cache madison linux-image-amd64 | awk -F'|' '$3 ~ /security/ {gsub(/ /, "", $2); print $2; exit}')
-	old_pkg=$(inchroot apt-cache show "linux-image-amd64=$old_meta" | sed -n 's/^Depends: \(linux-image-[^ ,]*\).*/\1/p' | head -n 1)
-	new_pkg=$(inchroot apt-cache show "linux-image-amd64=$new_meta" | sed -n 's/^Depends: \(linux-image-[^ ,]*\).*/\1/p' | head -n 1)
+	# The running kernel is the one bookworm's linux-image-cloud-amd64
+	# points to, the new one the one bookworm-security's points to.
+	flavour=linux-image-cloud-amd64
+	old_meta=$(inchroot apt-cache madison $flavour | awk -F'|' '$3 ~ /bookworm\/main/ && $3 !~ /security/ {gsub(/ /, "", $2); print $2; exit}')
+	new_meta=$(inchroot apt-cache madison $flavour | awk -F'|' '$3 ~ /security/ {gsub(/ /, "", $2); print $2; exit}')
+	old_pkg=$(inchroot apt-cache show "$flavour=$old_meta" | sed -n 's/^Depends: \(linux-image-[^ ,]*\).*/\1/p' | head -n 1)
+	new_pkg=$(inchroot apt-cache show "$flavour=$new_meta" | sed -n 's/^Depends: \(linux-image-[^ ,]*\).*/\1/p' | head -n 1)
 	old_kernel=${old_pkg#linux-image-}
 	new_kernel=${new_pkg#linux-image-}
 	if [ -z "$old_kernel" ] || [ -z "$new_kernel" ] || [ "$old_kernel" = "$new_kernel" ]; then
@@ -159,7 +190,7 @@ EOF
 
 	say "installing the running kernel, GRUB and needrestart"
 	DEBIAN_FRONTEND=noninteractive inchroot apt-get install -y -q --no-install-recommends \
-		"linux-image-amd64=$old_meta" "$old_pkg" grub-pc needrestart zstd >>"$work/apt.log" 2>&1 || {
+		"$flavour=$old_meta" "$old_pkg" grub-pc grub-efi-amd64-bin efibootmgr dosfstools needrestart zstd >>"$work/apt.log" 2>&1 || {
 		tail -n 30 "$work/apt.log" >&2
 		exit 1
 	}
@@ -176,7 +207,7 @@ EOF
 	# own packages.
 	repo=$root/srv/lab-repo
 	mkdir -p "$repo"
-	(cd "$repo" && inchroot sh -c "cd /srv/lab-repo && apt-get download -q linux-image-amd64=$new_meta $new_pkg") >>"$work/apt.log" 2>&1 || {
+	(cd "$repo" && inchroot sh -c "cd /srv/lab-repo && apt-get download -q $flavour=$new_meta $new_pkg") >>"$work/apt.log" 2>&1 || {
 		tail -n 30 "$work/apt.log" >&2
 		exit 1
 	}
@@ -216,7 +247,10 @@ EOF
 	say "configuring the system"
 	printf 'canary\n' >"$root/etc/hostname"
 	printf '127.0.0.1 localhost\n127.0.1.1 canary\n' >"$root/etc/hosts"
-	printf 'UUID=%s / ext4 errors=remount-ro 0 1\n' "$root_uuid" >"$root/etc/fstab"
+	# nofail and a long device timeout: udev is slow to name the ESP on a
+	# busy machine under TCG, and only grub-install needs it mounted.
+	printf 'UUID=%s / ext4 errors=remount-ro 0 1\nUUID=%s /boot/efi vfat umask=0077,nofail,x-systemd.device-timeout=15min 0 2\n' "$root_uuid" "$esp_uuid" >"$root/etc/fstab"
+	mkdir -p "$root/boot/efi"
 	mkdir -p "$root/etc/systemd/network"
 	printf '[Match]\nName=en* eth*\n\n[Network]\nDHCP=ipv4\n' >"$root/etc/systemd/network/10-wired.network"
 	inchroot systemctl enable systemd-networkd.service >/dev/null 2>&1
@@ -258,11 +292,12 @@ EOF
 Description=mcp-patch lab image: install GRUB on the disk (first boot)
 ConditionPathExists=!/var/lib/mcp-lab/firstboot.done
 After=local-fs.target
+RequiresMountsFor=/boot/efi
 
 [Service]
 Type=oneshot
 StandardOutput=journal+console
-ExecStart=/bin/sh -c 'if grub-install --target=i386-pc /dev/vda && update-grub; then touch /var/lib/mcp-lab/firstboot.done; echo mcp-lab-firstboot: done; else echo mcp-lab-firstboot: failed; fi; systemctl --no-block poweroff'
+ExecStart=/bin/sh -c 'if grub-install --target=i386-pc /dev/vda && grub-install --target=x86_64-efi --efi-directory=/boot/efi --bootloader-id=debian && efibootmgr -v && update-grub; then touch /var/lib/mcp-lab/firstboot.done; echo mcp-lab-firstboot: done; else echo mcp-lab-firstboot: failed; fi; systemctl --no-block poweroff'
 
 [Install]
 WantedBy=multi-user.target
@@ -282,10 +317,15 @@ EOF
 	loop=''
 	say "filesystem done after $(($(date +%s) - start))s"
 
-	say "first boot under QEMU (grub-install, update-grub)"
+	# Under OVMF, so grub-install's efibootmgr writes the boot entry into
+	# the variables file the UEFI VMs start from.
+	say "first boot under QEMU with OVMF (grub-install for BIOS and UEFI, update-grub)"
 	fb_start=$(date +%s)
+	cp "$ovmf_vars" "$work/OVMF_VARS.fd"
 	rc=0
 	timeout 1500 qemu-system-x86_64 -m 768 -accel tcg,tb-size=256 -smp 1 -nographic -no-reboot \
+		-drive "if=pflash,format=raw,unit=0,readonly=on,file=$ovmf_code" \
+		-drive "if=pflash,format=raw,unit=1,file=$work/OVMF_VARS.fd" \
 		-drive "file=$disk,format=raw,if=virtio" \
 		-kernel "$work/vmlinuz" -initrd "$work/initrd.img" \
 		-append "root=UUID=$root_uuid ro console=ttyS0,115200n8 panic=10" \
@@ -305,7 +345,8 @@ EOF
 		printf 'KEY=%s\n' "$key"
 		printf 'OLD_KERNEL=%s\nOLD_KERNEL_VERSION=%s\n' "$old_kernel" "$old_meta"
 		printf 'NEW_KERNEL=%s\nNEW_KERNEL_VERSION=%s\n' "$new_kernel" "$new_meta"
-		printf 'ROOT_UUID=%s\n' "$root_uuid"
+		printf 'ROOT_UUID=%s\nESP_UUID=%s\n' "$root_uuid" "$esp_uuid"
+		printf 'OVMF_CODE=%s\n' "$ovmf_code"
 		printf 'MIRROR=%s\nSECURITY_MIRROR=%s\n' "$mirror" "$security"
 		printf 'BUILT=%s\nSECONDS=%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(($(date +%s) - start))"
 	} >"$work/image.env"

@@ -43,6 +43,8 @@ pkgs="openssh-server openssh-client grub2-common shellcheck pssh ansible git sud
 # ssh-keygen and git; the rest is for the tests (real sshd, shellcheck, the
 # fan-out peers, the lab VM).
 $demo && pkgs="openssh-client grub2-common git procps ca-certificates util-linux"
+# ovmf, dosfstools: the lab VM's UEFI boot and its EFI system partition.
+$demo || pkgs="$pkgs ovmf dosfstools"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -90,8 +92,8 @@ fi
 
 # The lab VM image (debootstrap, two kernels, a first boot under QEMU):
 # mostly downloads and dpkg, so it runs beside the control-plane build.
-# Only with MCP_PATCH_VM=1: the real-VM test is opt-in (see scripts/test.sh).
-if ! $demo && [ "${MCP_PATCH_VM:-}" = 1 ] && [ -x scripts/build-vm-image.sh ]; then
+# MCP_PATCH_VM=0 leaves it out (scripts/test.sh then skips the real-VM phase).
+if ! $demo && [ "${MCP_PATCH_VM:-1}" != 0 ] && [ -x scripts/build-vm-image.sh ]; then
 	echo "setup: lab VM image (built once, then cached)"
 	t=$(date +%s)
 	as_root=""

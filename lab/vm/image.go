@@ -1,7 +1,8 @@
 // Package vm is the lab's real host: a Debian 12 virtual machine under QEMU
-// (TCG) with a BIOS disk, real GRUB, two real Debian kernels, systemd as PID
-// 1, apt with a local repository holding the upgrade, and sshd reached on
-// 127.0.0.1 through QEMU's user-mode hostfwd. The image is built once into
+// (TCG) with one disk that boots under BIOS (SeaBIOS) and UEFI (OVMF), real
+// GRUB for both, two real Debian kernels, systemd as PID 1, apt with a local
+// repository holding the upgrade, and sshd reached on 127.0.0.1 through
+// QEMU's user-mode hostfwd. The image is built once into
 // the cache by scripts/build-vm-image.sh; every VM boots a qcow2 overlay of
 // it, so the base image never changes.
 //
@@ -68,6 +69,10 @@ type Image struct {
 	RootUUID string
 	// BuildSeconds is how long the image build took.
 	BuildSeconds string
+	// OVMFCode is the UEFI firmware the image was first booted with, and
+	// OVMFVars the UEFI variables it left (GRUB's boot entry); UEFI VMs
+	// boot a copy of them.
+	OVMFCode, OVMFVars string
 }
 
 // LoadImage reads a built image directory (image.env and the key files).
@@ -84,6 +89,9 @@ func LoadImage(dir string) (Image, error) {
 	if img.OldKernel == "" || img.NewKernel == "" || img.RootUUID == "" {
 		return Image{}, fmt.Errorf("load VM image %s: image.env lacks OLD_KERNEL, NEW_KERNEL or ROOT_UUID", dir)
 	}
+	if code := vals["OVMF_CODE"]; code != "" {
+		img.OVMFCode, img.OVMFVars = code, filepath.Join(dir, "OVMF_VARS.fd")
+	}
 	hk, err := os.ReadFile(filepath.Join(dir, "ssh_host_ed25519_key.pub"))
 	if err != nil {
 		return Image{}, fmt.Errorf("load VM image %s: %w", dir, err)
@@ -93,7 +101,11 @@ func LoadImage(dir string) (Image, error) {
 		return Image{}, fmt.Errorf("load VM image %s: host key file is not 'type base64 [comment]'", dir)
 	}
 	img.HostKey = f[0] + " " + f[1]
-	for _, p := range []string{img.Disk, img.KeyFile} {
+	paths := []string{img.Disk, img.KeyFile}
+	if img.OVMFCode != "" {
+		paths = append(paths, img.OVMFCode, img.OVMFVars)
+	}
+	for _, p := range paths {
 		if _, err := os.Stat(p); err != nil {
 			return Image{}, fmt.Errorf("load VM image %s: %w", dir, err)
 		}

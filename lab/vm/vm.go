@@ -18,8 +18,22 @@ import (
 	"time"
 )
 
+// Firmware is what the VM boots the disk with.
+type Firmware string
+
+const (
+	// BIOS is SeaBIOS, QEMU's default: GRUB's i386-pc core image in the
+	// disk's BIOS boot partition.
+	BIOS Firmware = "bios"
+	// UEFI is OVMF with the image's UEFI variables (GRUB's boot entry):
+	// GRUB's x86_64-efi image on the EFI system partition.
+	UEFI Firmware = "uefi"
+)
+
 // Options configure Boot. Zero values take the defaults named per field.
 type Options struct {
+	// Firmware is BIOS or UEFI. "" means BIOS.
+	Firmware Firmware
 	// Dir receives the overlay disk, the serial log and known_hosts.
 	// Required; it should be a fresh directory (a test's TempDir).
 	Dir string
@@ -69,6 +83,9 @@ func Boot(ctx context.Context, img Image, opts Options) (*VM, error) {
 	if opts.Name == "" {
 		opts.Name = "canary"
 	}
+	if opts.Firmware == "" {
+		opts.Firmware = BIOS
+	}
 	if opts.MemoryMB == 0 {
 		opts.MemoryMB = 768
 	}
@@ -89,6 +106,24 @@ func Boot(ctx context.Context, img Image, opts Options) (*VM, error) {
 		Overlay:    filepath.Join(opts.Dir, opts.Name+".qcow2"),
 		SerialLog:  filepath.Join(opts.Dir, opts.Name+".serial.log"),
 		KnownHosts: filepath.Join(opts.Dir, opts.Name+".known_hosts"),
+	}
+	var firmware []string
+	switch opts.Firmware {
+	case BIOS:
+	case UEFI:
+		if img.OVMFCode == "" {
+			return nil, fmt.Errorf("boot VM %s under UEFI: image %s has no UEFI variables (built by an older build-vm-image.sh)", v.Name, img.Dir)
+		}
+		vars := filepath.Join(opts.Dir, opts.Name+".OVMF_VARS.fd")
+		if err := copyFile(img.OVMFVars, vars); err != nil {
+			return nil, fmt.Errorf("boot VM %s under UEFI: %w", v.Name, err)
+		}
+		firmware = []string{
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + img.OVMFCode,
+			"-drive", "if=pflash,format=raw,unit=1,file=" + vars,
+		}
+	default:
+		return nil, fmt.Errorf("boot VM %s: firmware %q is neither %q nor %q", v.Name, opts.Firmware, BIOS, UEFI)
 	}
 	kh := fmt.Sprintf("[127.0.0.1]:%d %s\n", v.Port, img.HostKey)
 	if err := os.WriteFile(v.KnownHosts, []byte(kh), 0o600); err != nil {
@@ -111,6 +146,7 @@ func Boot(ctx context.Context, img Image, opts Options) (*VM, error) {
 		"-netdev", fmt.Sprintf("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:%d-:22", v.Port),
 		"-device", "virtio-net-pci,netdev=n0",
 	}
+	args = append(args, firmware...)
 	// Not CommandContext: the VM outlives the boot call's context; Stop ends it.
 	v.cmd = exec.Command(opts.QEMU, args...)
 	v.cmd.Stdout = io.Discard
@@ -119,7 +155,7 @@ func Boot(ctx context.Context, img Image, opts Options) (*VM, error) {
 	if err := v.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("boot VM %s: start %s: %w", v.Name, opts.QEMU, err)
 	}
-	v.log.Info("VM started", "node", v.Name, "pid", v.cmd.Process.Pid, "port", v.Port, "serial", v.SerialLog)
+	v.log.Info("VM started", "node", v.Name, "firmware", opts.Firmware, "pid", v.cmd.Process.Pid, "port", v.Port, "serial", v.SerialLog)
 	go func() {
 		err := v.cmd.Wait()
 		v.mu.Lock()
@@ -192,9 +228,20 @@ func (v *VM) WaitSSH(ctx context.Context) error {
 	return v.WaitFor(ctx, "sshd to answer", func(ctx context.Context) error { return v.probeSSH(ctx) })
 }
 
-// WaitFor polls probe (each call bounded by 20s) until it returns nil, QEMU
-// exits or ctx ends; what is waited for names the failure, which carries
-// the probe's last error and the serial log's tail.
+// permanent marks a probe's error that no later call can cure.
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// Permanent wraps a probe's error so that WaitFor stops at once with it
+// (what is waited for can no longer happen).
+func Permanent(err error) error { return permanent{err} }
+
+// WaitFor polls probe (each call bounded by 20s) until it returns nil, an
+// error wrapped by Permanent, QEMU exits or ctx ends; what is waited for
+// names the failure, which carries the probe's last error and the serial
+// log's tail.
 func (v *VM) WaitFor(ctx context.Context, what string, probe func(context.Context) error) error {
 	delay := 500 * time.Millisecond
 	var last error
@@ -209,6 +256,9 @@ func (v *VM) WaitFor(ctx context.Context, what string, probe func(context.Contex
 		cancel()
 		if last == nil {
 			return nil
+		}
+		if p := (permanent{}); errors.As(last, &p) {
+			return fmt.Errorf("VM %s: waiting for %s: %w\nserial log tail:\n%s", v.Name, what, p.err, v.SerialTail(40))
 		}
 		select {
 		case <-ctx.Done():
@@ -246,6 +296,15 @@ func (v *VM) probeSSH(ctx context.Context) error {
 		return fmt.Errorf("not an SSH banner: %q", buf[:n])
 	}
 	return nil
+}
+
+// copyFile copies src to dst (created 0600): a VM's own UEFI variables.
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o600)
 }
 
 func freePort() (int, error) {

@@ -29,6 +29,7 @@ const (
 // rig is one VM driven through the production SSH pool and host steps.
 type rig struct {
 	t     *testing.T
+	fw    vm.Firmware
 	vm    *vm.VM
 	img   vm.Image
 	pool  *host.Pool
@@ -37,7 +38,7 @@ type rig struct {
 	nBoot int
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T, fw vm.Firmware) *rig {
 	t.Helper()
 	for _, c := range []string{"qemu-system-x86_64", "qemu-img"} {
 		if _, err := exec.LookPath(c); err != nil {
@@ -53,7 +54,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatalf("VM image: %v", err)
 	}
 	t.Logf("image %s (kernels %s -> %s) ready after %s", img.Dir, img.OldKernel, img.NewKernel, time.Since(start).Round(time.Second))
-	v, err := vm.Boot(ctx, img, vm.Options{Dir: t.TempDir(), Name: node, Logger: log})
+	v, err := vm.Boot(ctx, img, vm.Options{Dir: t.TempDir(), Name: node, Firmware: fw, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func newRig(t *testing.T) *rig {
 			t.Errorf("close pool: %v", err)
 		}
 	})
-	r := &rig{t: t, vm: v, img: img, pool: pool, steps: steps.New(pool, log)}
+	r := &rig{t: t, fw: fw, vm: v, img: img, pool: pool, steps: steps.New(pool, log)}
 	r.steps.LockTimeout = 15 * time.Second
 	bctx, bcancel := context.WithTimeout(context.Background(), bootBound)
 	defer bcancel()
@@ -126,11 +127,17 @@ func (r *rig) sh(script string) string {
 }
 
 // waitBootID waits until the VM answers kernel.sh with a boot id other
-// than prev, and returns what it says.
+// than prev, and returns what it says. A guest that panics twice on the
+// way (a kernel that panics booted again, not the old one) fails at once
+// instead of at the bound.
 func (r *rig) waitBootID(ctx context.Context, prev string) steps.KernelInfo {
 	r.t.Helper()
+	panicsBefore := r.panics()
 	var k steps.KernelInfo
 	err := r.vm.WaitFor(ctx, "a boot id other than "+prev, func(ctx context.Context) error {
+		if n := r.panics() - panicsBefore; n >= 2 {
+			return vm.Permanent(fmt.Errorf("the guest panicked %d times since the reboot: GRUB did not come back on a kernel that boots", n))
+		}
 		got, err := r.steps.Kernel(ctx, node)
 		if err != nil {
 			return err
@@ -147,16 +154,25 @@ func (r *rig) waitBootID(ctx context.Context, prev string) steps.KernelInfo {
 	return k
 }
 
+// panics counts the kernel panics in the serial log so far.
+func (r *rig) panics() int {
+	serial, err := r.vm.Serial()
+	if err != nil {
+		return 0
+	}
+	return strings.Count(serial, "Kernel panic - not syncing")
+}
+
 // phase records a timed part of the test that is not a boot.
 func (r *rig) phase(what string, d time.Duration) {
-	line := fmt.Sprintf("%s: took %s", what, d.Round(time.Second))
+	line := fmt.Sprintf("%s (%s): took %s", what, r.fw, d.Round(time.Second))
 	r.boots = append(r.boots, line)
 	r.t.Log(line)
 }
 
 func (r *rig) logBoot(what string, k steps.KernelInfo, d time.Duration) {
 	r.nBoot++
-	line := fmt.Sprintf("boot %d (%s): kernel %s, boot id %s, took %s", r.nBoot, what, k.Kernel, k.BootID, d.Round(time.Second))
+	line := fmt.Sprintf("boot %d (%s, %s): kernel %s, boot id %s, took %s", r.nBoot, r.fw, what, k.Kernel, k.BootID, d.Round(time.Second))
 	r.boots = append(r.boots, line)
 	r.t.Log(line)
 }
@@ -207,12 +223,13 @@ func refusedWith(t *testing.T, what string, err error, words ...string) {
 // red checks rolled back by a reboot into the default, a GRUB default GRUB
 // cannot find, promote and autoremove. One VM, six boots, in order.
 func TestRealVM(t *testing.T) {
+	t.Parallel()
 	testStart := time.Now()
-	r := newRig(t)
+	r := newRig(t, vm.BIOS)
 	img := r.img
 	defer func() {
 		t.Logf("boots and phases:\n  %s", strings.Join(r.boots, "\n  "))
-		t.Logf("whole test: %s", time.Since(testStart).Round(time.Second))
+		t.Logf("whole test (%s): %s", r.fw, time.Since(testStart).Round(time.Second))
 	}()
 
 	insp, err := r.steps.Inspect(r.ctx(5*time.Minute), node, steps.InspectInput{TargetKernel: img.NewKernel})
@@ -326,76 +343,29 @@ i=0; until grep -q 'continue' /run/lab-holder.log 2>/dev/null; do i=$((i+1)); [ 
 	}
 
 	t.Run("install detached by systemd-run survives a killed SSH session", func(t *testing.T) {
-		installStart := time.Now()
-		st, err := r.steps.Install(r.ctx(5*time.Minute), node, steps.InstallStart, round, sim.Plan.Digest)
-		if err != nil {
-			t.Fatalf("install start: %v", err)
-		}
-		if !strings.HasPrefix(st.Launcher, "systemd-run") {
-			t.Errorf("launcher %q, want systemd-run (systemd is PID 1)", st.Launcher)
-		}
-		// Kill every SSH session process on the VM, this one included.
-		_, err = r.pool.RunScript(r.ctx(time.Minute), node, []byte("pkill -KILL -f '^sshd: root' || true; sleep 30"), nil)
-		if !errors.Is(err, host.ErrConnectionLost) {
-			t.Logf("the killed session ended with %v", err)
-		}
-		var last steps.InstallState
-		werr := r.vm.WaitFor(r.ctx(40*time.Minute), "the install to finish", func(ctx context.Context) error {
-			s, err := r.steps.Install(ctx, node, steps.InstallStatus, round, "")
-			last = s
-			if err != nil {
-				return err
-			}
-			if s.State != steps.InstallFinished {
-				return fmt.Errorf("state %s (%d unpacked, %d set up)", s.State, s.Progress.Unpacked, s.Progress.SetUp)
-			}
-			return nil
-		})
-		if werr != nil {
-			t.Fatalf("%v\nlog tail: %s", werr, last.LogTail)
-		}
-		if last.ExitCode == nil || *last.ExitCode != 0 {
-			t.Fatalf("install exit %v\n%s", last.ExitCode, last.LogTail)
-		}
-		r.phase("install (detached, across the killed session)", time.Since(installStart))
-		// Where the install's time went: dpkg's own log, one line per
-		// package unpacked and configured, with the time.
-		t.Logf("dpkg log of the install:\n%s", r.sh("grep -E ' (unpack|configure|trigproc) ' /var/log/dpkg.log | tail -n 40"))
-		log := r.sh("cat /var/lib/mcp-patch/" + round + "/install.log")
-		for _, want := range []string{"Setting up linux-image-" + img.NewKernel, "Generating grub configuration file", "Found linux image: /boot/vmlinuz-" + img.NewKernel} {
-			if !strings.Contains(log, want) {
-				t.Errorf("install log lacks %q (the kernel's postinst runs the real update-grub)", want)
-			}
-		}
+		r.install(t, sim.Plan.Digest, true)
 		// The conffile changed in the package and locally: kept, no prompt.
 		conf := r.sh("cat /etc/lab-agent/agent.conf; ls /etc/lab-agent/")
 		if !strings.Contains(conf, "interval = 15") || !strings.Contains(conf, "agent.conf.dpkg-dist") {
 			t.Errorf("the locally edited conffile must be kept and the package's saved beside it:\n%s", conf)
 		}
 	})
+	if t.Failed() {
+		return
+	}
 
-	insp, err = r.steps.Inspect(r.ctx(5*time.Minute), node, steps.InspectInput{TargetKernel: img.NewKernel})
-	if err != nil {
-		t.Fatalf("inspect: %v", err)
-	}
-	if !insp.TargetModules.Present {
-		t.Errorf("NVIDIA modules for %s: %+v", img.NewKernel, insp.TargetModules)
-	}
-	oldE, newE := entry(t, insp.Grub.Entries, img.OldKernel, false), entry(t, insp.Grub.Entries, img.NewKernel, false)
-	prep := func(oldID, newID string) (steps.TrialBoot, error) {
-		return r.steps.TrialBootPrepare(r.ctx(5*time.Minute), node, steps.TrialBootInput{Round: round, OldEntry: oldID, NewEntry: newID})
-	}
+	insp, oldE, newE := r.entries()
 
 	t.Run("trial_boot.sh refuses recovery entries and ids without their submenu path", func(t *testing.T) {
-		_, err := prep(oldE.ID, entry(t, insp.Grub.Entries, img.NewKernel, true).ID)
+		_, err := r.prepare(oldE.ID, entry(t, insp.Grub.Entries, img.NewKernel, true).ID)
 		refusedWith(t, "new recovery entry", err, "recovery entry")
-		_, err = prep(entry(t, insp.Grub.Entries, img.OldKernel, true).ID, newE.ID)
+		_, err = r.prepare(entry(t, insp.Grub.Entries, img.OldKernel, true).ID, newE.ID)
 		refusedWith(t, "old recovery entry", err, "recovery entry")
 		_, last, _ := strings.Cut(oldE.ID, ">")
-		_, err = prep(last, newE.ID)
+		_, err = r.prepare(last, newE.ID)
 		refusedWith(t, "old entry without submenu", err, "lacks its submenu path", oldE.ID)
 		// A title never reaches the host: the step refuses it as bad input.
-		if _, err = prep(oldE.Title, newE.ID); !errors.Is(err, steps.ErrBadInput) || !strings.Contains(err.Error(), "not a GRUB entry id path") {
+		if _, err = r.prepare(oldE.Title, newE.ID); !errors.Is(err, steps.ErrBadInput) || !strings.Contains(err.Error(), "not a GRUB entry id path") {
 			t.Errorf("old entry by title: want a bad-input refusal, got %v", err)
 		}
 		if got := r.sh("test ! -e /etc/default/grub.d/99-trial-boot.cfg && grub-editenv list"); strings.Contains(got, "next_entry=") {
@@ -404,58 +374,18 @@ i=0; until grep -q 'continue' /run/lab-holder.log 2>/dev/null; do i=$((i+1)); [ 
 	})
 
 	t.Run("fallback drill: a real panic after sysctls load comes back on the old kernel", func(t *testing.T) {
-		if _, err := r.steps.FallbackDrill(r.ctx(2*time.Minute), node, steps.DrillArm, round, img.NewKernel); err != nil {
-			t.Fatalf("arm: %v", err)
-		}
-		if _, err := prep(oldE.ID, newE.ID); err != nil {
-			t.Fatalf("prepare: %v", err)
-		}
-		k := r.rebootAndWait("fallback drill: new kernel panics, GRUB default", func() {
-			if _, err := r.steps.TrialBootReboot(r.ctx(2*time.Minute), node, round); err != nil {
-				t.Fatalf("reboot: %v", err)
-			}
-		})
-		st, err := r.steps.TrialBootStatus(r.ctx(2*time.Minute), node, round)
-		if err != nil || st.Outcome != steps.OutcomeFellBack || k.Kernel != img.OldKernel {
-			t.Fatalf("after the drill: outcome %q kernel %s (%v), want fell_back on %s", st.Outcome, k.Kernel, err, img.OldKernel)
-		}
-		ds, err := r.steps.FallbackDrill(r.ctx(2*time.Minute), node, steps.DrillStatus, round, "")
-		if err != nil || !ds.Fired || ds.Armed {
-			t.Errorf("drill status %+v (%v), want fired and no longer armed", ds, err)
-		}
-		serial, _ := r.vm.Serial()
-		if !strings.Contains(serial, "Kernel panic") {
-			t.Errorf("the serial log shows no kernel panic")
-		}
-		if _, err := r.steps.FallbackDrill(r.ctx(2*time.Minute), node, steps.DrillDisarm, round, ""); err != nil {
-			t.Fatalf("disarm: %v", err)
-		}
+		r.drill(t, oldE, newE)
 	})
 
 	t.Run("trial boot into the new kernel once, then red checks rolled back by a reboot into the default", func(t *testing.T) {
-		if _, err := prep(oldE.ID, newE.ID); err != nil {
-			t.Fatalf("prepare: %v", err)
-		}
-		k := r.rebootAndWait("trial boot: grub-reboot new kernel", func() {
-			if _, err := r.steps.TrialBootReboot(r.ctx(2*time.Minute), node, round); err != nil {
-				t.Fatalf("reboot: %v", err)
-			}
-		})
-		st, err := r.steps.TrialBootStatus(r.ctx(2*time.Minute), node, round)
-		if err != nil || st.Outcome != steps.OutcomeNewKernel || k.Kernel != img.NewKernel || st.NextEntry != "" {
-			t.Fatalf("after the trial boot: outcome %q kernel %s next_entry %q (%v)", st.Outcome, k.Kernel, st.NextEntry, err)
-		}
-		v, err := r.steps.Verify(r.ctx(2*time.Minute), node, steps.VerifyInput{TargetKernel: img.NewKernel, ExpectedSysctls: map[string]string{"kernel.panic": "10"}})
-		if err != nil || !v.KernelOK {
-			t.Fatalf("verify: %+v %v", v, err)
-		}
+		r.trialBoot(t, oldE, newE)
 		// A check the node fails: the window rolls back to the default.
 		red, err := r.steps.Verify(r.ctx(2*time.Minute), node, steps.VerifyInput{TargetKernel: img.NewKernel, ExpectedSysctls: map[string]string{"vm.swappiness": "1"}})
 		if red.Passed || len(red.Problems) == 0 {
 			t.Fatalf("verify with a red check: %+v %v", red, err)
 		}
 		t.Logf("red check: %v", red.Problems)
-		k = r.rebootAndWait("rollback: reboot into GRUB's default", func() { r.sh("systemd-run --on-active=3 --quiet systemctl reboot") })
+		k := r.rebootAndWait("rollback: reboot into GRUB's default", func() { r.sh("systemd-run --on-active=3 --quiet systemctl reboot") })
 		if k.Kernel != img.OldKernel {
 			t.Fatalf("the rollback reboot came up on %s, want the default %s", k.Kernel, img.OldKernel)
 		}
@@ -475,14 +405,7 @@ i=0; until grep -q 'continue' /run/lab-holder.log 2>/dev/null; do i=$((i+1)); [ 
 	})
 
 	t.Run("promote: the second boot stays on the new kernel", func(t *testing.T) {
-		p, err := r.steps.Promote(r.ctx(5*time.Minute), node, round, img.NewKernel)
-		if err != nil || p.NextBootKernel != img.NewKernel {
-			t.Fatalf("promote: %+v %v", p, err)
-		}
-		k := r.rebootAndWait("after promote", func() { r.sh("systemd-run --on-active=3 --quiet systemctl reboot") })
-		if k.Kernel != img.NewKernel {
-			t.Fatalf("after promote the node booted %s, want %s", k.Kernel, img.NewKernel)
-		}
+		r.promote(t)
 	})
 
 	t.Run("autoremove never the running kernel", func(t *testing.T) {
@@ -499,4 +422,194 @@ i=0; until grep -q 'continue' /run/lab-holder.log 2>/dev/null; do i=$((i+1)); [ 
 			t.Fatalf("running kernel package status %q", got)
 		}
 	})
+}
+
+// TestRealVMUEFI boots the same image under OVMF (GRUB's x86_64-efi image
+// on the EFI system partition, from the boot entry efibootmgr wrote) and
+// runs the host steps whose outcome rests on the bootloader: the install
+// (the kernel's postinst runs update-grub), the fallback drill (a real
+// panic comes back on the old kernel), the trial boot (grub-reboot, the
+// one-shot entry consumed by GRUB at boot) and promote. One VM, four
+// boots; it runs beside TestRealVM.
+func TestRealVMUEFI(t *testing.T) {
+	t.Parallel()
+	testStart := time.Now()
+	r := newRig(t, vm.UEFI)
+	img := r.img
+	defer func() {
+		t.Logf("boots and phases:\n  %s", strings.Join(r.boots, "\n  "))
+		t.Logf("whole test (%s): %s", r.fw, time.Since(testStart).Round(time.Second))
+	}()
+
+	// Booted by UEFI, from GRUB's boot entry; grub.cfg and grubenv stay
+	// on the root filesystem, where the ESP's GRUB image looks for them.
+	efi := r.sh("test -d /sys/firmware/efi && efibootmgr && find /boot/efi -type f | sort && grub-editenv list >/dev/null && ls -l /boot/grub/grubenv")
+	t.Logf("UEFI boot entries, the ESP and grubenv:\n%s", efi)
+	if !strings.Contains(efi, "debian") || !strings.Contains(efi, "/boot/efi/EFI/debian/grubx64.efi") {
+		t.Fatalf("the VM did not boot from GRUB's UEFI boot entry:\n%s", efi)
+	}
+	if cur := r.sh("efibootmgr | sed -n 's/^BootCurrent: //p'"); !strings.Contains(r.sh("efibootmgr | grep '^Boot"+cur+"'"), "debian") {
+		t.Errorf("BootCurrent %s is not the debian entry:\n%s", cur, efi)
+	}
+	insp, err := r.steps.Inspect(r.ctx(5*time.Minute), node, steps.InspectInput{TargetKernel: img.NewKernel})
+	if err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	if insp.Kernel != img.OldKernel || !insp.Grub.EnvWritableAtBoot || !insp.Grub.HonoursNextEntry {
+		t.Fatalf("inspect under UEFI: kernel %s, grubenv writable %v, next_entry honoured %v", insp.Kernel, insp.Grub.EnvWritableAtBoot, insp.Grub.HonoursNextEntry)
+	}
+	sim, err := r.steps.Simulate(r.ctx(5*time.Minute), node)
+	if err != nil || sim.Plan.TargetKernel != img.NewKernel || len(sim.Plan.Blockers) != 0 {
+		t.Fatalf("simulate: %+v %v", sim.Plan, err)
+	}
+	if _, err := r.steps.Download(r.ctx(10*time.Minute), node); err != nil {
+		t.Fatalf("download: %v", err)
+	}
+	t.Run("install", func(t *testing.T) { r.install(t, sim.Plan.Digest, false) })
+	if t.Failed() {
+		return
+	}
+	_, oldE, newE := r.entries()
+	t.Run("fallback drill: a real panic comes back on the old kernel", func(t *testing.T) { r.drill(t, oldE, newE) })
+	t.Run("trial boot into the new kernel once", func(t *testing.T) { r.trialBoot(t, oldE, newE) })
+	t.Run("promote: the second boot stays on the new kernel", func(t *testing.T) { r.promote(t) })
+}
+
+// install starts the install of the simulated plan and waits for it to
+// finish; with kill, every SSH session on the VM is killed right after the
+// start (the install runs detached under systemd-run and must not notice).
+func (r *rig) install(t *testing.T, digest string, kill bool) {
+	t.Helper()
+	installStart := time.Now()
+	st, err := r.steps.Install(r.ctx(5*time.Minute), node, steps.InstallStart, round, digest)
+	if err != nil {
+		t.Fatalf("install start: %v", err)
+	}
+	if !strings.HasPrefix(st.Launcher, "systemd-run") {
+		t.Errorf("launcher %q, want systemd-run (systemd is PID 1)", st.Launcher)
+	}
+	if kill {
+		// Kill every SSH session process on the VM, this one included.
+		_, err = r.pool.RunScript(r.ctx(time.Minute), node, []byte("pkill -KILL -f '^sshd: root' || true; sleep 30"), nil)
+		if !errors.Is(err, host.ErrConnectionLost) {
+			t.Logf("the killed session ended with %v", err)
+		}
+	}
+	var last steps.InstallState
+	werr := r.vm.WaitFor(r.ctx(40*time.Minute), "the install to finish", func(ctx context.Context) error {
+		s, err := r.steps.Install(ctx, node, steps.InstallStatus, round, "")
+		last = s
+		if err != nil {
+			return err
+		}
+		if s.State != steps.InstallFinished {
+			return fmt.Errorf("state %s (%d unpacked, %d set up)", s.State, s.Progress.Unpacked, s.Progress.SetUp)
+		}
+		return nil
+	})
+	if werr != nil {
+		t.Fatalf("%v\nlog tail: %s", werr, last.LogTail)
+	}
+	if last.ExitCode == nil || *last.ExitCode != 0 {
+		t.Fatalf("install exit %v\n%s", last.ExitCode, last.LogTail)
+	}
+	what := "install"
+	if kill {
+		what += " (detached, across the killed session)"
+	}
+	r.phase(what, time.Since(installStart))
+	// Where the install's time went: dpkg's own log, one line per package
+	// unpacked and configured, with the time.
+	t.Logf("dpkg log of the install:\n%s", r.sh("grep -E ' (unpack|configure|trigproc) ' /var/log/dpkg.log | tail -n 40"))
+	log := r.sh("cat /var/lib/mcp-patch/" + round + "/install.log")
+	for _, want := range []string{"Setting up linux-image-" + r.img.NewKernel, "Generating grub configuration file", "Found linux image: /boot/vmlinuz-" + r.img.NewKernel} {
+		if !strings.Contains(log, want) {
+			t.Errorf("install log lacks %q (the kernel's postinst runs the real update-grub)", want)
+		}
+	}
+}
+
+// entries inspects the node after the install: the NVIDIA modules of the
+// new kernel are there, and GRUB's menu has both kernels' normal entries.
+func (r *rig) entries() (steps.Inspection, parse.GrubEntry, parse.GrubEntry) {
+	t := r.t
+	t.Helper()
+	insp, err := r.steps.Inspect(r.ctx(5*time.Minute), node, steps.InspectInput{TargetKernel: r.img.NewKernel})
+	if err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	if !insp.TargetModules.Present {
+		t.Errorf("NVIDIA modules for %s: %+v", r.img.NewKernel, insp.TargetModules)
+	}
+	return insp, entry(t, insp.Grub.Entries, r.img.OldKernel, false), entry(t, insp.Grub.Entries, r.img.NewKernel, false)
+}
+
+func (r *rig) prepare(oldID, newID string) (steps.TrialBoot, error) {
+	return r.steps.TrialBootPrepare(r.ctx(5*time.Minute), node, steps.TrialBootInput{Round: round, OldEntry: oldID, NewEntry: newID})
+}
+
+// drill arms the fallback drill, prepares the trial boot and reboots: the
+// new kernel panics for real, and GRUB's default brings the old one back.
+func (r *rig) drill(t *testing.T, oldE, newE parse.GrubEntry) {
+	t.Helper()
+	if _, err := r.steps.FallbackDrill(r.ctx(2*time.Minute), node, steps.DrillArm, round, r.img.NewKernel); err != nil {
+		t.Fatalf("arm: %v", err)
+	}
+	if _, err := r.prepare(oldE.ID, newE.ID); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	k := r.rebootAndWait("fallback drill: new kernel panics, GRUB default", func() {
+		if _, err := r.steps.TrialBootReboot(r.ctx(2*time.Minute), node, round); err != nil {
+			t.Fatalf("reboot: %v", err)
+		}
+	})
+	st, err := r.steps.TrialBootStatus(r.ctx(2*time.Minute), node, round)
+	if err != nil || st.Outcome != steps.OutcomeFellBack || k.Kernel != r.img.OldKernel {
+		t.Fatalf("after the drill: outcome %q kernel %s (%v), want fell_back on %s", st.Outcome, k.Kernel, err, r.img.OldKernel)
+	}
+	ds, err := r.steps.FallbackDrill(r.ctx(2*time.Minute), node, steps.DrillStatus, round, "")
+	if err != nil || !ds.Fired || ds.Armed {
+		t.Errorf("drill status %+v (%v), want fired and no longer armed", ds, err)
+	}
+	if r.panics() == 0 {
+		t.Errorf("the serial log shows no kernel panic")
+	}
+	if _, err := r.steps.FallbackDrill(r.ctx(2*time.Minute), node, steps.DrillDisarm, round, ""); err != nil {
+		t.Fatalf("disarm: %v", err)
+	}
+}
+
+// trialBoot prepares the trial boot and reboots once into the new kernel
+// (grub-reboot): GRUB consumed the one-shot entry, and the node verifies.
+func (r *rig) trialBoot(t *testing.T, oldE, newE parse.GrubEntry) {
+	t.Helper()
+	if _, err := r.prepare(oldE.ID, newE.ID); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	k := r.rebootAndWait("trial boot: grub-reboot new kernel", func() {
+		if _, err := r.steps.TrialBootReboot(r.ctx(2*time.Minute), node, round); err != nil {
+			t.Fatalf("reboot: %v", err)
+		}
+	})
+	st, err := r.steps.TrialBootStatus(r.ctx(2*time.Minute), node, round)
+	if err != nil || st.Outcome != steps.OutcomeNewKernel || k.Kernel != r.img.NewKernel || st.NextEntry != "" {
+		t.Fatalf("after the trial boot: outcome %q kernel %s next_entry %q (%v)", st.Outcome, k.Kernel, st.NextEntry, err)
+	}
+	v, err := r.steps.Verify(r.ctx(2*time.Minute), node, steps.VerifyInput{TargetKernel: r.img.NewKernel, ExpectedSysctls: map[string]string{"kernel.panic": "10"}})
+	if err != nil || !v.KernelOK {
+		t.Fatalf("verify: %+v %v", v, err)
+	}
+}
+
+// promote makes the new kernel GRUB's default and reboots: it stays.
+func (r *rig) promote(t *testing.T) {
+	t.Helper()
+	p, err := r.steps.Promote(r.ctx(5*time.Minute), node, round, r.img.NewKernel)
+	if err != nil || p.NextBootKernel != r.img.NewKernel {
+		t.Fatalf("promote: %+v %v", p, err)
+	}
+	k := r.rebootAndWait("after promote", func() { r.sh("systemd-run --on-active=3 --quiet systemctl reboot") })
+	if k.Kernel != r.img.NewKernel {
+		t.Fatalf("after promote the node booted %s, want %s", k.Kernel, r.img.NewKernel)
+	}
 }
