@@ -5,6 +5,22 @@
 set -eu
 cd "$(dirname "$0")/.."
 
+# Each phase's time, printed as one block when the command ends (passed or
+# not). phase_took NAME START: NAME took the seconds since START. A phase
+# not run (the real-VM phase until it has its own step) says so.
+phases=""
+phase_took() {
+	phases="$phases
+$(printf '  %-26s %6ss' "$1" $(($(date +%s) - $2)))"
+}
+print_phases() {
+	case "$phases" in *real-VM*) ;; *) phases="$phases
+$(printf '  %-26s %7s' "real-VM (lab/vm)" "not run")" ;; esac
+	echo "test: phase times$phases"
+	printf '  %-26s %6ss\n' "in all" $(($(date +%s) - all_start))
+}
+all_start=$(date +%s)
+
 # A fresh clone of what is committed: the README's two commands are the
 # first lines of its first code block, they exist there, .ci/run runs the
 # README's test command, and the binary builds from the clone alone (no
@@ -33,10 +49,16 @@ fi
 rm -rf "$clone"
 trap - EXIT
 echo "test: fresh-clone check took $(($(date +%s) - start))s"
+phase_took "fresh-clone check" "$start"
+trap print_phases EXIT
 
+start=$(date +%s)
 scripts/setup.sh
+phase_took "setup (control plane)" "$start"
 echo "test: go vet"
+start=$(date +%s)
 go vet ./...
+phase_took "go vet" "$start"
 # The lab hosts' emulated commands (a host step starts a dozen) run from a
 # lab-host build, which starts in ~15 ms where the test binaries take ~70 ms;
 # cli's installed-binary test still has mcp-patch play them itself.
@@ -48,6 +70,7 @@ export MCP_PATCH_LAB_HOST
 # real boots) runs only with MCP_PATCH_VM=1: on a 2-core machine without KVM
 # the new kernel's initramfs alone takes 15-25 min inside the guest, which
 # does not fit this command's 60-minute budget beside everything else.
+start=$(date +%s)
 if [ "${MCP_PATCH_VM:-}" = 1 ]; then
 	echo "test: go test (with the real-VM test)"
 	go test -count=1 -timeout 80m "$@" ./...
@@ -55,6 +78,7 @@ else
 	echo "test: go test (TestRealVM left out; MCP_PATCH_VM=1 scripts/test.sh runs it)"
 	go test -count=1 -timeout 80m -skip '^TestRealVM$' "$@" ./...
 fi
+phase_took "go test ./..." "$start"
 # The example alert rules, checked as `promtool check rules` does: with
 # Prometheus' own rule-file and PromQL parsers (model/rulefmt), in a module
 # of their own so Prometheus' requirements stay out of go.mod. (Building
@@ -63,6 +87,7 @@ echo "test: alert rules (examples/alerts) with Prometheus' rule parser"
 start=$(date +%s)
 (cd test/promrules && go vet ./... && go test -count=1 ./...)
 echo "test: alert rules phase took $(( $(date +%s) - start ))s"
+phase_took "alert rules (promrules)" "$start"
 # The window state machine and the MCP surface, from their own unit tests
 # (fakes, no control plane): statement coverage of both together.
 echo "test: window and tools coverage (no control plane)"
@@ -72,3 +97,4 @@ go test -count=1 -timeout 20m -coverpkg=./round/window/...,./tools/... -coverpro
 go tool cover -func="$profile" | tail -n 1 | sed 's/^total:[[:space:]]*(statements)[[:space:]]*/test: round\/window + tools statement coverage: /'
 rm -f "$profile"
 echo "test: coverage phase took $(( $(date +%s) - start ))s"
+phase_took "coverage" "$start"
