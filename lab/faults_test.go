@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,24 +23,7 @@ import (
 // cordoned. The faults that are not regressions (an SSH drop mid-install, every GPU
 // allocated) must let the round close.
 func TestFaultCatalogue(t *testing.T) {
-	cases := []struct {
-		fault, node, arg string
-		after            string // inject after this tool's call ("" = before the round)
-		afterNode        string // ... on this node ("" = any)
-		stopStep         string // "" = the round closes
-		stopNode, reason string
-		name             string // the subtest's name when not the fault's
-		alertmanager     bool   // the lab runs a real Alertmanager
-		// clearWhile clears the fault once this tool answers in_progress (a
-		// job that finishes while the drain waits for it).
-		clearWhile string
-		poll       time.Duration // the agent's pause before calling a step in progress again
-		// beforeWait runs when the agent waits for the clock (a maintenance
-		// window, the soak), before the lab clock moves.
-		beforeWait func(t *testing.T, r *faultRun, until time.Time)
-		// check runs last, on the lab as the round left it.
-		check func(t *testing.T, r *faultRun)
-	}{
+	cases := []faultCase{
 		{fault: "apt-would-remove", node: "cp-1", stopStep: "simulate", stopNode: "cp-1", reason: "remove"},
 		{fault: "package-not-held", node: "cp-1", stopStep: "simulate", stopNode: "cp-1", reason: "not held"},
 		{fault: "host-key-changed", node: "cp-1", stopStep: "inspect", stopNode: "cp-1", reason: "host key"},
@@ -77,102 +61,143 @@ func TestFaultCatalogue(t *testing.T) {
 			reason: "jobs still run on the node after waiting", check: drainHeldForJob},
 		{name: "gpu-job-finishes", fault: "gpu-job-running", arg: "gpu-canary-1", clearWhile: "drain_node", check: drainWaitedForJob},
 	}
-	for _, tc := range cases {
-		name := tc.fault
-		if tc.name != "" {
-			name = tc.name
+	// faultCasesAtOnce cases run at a time, whatever go test's -parallel
+	// (2 on 2 cores): each has a lab of its own, on a control plane an
+	// earlier case finished with, and most of a case is waiting (a red
+	// gate's settle time, a drain waiting for its job, reboots).
+	queue := make(chan int)
+	var wg sync.WaitGroup
+	for range faultCasesAtOnce {
+		wg.Go(func() {
+			for i := range queue {
+				runFaultCase(t, cases[i])
+			}
+		})
+	}
+	for i := range cases {
+		queue <- i
+	}
+	close(queue)
+	wg.Wait()
+}
+
+// faultCasesAtOnce is how many of the fault catalogue's cases run at once.
+const faultCasesAtOnce = 3
+
+func runFaultCase(t *testing.T, tc faultCase) {
+	name := tc.fault
+	if tc.name != "" {
+		name = tc.name
+	}
+	t.Run(name, func(t *testing.T) {
+		opts := Options{ControlPlanes: 2, Canary: 1, GPUServers: 0,
+			RebootTimeout: 15 * time.Second, GateSettle: 30 * time.Second, DrainTimeoutMinutes: 1}
+		if tc.alertmanager {
+			if opts.Alertmanager = FindAlertmanager(os.Getenv); opts.Alertmanager == "" {
+				t.Fatal("no Alertmanager binary: run scripts/setup.sh (it builds v0.28.1 into the cache) or set MCP_PATCH_ALERTMANAGER")
+			}
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel() // each case has its own lab; most of a case is waiting
-			opts := Options{ControlPlanes: 2, Canary: 1, GPUServers: 0,
-				RebootTimeout: 15 * time.Second, GateSettle: 30 * time.Second, DrainTimeoutMinutes: 1}
-			if tc.alertmanager {
-				if opts.Alertmanager = FindAlertmanager(os.Getenv); opts.Alertmanager == "" {
-					t.Fatal("no Alertmanager binary: run scripts/setup.sh (it builds v0.28.1 into the cache) or set MCP_PATCH_ALERTMANAGER")
-				}
+		l := upLab(t, opts)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		inject := func() {
+			if err := l.Inject(ctx, tc.fault, tc.node, tc.arg); err != nil {
+				t.Fatalf("inject %s: %v", tc.fault, err)
 			}
-			l := upLab(t, opts)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			defer cancel()
-			inject := func() {
-				if err := l.Inject(ctx, tc.fault, tc.node, tc.arg); err != nil {
-					t.Fatalf("inject %s: %v", tc.fault, err)
-				}
+		}
+		if tc.after == "" {
+			inject()
+		}
+		cs, _, closeSession, err := l.Session(ctx, testLog(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeSession()
+		sawNoCapacity, injected := false, false
+		run := &faultRun{lab: l, cs: cs}
+		agent := &Agent{Session: cs, Sign: l.Sign, Wait: func(until time.Time) {
+			run.waits = append(run.waits, until)
+			if tc.beforeWait != nil {
+				tc.beforeWait(t, run, until)
 			}
-			if tc.after == "" {
+			l.Clock.AdvanceTo(until)
+		}, Say: func(s string) {
+			t.Log(s)
+			if strings.Contains(s, "no capacity") {
+				sawNoCapacity = true
+			}
+		}, Poll: tc.poll, AfterCall: func(ctx context.Context, tool, node, status string) {
+			if tool == tc.after && (tc.afterNode == "" || node == tc.afterNode) && !injected {
+				injected = true
 				inject()
 			}
-			cs, _, closeSession, err := l.Session(ctx, testLog(t))
-			if err != nil {
-				t.Fatal(err)
+			if tool == tc.clearWhile && status == "in_progress" && !run.cleared {
+				run.cleared = true
+				run.whileWaiting(t)
+				if err := l.Clear(ctx, tc.fault, tc.node); err != nil {
+					t.Fatalf("clear %s: %v", tc.fault, err)
+				}
 			}
-			defer closeSession()
-			sawNoCapacity, injected := false, false
-			run := &faultRun{lab: l, cs: cs}
-			agent := &Agent{Session: cs, Sign: l.Sign, Wait: func(until time.Time) {
-				run.waits = append(run.waits, until)
-				if tc.beforeWait != nil {
-					tc.beforeWait(t, run, until)
-				}
-				l.Clock.AdvanceTo(until)
-			}, Say: func(s string) {
-				t.Log(s)
-				if strings.Contains(s, "no capacity") {
-					sawNoCapacity = true
-				}
-			}, Poll: tc.poll, AfterCall: func(ctx context.Context, tool, node, status string) {
-				if tool == tc.after && (tc.afterNode == "" || node == tc.afterNode) && !injected {
-					injected = true
-					inject()
-				}
-				if tool == tc.clearWhile && status == "in_progress" && !run.cleared {
-					run.cleared = true
-					run.whileWaiting(t)
-					if err := l.Clear(ctx, tc.fault, tc.node); err != nil {
-						t.Fatalf("clear %s: %v", tc.fault, err)
-					}
-				}
-			}}
-			run.agent = agent
-			out, err := agent.Run(ctx, "2026-11")
-			run.out = out
-			if err != nil {
-				t.Fatalf("agent: %v", err)
+		}}
+		run.agent = agent
+		out, err := agent.Run(ctx, "2026-11")
+		run.out = out
+		if err != nil {
+			t.Fatalf("agent: %v", err)
+		}
+		if tc.stopStep == "" {
+			if !out.Closed {
+				t.Fatalf("the round should close despite %s; stopped: %+v", tc.fault, out.Stopped)
 			}
-			if tc.stopStep == "" {
-				if !out.Closed {
-					t.Fatalf("the round should close despite %s; stopped: %+v", tc.fault, out.Stopped)
-				}
-				if tc.fault == "gpus-exhausted" && !sawNoCapacity {
-					t.Error("gpu_acceptance did not report no capacity")
-				}
-				if tc.check != nil {
-					tc.check(t, run)
-				}
-				return
-			}
-			if out.Stopped == nil {
-				t.Fatalf("the round did not stop (closed=%v)", out.Closed)
-			}
-			if out.Stopped.Step != tc.stopStep || out.Stopped.Node != tc.stopNode ||
-				!strings.Contains(strings.ToLower(out.Stopped.Reason), strings.ToLower(tc.reason)) {
-				t.Fatalf("stopped at %s on %s (%q); want %s on %s mentioning %q",
-					out.Stopped.Step, out.Stopped.Node, out.Stopped.Reason, tc.stopStep, tc.stopNode, tc.reason)
-			}
-			// Nothing destructive runs after the stop, approval or not.
-			for _, tool := range []string{"drain_node", "install_updates", "trial_boot", "promote_kernel"} {
-				for _, node := range []string{"cp-1", "cp-2", "gpu-canary-1"} {
-					res := callTool(t, cs, tool, map[string]any{"node": node})
-					if res["status"] == "ok" || res["status"] == "in_progress" || res["status"] == "approval_required" {
-						t.Errorf("%s on %s after the stop: %v", tool, node, res["status"])
-					}
-				}
+			if tc.fault == "gpus-exhausted" && !sawNoCapacity {
+				t.Error("gpu_acceptance did not report no capacity")
 			}
 			if tc.check != nil {
 				tc.check(t, run)
 			}
-		})
-	}
+			return
+		}
+		if out.Stopped == nil {
+			t.Fatalf("the round did not stop (closed=%v)", out.Closed)
+		}
+		if out.Stopped.Step != tc.stopStep || out.Stopped.Node != tc.stopNode ||
+			!strings.Contains(strings.ToLower(out.Stopped.Reason), strings.ToLower(tc.reason)) {
+			t.Fatalf("stopped at %s on %s (%q); want %s on %s mentioning %q",
+				out.Stopped.Step, out.Stopped.Node, out.Stopped.Reason, tc.stopStep, tc.stopNode, tc.reason)
+		}
+		// Nothing destructive runs after the stop, approval or not.
+		for _, tool := range []string{"drain_node", "install_updates", "trial_boot", "promote_kernel"} {
+			for _, node := range []string{"cp-1", "cp-2", "gpu-canary-1"} {
+				res := callTool(t, cs, tool, map[string]any{"node": node})
+				if res["status"] == "ok" || res["status"] == "in_progress" || res["status"] == "approval_required" {
+					t.Errorf("%s on %s after the stop: %v", tool, node, res["status"])
+				}
+			}
+		}
+		if tc.check != nil {
+			tc.check(t, run)
+		}
+	})
+}
+
+// faultCase is one case of the fault catalogue.
+type faultCase struct {
+	fault, node, arg string
+	after            string // inject after this tool's call ("" = before the round)
+	afterNode        string // ... on this node ("" = any)
+	stopStep         string // "" = the round closes
+	stopNode, reason string
+	name             string // the subtest's name when not the fault's
+	alertmanager     bool   // the lab runs a real Alertmanager
+	// clearWhile clears the fault once this tool answers in_progress (a
+	// job that finishes while the drain waits for it).
+	clearWhile string
+	poll       time.Duration // the agent's pause before calling a step in progress again
+	// beforeWait runs when the agent waits for the clock (a maintenance
+	// window, the soak), before the lab clock moves.
+	beforeWait func(t *testing.T, r *faultRun, until time.Time)
+	// check runs last, on the lab as the round left it.
+	check func(t *testing.T, r *faultRun)
 }
 
 func callTool(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) map[string]any {

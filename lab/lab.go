@@ -44,6 +44,10 @@ import (
 type Options struct {
 	// Dir holds everything the lab writes. Required.
 	Dir string
+	// ControlPlaneDir holds etcd's and the control plane's files, when they
+	// are to outlive Dir (a lab that Reset starts anew on the same control
+	// plane). Empty: Dir.
+	ControlPlaneDir string
 	// ControlPlanes, Canary and GPUServers: default 3, 1, 4.
 	ControlPlanes, Canary, GPUServers int
 	// RebootDowntime is how long a rebooting host is unreachable. Default 1s.
@@ -158,7 +162,11 @@ type Lab struct {
 	maintenance [2]time.Time // the window window-closes declared: start, end
 
 	approver ssh.Signer
-	closers  []func() error
+	// closers stop what upRest started, controlPlane etcd and the control
+	// plane; started is every object the cluster held once it was up
+	// (what Reset returns it to).
+	closers, controlPlane []func() error
+	started               map[objectKey]bool
 }
 
 // Clock is the lab's clock: real time plus an offset the lab can advance
@@ -190,13 +198,16 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if opts.Dir == "" {
 		return nil, errors.New("lab: Options.Dir is required")
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+	if err := markDir(opts.Dir); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(opts.Dir, MarkerFile), []byte(markerText), 0o644); err != nil {
-		return nil, fmt.Errorf("lab: mark %s as a lab directory: %w", opts.Dir, err)
+	cpDir := opts.ControlPlaneDir
+	if cpDir == "" {
+		cpDir = opts.Dir
+	} else if err := markDir(cpDir); err != nil {
+		return nil, err
 	}
-	started := &Lab{Dir: opts.Dir, Clock: &Clock{}}
+	started := &Lab{Dir: opts.Dir}
 	l = started
 	defer func() {
 		if err != nil {
@@ -204,23 +215,57 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		}
 	}()
 	say := opts.Progress
-	if opts.HostBinary == "" {
-		if opts.HostBinary, err = FindHostBinary(); err != nil {
-			return nil, err
-		}
-	}
-
 	say("control plane: finding or building etcd, kube-apiserver, controller-manager, scheduler, kwok (first time: minutes)")
 	bins, err := cluster.FindBinaries(ctx, opts.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("lab: control-plane binaries: %w", err)
 	}
 	say("etcd: 3 members on loopback (client TLS like kubeadm)")
-	l.Etcd, err = cluster.StartEtcdCluster(ctx, cluster.EtcdOptions{Members: 3, Dir: filepath.Join(opts.Dir, "etcd"), BinDir: bins.Dir, Logger: opts.Logger})
+	l.Etcd, err = cluster.StartEtcdCluster(ctx, cluster.EtcdOptions{Members: 3, Dir: filepath.Join(cpDir, "etcd"), BinDir: bins.Dir, Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("lab: etcd: %w", err)
 	}
-	l.closers = append(l.closers, l.Etcd.Stop)
+	l.controlPlane = append(l.controlPlane, l.Etcd.Stop)
+	say("kube-apiserver, controller-manager, scheduler, kwok")
+	l.Cluster, err = cluster.Start(ctx, cluster.Options{Dir: filepath.Join(cpDir, "cluster"), BinDir: bins.Dir, Etcd: l.Etcd, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("lab: control plane: %w", err)
+	}
+	l.controlPlane = append(l.controlPlane, l.Cluster.Stop)
+	if l.started, err = l.settledObjects(ctx); err != nil {
+		return nil, fmt.Errorf("lab: control plane: %w", err)
+	}
+	if err := l.upRest(ctx, opts); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// markDir creates dir and marks it as a lab directory (see Fresh).
+func markDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, MarkerFile), []byte(markerText), 0o644); err != nil {
+		return fmt.Errorf("lab: mark %s as a lab directory: %w", dir, err)
+	}
+	return nil
+}
+
+// upRest starts everything of the lab but etcd and the control plane, which
+// run: the fleet, the workloads, the receiver and Alertmanager, the intent
+// repository, the approval key and the configuration. On error the caller
+// closes what it started.
+func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
+	say := opts.Progress
+	if opts.HostBinary == "" {
+		if opts.HostBinary, err = FindHostBinary(); err != nil {
+			return err
+		}
+	}
+	l.Dir, l.Clock = opts.Dir, &Clock{}
+	l.firing, l.maintenance = "", [2]time.Time{}
+	l.Fleet, l.World, l.Receiver, l.Alertmanager = nil, nil, nil, nil
 
 	say(fmt.Sprintf("hosts: %d control-plane, %d canary, %d GPU servers behind real SSH on 127.0.0.1",
 		opts.ControlPlanes, opts.Canary, opts.GPUServers))
@@ -228,19 +273,12 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		Canary: opts.Canary, GPUServers: opts.GPUServers, RebootDowntime: opts.RebootDowntime, InstallStep: opts.InstallStep,
 		TimerScale: 0.1, Logger: opts.Logger, ToolBinary: opts.HostBinary})
 	if err != nil {
-		return nil, fmt.Errorf("lab: fleet: %w", err)
+		return fmt.Errorf("lab: fleet: %w", err)
 	}
 	l.closers = append(l.closers, l.Fleet.Close)
 	if err := l.provisionSysctls(); err != nil {
-		return nil, fmt.Errorf("lab: sysctls: %w", err)
+		return fmt.Errorf("lab: sysctls: %w", err)
 	}
-
-	say("kube-apiserver, controller-manager, scheduler, kwok")
-	l.Cluster, err = cluster.Start(ctx, cluster.Options{Dir: filepath.Join(opts.Dir, "cluster"), BinDir: bins.Dir, Etcd: l.Etcd, Logger: opts.Logger})
-	if err != nil {
-		return nil, fmt.Errorf("lab: control plane: %w", err)
-	}
-	l.closers = append(l.closers, l.Cluster.Stop)
 
 	say("workloads: nodes, CloudNativePG cluster, admission webhook, model serving, kube-vip lease")
 	var hosts []world.Host
@@ -252,7 +290,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		}
 		st, err := h.State()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		hosts = append(hosts, world.Host{Name: h.Name, Role: role, Canary: h.Canary, Kernel: st.Kernel})
 		probes[h.Name] = fleetProbe(h)
@@ -260,7 +298,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	l.World, err = world.Setup(ctx, world.Options{Cluster: l.Cluster, Hosts: hosts, Etcd: l.Etcd, Probes: probes,
 		RestartsOnReboot: true, Logger: opts.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("lab: workloads: %w", err)
+		return fmt.Errorf("lab: workloads: %w", err)
 	}
 	l.closers = append(l.closers, l.World.Close)
 	// Each control-plane host's 127.0.0.1:2379 reaches its etcd member, and
@@ -268,7 +306,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	// manifest, so snapshots and tunnels work as on a kubeadm node.
 	fromfleet.ForwardEtcd(l.Fleet, l.Etcd)
 	if err := fromfleet.InstallControlPlaneFiles(l.Fleet, l.Etcd, l.World); err != nil {
-		return nil, fmt.Errorf("lab: control-plane files on the hosts: %w", err)
+		return fmt.Errorf("lab: control-plane files on the hosts: %w", err)
 	}
 
 	if opts.Alertmanager != "" {
@@ -277,27 +315,27 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		say("webhook receiver (no Alertmanager: the gate reads no alerts)")
 	}
 	if l.Receiver, err = startReceiver(); err != nil {
-		return nil, fmt.Errorf("lab: %w", err)
+		return fmt.Errorf("lab: %w", err)
 	}
 	l.closers = append(l.closers, l.Receiver.Down)
 	if opts.Alertmanager != "" {
 		if l.Alertmanager, err = startAlertmanager(ctx, opts.Alertmanager, filepath.Join(opts.Dir, "alertmanager")); err != nil {
-			return nil, fmt.Errorf("lab: %w", err)
+			return fmt.Errorf("lab: %w", err)
 		}
 		l.closers = append(l.closers, l.Alertmanager.Stop)
 	}
 
 	say("intent repository (from examples/intent) and a lab-only approval key")
 	if err := l.writeIntentRepo(opts.DrainTimeoutMinutes); err != nil {
-		return nil, fmt.Errorf("lab: intent repository: %w", err)
+		return fmt.Errorf("lab: intent repository: %w", err)
 	}
 	if err := l.writeApprover(); err != nil {
-		return nil, fmt.Errorf("lab: approval key: %w", err)
+		return fmt.Errorf("lab: approval key: %w", err)
 	}
 	if err := l.writeConfig(opts); err != nil {
-		return nil, fmt.Errorf("lab: config: %w", err)
+		return fmt.Errorf("lab: config: %w", err)
 	}
-	return l, nil
+	return nil
 }
 
 // fleetProbe reports a host as up while it answers SSH, with its kernel.
@@ -354,6 +392,17 @@ func (l *Lab) provisionSysctls() error {
 
 // Close stops everything the lab started, in reverse order.
 func (l *Lab) Close() error {
+	err := l.Park()
+	for i := len(l.controlPlane) - 1; i >= 0; i-- {
+		err = errors.Join(err, l.controlPlane[i]())
+	}
+	l.controlPlane = nil
+	return err
+}
+
+// Park stops everything the lab started but etcd and the control plane, in
+// reverse order; Reset starts a lab on them again.
+func (l *Lab) Park() error {
 	var errs []error
 	for i := len(l.closers) - 1; i >= 0; i-- {
 		if err := l.closers[i](); err != nil {

@@ -2,11 +2,13 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +29,11 @@ func (w tw) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// upLab starts a lab for the test, on a control plane an earlier test of
+// this package has finished with when one is idle (Reset returns it to
+// its state after start and makes the rest anew), else on a new one. The
+// test's lab is parked (fleet, workloads and the rest stopped) when it
+// ends; TestMain closes the control planes.
 func upLab(t *testing.T, opts Options) *Lab {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -34,12 +41,96 @@ func upLab(t *testing.T, opts Options) *Lab {
 	opts.Dir = t.TempDir()
 	opts.Logger = testLog(t)
 	opts.Progress = func(s string) { t.Log("lab: " + s) }
-	l, err := Up(ctx, opts)
+	start := time.Now()
+	l, reused := controlPlanes.take()
+	var err error
+	if reused {
+		err = l.Reset(ctx, opts)
+	} else {
+		if opts.ControlPlaneDir, err = os.MkdirTemp("", "mcp-patch-lab-cp-"); err != nil {
+			t.Fatal(err)
+		}
+		l, err = Up(ctx, opts)
+		if err != nil {
+			os.RemoveAll(opts.ControlPlaneDir)
+		} else {
+			controlPlanes.add(l, opts.ControlPlaneDir)
+		}
+	}
 	if err != nil {
+		if reused {
+			controlPlanes.drop(l)
+		}
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
+	t.Logf("lab up in %s (control plane reused: %v)", time.Since(start).Round(time.Millisecond), reused)
+	t.Cleanup(func() {
+		if err := l.Park(); err != nil {
+			t.Errorf("park the lab: %v", err)
+			controlPlanes.drop(l)
+			return
+		}
+		controlPlanes.put(l)
+	})
 	return l
+}
+
+// controlPlanes holds the labs whose etcd and control plane this package's
+// tests share, one test at a time each.
+var controlPlanes labPool
+
+type labPool struct {
+	mu   sync.Mutex
+	idle []*Lab
+	dirs map[*Lab]string
+}
+
+func (p *labPool) take() (*Lab, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.idle) == 0 {
+		return nil, false
+	}
+	l := p.idle[len(p.idle)-1]
+	p.idle = p.idle[:len(p.idle)-1]
+	return l, true
+}
+
+func (p *labPool) add(l *Lab, dir string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dirs == nil {
+		p.dirs = map[*Lab]string{}
+	}
+	p.dirs[l] = dir
+}
+
+func (p *labPool) put(l *Lab) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idle = append(p.idle, l)
+}
+
+// drop closes a lab that cannot be reused and removes its directory.
+func (p *labPool) drop(l *Lab) {
+	l.Close()
+	p.mu.Lock()
+	dir := p.dirs[l]
+	delete(p.dirs, l)
+	p.mu.Unlock()
+	os.RemoveAll(dir)
+}
+
+// closeAll closes every control plane (TestMain, after the tests).
+func (p *labPool) closeAll() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for l, dir := range p.dirs {
+		errs = append(errs, l.Close(), os.RemoveAll(dir))
+	}
+	p.idle, p.dirs = nil, nil
+	return errors.Join(errs...)
 }
 
 // TestDemoRound runs the whole demo round on the lab, driven by the agent

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -13,5 +14,12 @@ func TestMain(m *testing.M) {
 	if code, ran := fleet.HostCommandMain(os.Args); ran {
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := controlPlanes.closeAll(); err != nil {
+		fmt.Fprintln(os.Stderr, "close the lab control planes:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

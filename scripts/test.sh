@@ -5,6 +5,22 @@
 set -eu
 cd "$(dirname "$0")/.."
 
+# Each phase's time, printed as one block when the command ends (passed or
+# not). phase_took NAME START: NAME took the seconds since START. The real-VM
+# phase, when skipped or not reached, says so.
+phases=""
+phase_took() {
+	phases="$phases
+$(printf '  %-26s %6ss' "$1" $(($(date +%s) - $2)))"
+}
+print_phases() {
+	case "$phases" in *real-VM*) ;; *) phases="$phases
+$(printf '  %-26s %7s' "real-VM (lab/vm)" "not run")" ;; esac
+	echo "test: phase times$phases"
+	printf '  %-26s %6ss\n' "in all" $(($(date +%s) - all_start))
+}
+all_start=$(date +%s)
+
 # A fresh clone of what is committed: the README's two commands are the
 # first lines of its first code block, they exist there, .ci/run runs the
 # README's test command, and the binary builds from the clone alone (no
@@ -33,10 +49,16 @@ fi
 rm -rf "$clone"
 trap - EXIT
 echo "test: fresh-clone check took $(($(date +%s) - start))s"
+phase_took "fresh-clone check" "$start"
+trap print_phases EXIT
 
+start=$(date +%s)
 scripts/setup.sh
+phase_took "setup (control plane)" "$start"
 echo "test: go vet"
+start=$(date +%s)
 go vet ./...
+phase_took "go vet" "$start"
 # The lab hosts' emulated commands (a host step starts a dozen) run from a
 # lab-host build, which starts in ~15 ms where the test binaries take ~70 ms;
 # cli's installed-binary test still has mcp-patch play them itself.
@@ -45,7 +67,9 @@ go build -o bin/mcp-patch-lab-host ./lab/cmd/lab-host
 MCP_PATCH_LAB_HOST=$(pwd)/bin/mcp-patch-lab-host
 export MCP_PATCH_LAB_HOST
 echo "test: go test (the real-VM tests run in their own phase, below)"
+start=$(date +%s)
 go test -count=1 -timeout 80m -skip '^TestRealVM' "$@" ./...
+phase_took "go test ./..." "$start"
 # The real-VM phase (lab/vm TestRealVM and TestRealVMUEFI: the image booted
 # under QEMU TCG with SeaBIOS and with OVMF, side by side, each on its own
 # core): alone, so no other test package starves the boots. Each boot's and
@@ -66,6 +90,7 @@ else
 		exit 1
 	fi
 	echo "test: real-VM phase took $(($(date +%s) - start))s (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
+	phase_took "real-VM (BIOS and UEFI)" "$start"
 fi
 # The example alert rules, checked as `promtool check rules` does: with
 # Prometheus' own rule-file and PromQL parsers (model/rulefmt), in a module
@@ -75,6 +100,7 @@ echo "test: alert rules (examples/alerts) with Prometheus' rule parser"
 start=$(date +%s)
 (cd test/promrules && go vet ./... && go test -count=1 ./...)
 echo "test: alert rules phase took $(( $(date +%s) - start ))s"
+phase_took "alert rules (promrules)" "$start"
 # The window state machine and the MCP surface, from their own unit tests
 # (fakes, no control plane): statement coverage of both together.
 echo "test: window and tools coverage (no control plane)"
@@ -84,3 +110,4 @@ go test -count=1 -timeout 20m -coverpkg=./round/window/...,./tools/... -coverpro
 go tool cover -func="$profile" | tail -n 1 | sed 's/^total:[[:space:]]*(statements)[[:space:]]*/test: round\/window + tools statement coverage: /'
 rm -f "$profile"
 echo "test: coverage phase took $(( $(date +%s) - start ))s"
+phase_took "coverage" "$start"

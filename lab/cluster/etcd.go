@@ -313,6 +313,24 @@ func (e *EtcdCluster) startMember(i int) error {
 	return nil
 }
 
+// StartStopped starts every member that is stopped (or has exited) from
+// its data and waits until every member reports healthy.
+func (e *EtcdCluster) StartStopped(ctx context.Context) error {
+	for i := range e.Members {
+		if !e.Running(i) {
+			if err := e.startMember(i); err != nil {
+				return err
+			}
+		}
+	}
+	for i := range e.Members {
+		if err := e.waitHealthy(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Running reports whether member i runs.
 func (e *EtcdCluster) Running(i int) bool {
 	e.mu.Lock()
