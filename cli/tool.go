@@ -113,6 +113,11 @@ func aliasFor(name string) []string {
 func (a *app) callTool(ctx context.Context, t tools.Tool, raw json.RawMessage, format string) int {
 	stdio := a.stdio
 	name := t.Spec().Name
+	// One command a person runs: stderr carries only what needs their
+	// attention (warnings and errors) unless --log-level asks for more.
+	if !a.g.set("log-level") {
+		a.g.logLevel = "warn"
+	}
 	d, cleanup, code := a.g.depsFor(ctx, stdio)
 	if code != ExitOK {
 		return code

@@ -151,13 +151,13 @@ func wireWorld(ctx context.Context, d *Deps) error {
 		if access != nil {
 			return access, nil
 		}
-		pool, _, err := OpenHostPool(ctx, d)
+		pool, inv, err := OpenHostPool(ctx, d)
 		if err != nil {
 			return nil, err
 		}
 		st := steps.New(pool, d.Log)
 		st.LockTimeout = c.SSH.DpkgLockTimeout.D()
-		access = &HostAccess{Steps: st, Pool: pool, Runner: pool}
+		access = &HostAccess{Steps: st, Pool: pool, Runner: pool, Inventory: inv}
 		return access, nil
 	}
 	return nil
@@ -212,7 +212,10 @@ func hostInventory(ctx context.Context, d *Deps) (*host.MapInventory, error) {
 	cl, err := d.Cluster(ctx)
 	if err != nil {
 		if c.SSH.Inventory != "" {
-			d.Log.Warn("cluster unreachable; using the SSH inventory file alone", "err", err)
+			// Host-only use (one host, or a fleet before its cluster is
+			// reachable) is a normal way to run the host tools: nothing
+			// for a person to act on.
+			d.Log.Info("no cluster reached; the SSH inventory file alone names the nodes", "err", err)
 			return inv, nil
 		}
 		return nil, fmt.Errorf("no SSH inventory file and the cluster (for node addresses) is unreachable: %w", err)

@@ -201,19 +201,16 @@ func (s *session) inFlight(step round.Step, node string) bool {
 }
 
 // hostError turns errors from the host steps into results: bad input is a
-// refusal, a refused step a refusal, anything else a failure naming the node.
+// refusal, anything else a failure naming the node, whose next step fits
+// its cause (hostCauseOf, NextStepFor).
 func hostError(node, action string, err error) error {
-	var hk *host.HostKeyError
 	switch {
-	case errors.As(err, &hk):
-		return Fail("A person must check the host key out of band (console, provisioning records) and update known_hosts; never skip the check.",
-			fmt.Sprintf("%s on %s: %v", action, node, err))
 	case errors.Is(err, steps.ErrBadInput):
 		return Refuse("Fix the input.", fmt.Sprintf("%s on %s: %v", action, node, err), "nothing was executed")
 	case errors.Is(err, host.ErrUnknownNode):
 		return Refuse("Use a node from plan_round's order (or the SSH inventory).", fmt.Sprintf("%s: %v", action, err), "nothing was executed")
 	}
-	return Fail("Check that the node is reachable over SSH and read the reason; then call again.", fmt.Sprintf("%s on %s: %v", action, node, err))
+	return Fail(NextStepFor(hostCauseOf(err), node), fmt.Sprintf("%s on %s: %v", action, node, err))
 }
 
 // NodePlan is what the round decided for one node, kept beside the

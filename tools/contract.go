@@ -231,3 +231,48 @@ func callNode(c *Call) string {
 	n, _ := c.Arguments["node"].(string)
 	return n
 }
+
+// BlockerPrefix starts a reason that is a blocker: something that stops
+// the round, or this step on this host, as things stand (a removal, an
+// interrupted dpkg, a short /boot, an unreachable host ...). A person and
+// an agent read it in the reasons; the status rule reads it too.
+const BlockerPrefix = "blocker: "
+
+// Blocker words a cause as a blocker reason.
+func Blocker(cause string) string { return BlockerPrefix + cause }
+
+// IsBlocker says whether a reason is a blocker.
+func IsBlocker(reason string) bool { return strings.HasPrefix(reason, BlockerPrefix) }
+
+// StatusRule is the one rule every result keeps between its status and its
+// reasons: a blocker among the reasons means the status is not ok. An ok
+// (or unset) status with a blocker becomes failed: the check ran and found
+// something that stops the round. Every other status stands. The framework
+// applies it to every tool's result once the handler returned.
+func StatusRule(status Status, reasons []string) Status {
+	if status != "" && status != StatusOK {
+		return status
+	}
+	for _, r := range reasons {
+		if IsBlocker(r) {
+			return StatusFailed
+		}
+	}
+	return status
+}
+
+// StatusRuleHolds reports a result that breaks the status rule (nil when
+// it keeps it), for tests that run every tool's result through it.
+func StatusRuleHolds(r *Result) error {
+	if r == nil {
+		return fmt.Errorf("no result")
+	}
+	if r.Status == StatusOK {
+		for _, reason := range r.Reasons {
+			if IsBlocker(reason) {
+				return fmt.Errorf("status ok with a blocker among its reasons: %q", reason)
+			}
+		}
+	}
+	return nil
+}

@@ -3,6 +3,8 @@ package tools
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"sync/atomic"
 
 	"github.com/mcp-patch/mcp-patch/host"
@@ -14,6 +16,7 @@ import (
 type FleetNode struct {
 	Node   string `json:"node"`
 	Kernel string `json:"kernel,omitempty"`
+	BootID string `json:"boot_id,omitempty"`
 	Target string `json:"target,omitempty"`
 	OK     bool   `json:"ok"`
 	Error  string `json:"error,omitempty"`
@@ -63,12 +66,12 @@ func FleetCheck() Tool {
 		Name:  "fleet_check",
 		Title: "Fleet kernel check",
 		Description: "After every window closed: each node's running kernel against the round's target kernel; names any node left" +
-			" behind.",
+			" behind. Without a round: every inventory node's kernel and boot id.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (FleetCheckOut, error) {
-		s, err := d.readSession()
-		if err != nil {
-			return FleetCheckOut{}, err
+		s := d.maybeSession(false)
+		if s == nil {
+			return fleetKernelsHostOnly(ctx, d, p)
 		}
 		if err := window.AdmitFleetCheck(s.j.State()); err != nil {
 			return FleetCheckOut{}, err
@@ -85,4 +88,64 @@ func FleetCheck() Tool {
 		out.NextAction = "record_fleet_check records it and starts the soak."
 		return out, nil
 	})
+}
+
+// fleetKernelsHostOnly is fleet_check without a round: every node of the
+// SSH inventory, its running kernel and boot id, with bounded concurrency.
+// It needs no cluster and records nothing. A node that cannot be read
+// fails the check.
+func fleetKernelsHostOnly(ctx context.Context, d *Deps, p Progress) (FleetCheckOut, error) {
+	h, err := d.hosts(ctx)
+	if err != nil {
+		return FleetCheckOut{}, err
+	}
+	if h.Inventory == nil {
+		return FleetCheckOut{}, Refuse("Configure ssh.inventory (an inventory file naming the nodes), or open a round, and call again.", "no round is open and no SSH inventory is configured")
+	}
+	nodes, jumps := inventoryNodes(h.Inventory)
+	var done atomic.Int64
+	results := host.FanOut(ctx, nodes, d.Config.SSH.Concurrency, func(ctx context.Context, node string) (steps.KernelInfo, error) {
+		k, err := h.Steps.Kernel(ctx, node)
+		p(float64(done.Add(1)), float64(len(nodes)), node)
+		return k, err
+	})
+	out := FleetCheckOut{Nodes: []FleetNode{}}
+	kernels := map[string]int{}
+	var hz []hazard
+	firstBad := ""
+	for _, r := range results {
+		fn := FleetNode{Node: r.Node, OK: r.Err == nil}
+		if r.Err != nil {
+			if firstBad == "" {
+				firstBad = r.Node
+			}
+			f := hostError(r.Node, "read the kernel", r.Err)
+			fn.Error = f.Error()
+			hz = append(hz, hazard{hostCauseOf(r.Err), f.Error()})
+		} else {
+			fn.Kernel, fn.BootID = r.Value.Kernel, r.Value.BootID
+			kernels[fn.Kernel]++
+		}
+		out.Nodes = append(out.Nodes, fn)
+	}
+	ks := make([]string, 0, len(kernels))
+	for k, n := range kernels {
+		ks = append(ks, fmt.Sprintf("%s on %d", k, n))
+	}
+	sort.Strings(ks)
+	out.Reasons = []string{fmt.Sprintf("%d of %d inventory nodes read; kernels: %s", len(nodes)-len(hz), len(nodes), orDash(strings.Join(ks, ", ")))}
+	if len(jumps) > 0 {
+		out.Reasons = append(out.Reasons, "left out as jump hosts: "+strings.Join(jumps, ", "))
+	}
+	out.Reasons = append(out.Reasons, clip(blockerReasons(hz), 20)...)
+	out.Reasons = append(out.Reasons, "no round is open: nothing was compared with a round's kernels and nothing was recorded")
+	if len(hz) > 0 {
+		out.NextAction = NextStepFor(hz[0].cause, firstBad)
+		if len(hz) > 1 {
+			out.NextAction += fmt.Sprintf(" (%d nodes could not be read: each row says why.)", len(hz))
+		}
+		return out, nil
+	}
+	out.NextAction = "Every inventory node answered."
+	return out, nil
 }

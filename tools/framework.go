@@ -287,6 +287,7 @@ func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, args m
 			res.NextAction = "Read the reasons; fix the cause or ask a person, then call again."
 		}
 	}
+	res.Status = StatusRule(res.Status, res.Reasons)
 	if res.Status == "" {
 		res.Status = StatusOK
 	}

@@ -2,16 +2,40 @@ package tools
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 
+	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
 )
+
+// InspectIn is inspect_node's input: one node, or every node of the SSH
+// inventory.
+type InspectIn struct {
+	Node string `json:"node,omitempty"`
+	All  bool   `json:"all,omitempty" jsonschema:"inspect every node of the SSH inventory instead of one (no cluster needed)"`
+}
 
 // InspectOut is what inspect_node found.
 type InspectOut struct {
 	Result
 	Inspection *steps.Inspection `json:"inspection,omitempty"`
+	// Nodes is the fleet's table when every node was inspected.
+	Nodes []InspectRow `json:"nodes,omitempty"`
+}
+
+// InspectRow is one node of inspect_node --all: a line a person reads.
+type InspectRow struct {
+	Node     string `json:"node"`
+	Status   Status `json:"status"`
+	Kernel   string `json:"kernel,omitempty"`
+	Target   string `json:"target,omitempty"`
+	Packages int    `json:"packages"`
+	Blockers int    `json:"blockers"`
+	// Reason is the first blocker or error ("" when none).
+	Reason string `json:"reason,omitempty"`
 }
 
 // InspectNode is the inspect_node tool.
@@ -21,18 +45,28 @@ func InspectNode() Tool { return inspectNode(false) }
 func RecordInspection() Tool { return inspectNode(true) }
 
 func inspectNode(record bool) Tool {
-	return New[NodeIn, InspectOut](checkSpec(record, "record_inspection", Spec{
+	return New[InspectIn, InspectOut](checkSpec(record, "record_inspection", Spec{
 		Name:  "inspect_node",
 		Title: "Inspect a node",
-		Description: "Read a node over SSH: kernels, boot_id, apt holds, pending upgrades, GRUB entry ids, grubenv, kernel.panic, " +
-			"Livepatch, NVIDIA driver and modules for the target kernel.",
+		Description: "Read a node over SSH: kernels, boot_id, apt holds, pending upgrades, dpkg's state (lock holder, interrupted), " +
+			"/boot's room, GRUB entry ids, grubenv, kernel.panic, Livepatch, NVIDIA modules for the target kernel. all: every inventory node.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
-	}), func(ctx context.Context, d *Deps, in NodeIn, p Progress) (InspectOut, error) {
+	}), func(ctx context.Context, d *Deps, in InspectIn, p Progress) (InspectOut, error) {
+		if in.All {
+			if record || in.Node != "" {
+				return InspectOut{}, Refuse("Call inspect_node with all alone (record_inspection takes one node).", "all inspects every inventory node: it takes no node and records nothing")
+			}
+			return inspectAll(ctx, d, p)
+		}
 		if err := ValidNode(in.Node); err != nil {
 			return InspectOut{}, err
 		}
 		s := d.maybeSession(record)
 		rec := recording(s, record)
+		if record && s == nil {
+			return InspectOut{}, RefuseWith(CallTo("inspect_node", "node", in.Node), "Call inspect_node instead: it reads the node and records nothing.",
+				"no round is open: record_inspection records into a round", "nothing was done")
+		}
 		if err := rec.admit(d, round.StepInspect, in.Node); err != nil {
 			return InspectOut{}, err
 		}
@@ -48,32 +82,112 @@ func inspectNode(record bool) Tool {
 		if err != nil {
 			return InspectOut{}, rec.hostFailure(round.StepInspect, in.Node, hostError(in.Node, "inspect", err))
 		}
-		var reasons []string
-		if !insp.Grub.EnvWritableAtBoot {
-			reasons = append(reasons, "grubenv is not writable at boot here ("+strings.Join(insp.Grub.Reasons, "; ")+"): a one-shot trial boot is unreliable")
+		hz := inspectionHazards(insp, target)
+		reasons := blockerReasons(hz)
+		var causes []string
+		for _, h := range hz {
+			causes = append(causes, h.reason)
 		}
-		if insp.KernelPanic <= 0 {
-			reasons = append(reasons, "kernel.panic is 0: a panicking kernel would hang instead of falling back")
-		}
-		if target != "" && !insp.TargetModules.Present && len(insp.NvidiaPackages) > 0 {
-			reasons = append(reasons, "no NVIDIA kernel modules for the target kernel "+target)
-		}
-		for _, b := range insp.Pending.Blockers {
-			reasons = append(reasons, "the pending upgrade would stop the round: "+b)
-		}
-		if insp.PendingError != "" {
-			reasons = append(reasons, "the pending upgrade could not be simulated: "+insp.PendingError)
-		}
-		if err := rec.check(round.StepInspect, in.Node, true, insp.Kernel, strings.Join(reasons, "; ")); err != nil {
+		if err := rec.check(round.StepInspect, in.Node, len(hz) == 0, insp.Kernel, strings.Join(causes, "; ")); err != nil {
 			return InspectOut{}, err
 		}
+		out := InspectOut{Inspection: &insp}
+		if len(hz) > 0 {
+			next := nextForHazards(in.Node, hz)
+			if rec != nil {
+				next = "Stop: " + next + " A person signs resume (after fixing it) or abort."
+			} else if s != nil {
+				next += " Tell a person before the window; flag what stays (record_lesson open_question)."
+			}
+			out.Result = Result{Reasons: append(reasons, notRecorded(rec)...), NextAction: next}
+			return out, nil
+		}
+		reasons = []string{inspectSummary(insp)}
 		next, call := "Run simulate_upgrade on this node next.", CallTo("simulate_upgrade", "node", in.Node)
 		if rec != nil {
 			next, call = "Run record_simulation on this node next.", CallTo("record_simulation", "node", in.Node)
 		}
-		if len(reasons) > 0 {
-			next, call = "Read the reasons: each is something the window would trip over. Tell a person; fix or flag it (record_lesson open_question) before the window.", nil
-		}
-		return InspectOut{Inspection: &insp, Result: Result{Reasons: reasons, NextAction: next, NextCall: call}}, nil
+		out.Result = Result{Reasons: append(reasons, notRecorded(rec)...), NextAction: next, NextCall: call}
+		return out, nil
 	})
+}
+
+// inspectSummary is a clean survey in one line.
+func inspectSummary(insp steps.Inspection) string {
+	s := fmt.Sprintf("kernel %s; %d package(s) pending", insp.Kernel, len(insp.Pending.Packages))
+	if insp.Pending.TargetKernel != "" {
+		s += ", new kernel " + insp.Pending.TargetKernel
+	}
+	if insp.Boot.FreeKB != nil && insp.Boot.NeedKB > 0 {
+		s += fmt.Sprintf("; %s has %s free for %s", orDash(insp.Boot.Dir), steps.SizeKB(*insp.Boot.FreeKB), steps.SizeKB(insp.Boot.NeedKB))
+	}
+	return s + "; dpkg idle, not interrupted"
+}
+
+// notRecorded says, outside a round's recording, that nothing was recorded.
+func notRecorded(rec *session) []string {
+	if rec != nil {
+		return nil
+	}
+	return []string{"read-only: nothing was recorded (no round needed)"}
+}
+
+// inspectAll inspects every node of the SSH inventory with bounded
+// concurrency and answers a table; it needs no cluster and records nothing.
+func inspectAll(ctx context.Context, d *Deps, p Progress) (InspectOut, error) {
+	h, err := d.hosts(ctx)
+	if err != nil {
+		return InspectOut{}, err
+	}
+	if h.Inventory == nil {
+		return InspectOut{}, Refuse("Configure ssh.inventory (an inventory file naming the nodes) and call again.", "no SSH inventory is configured: all needs one")
+	}
+	nodes, jumps := inventoryNodes(h.Inventory)
+	if len(nodes) == 0 {
+		return InspectOut{}, Refuse("Add the nodes to the SSH inventory file and call again.", "the SSH inventory names no node")
+	}
+	var done atomic.Int64
+	res := host.FanOut(ctx, nodes, d.Config.SSH.Concurrency, func(ctx context.Context, node string) (InspectRow, error) {
+		insp, err := h.Steps.Inspect(ctx, node, steps.InspectInput{})
+		p(float64(done.Add(1)), float64(len(nodes)), node)
+		if err != nil {
+			return InspectRow{}, err
+		}
+		hz := inspectionHazards(insp, "")
+		row := InspectRow{Node: node, Status: StatusOK, Kernel: insp.Kernel, Target: insp.Pending.TargetKernel,
+			Packages: len(insp.Pending.Packages), Blockers: len(hz)}
+		if len(hz) > 0 {
+			row.Status, row.Reason = StatusFailed, hz[0].reason
+		}
+		return row, nil
+	})
+	out := InspectOut{Nodes: make([]InspectRow, 0, len(res))}
+	var bad []string
+	var hz []hazard
+	for _, r := range res {
+		row := r.Value
+		if r.Err != nil {
+			f := hostError(r.Node, "inspect", r.Err)
+			row = InspectRow{Node: r.Node, Status: StatusFailed, Blockers: 1, Reason: f.Error()}
+			hz = append(hz, hazard{hostCauseOf(r.Err), r.Node + ": " + f.Error()})
+		} else if row.Blockers > 0 {
+			hz = append(hz, hazard{causeOfText(row.Reason), r.Node + ": " + row.Reason})
+		}
+		if row.Status != StatusOK {
+			bad = append(bad, r.Node)
+		}
+		out.Nodes = append(out.Nodes, row)
+	}
+	reasons := []string{fmt.Sprintf("%d of %d inventory nodes ready, %d with blockers", len(nodes)-len(bad), len(nodes), len(bad))}
+	if len(jumps) > 0 {
+		reasons = append(reasons, "left out as jump hosts: "+strings.Join(jumps, ", "))
+	}
+	reasons = append(reasons, clip(blockerReasons(hz), 20)...)
+	out.Reasons = append(reasons, notRecorded(nil)...)
+	if len(bad) > 0 {
+		out.NextAction = "Each node's row names its first blocker: inspect_node on that node shows them all and the next step for each (" + strings.Join(clip(bad, 10), ", ") + ")."
+		return out, nil
+	}
+	out.NextAction = "Every inventory node is ready: simulate_upgrade (and download_updates before the window) on each."
+	return out, nil
 }

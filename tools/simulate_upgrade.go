@@ -46,10 +46,13 @@ func simulateUpgrade(record bool) Tool {
 			return SimulateOut{}, rec.hostFailure(round.StepSimulate, in.Node, hostError(in.Node, "simulate upgrade", err))
 		}
 		kern, _ := h.Steps.Kernel(ctx, in.Node)
-		var problems []string
-		problems = append(problems, sim.Plan.Blockers...)
+		hz := simulationHazards(sim)
 		for _, u := range sim.Unheld {
-			problems = append(problems, "package "+u+" is installed but not held (apt-mark hold "+u+")")
+			hz = append(hz, hazard{CausePackages, "package " + u + " is installed but not held (apt-mark hold " + u + ")"})
+		}
+		var problems []string
+		for _, h := range hz {
+			problems = append(problems, h.reason)
 		}
 		out := SimulateOut{Simulation: &sim}
 		detail := fmt.Sprintf("plan %s: %d packages, target kernel %q", sim.Plan.Digest, len(sim.Plan.Packages), sim.Plan.TargetKernel)
@@ -60,8 +63,11 @@ func simulateUpgrade(record bool) Tool {
 			if err := rec.check(round.StepSimulate, in.Node, false, kern.Kernel, strings.Join(problems, "; ")); err != nil {
 				return out, err
 			}
-			out.Result = Result{Status: StatusFailed, Reasons: problems,
-				NextAction: "Stop: the round cannot go on with this plan. Tell a person; they fix the host (holds, conflicting packages) and sign a resume or abort."}
+			next := nextForHazards(in.Node, hz)
+			if rec != nil {
+				next = "Stop: the round cannot go on with this plan. " + next + " A person signs resume (after fixing it) or abort."
+			}
+			out.Result = Result{Status: StatusFailed, Reasons: append(blockerReasons(hz), notRecorded(rec)...), NextAction: next}
 			return out, nil
 		}
 		if rec != nil {
@@ -83,6 +89,7 @@ func simulateUpgrade(record bool) Tool {
 		if sim.Plan.TargetKernel == "" {
 			out.Reasons = append(out.Reasons, "no new kernel in this plan: the trial boot will reboot into the running kernel's successor only if one is installed")
 		}
+		out.Reasons = append(out.Reasons, notRecorded(rec)...)
 		return out, nil
 	})
 }

@@ -27,9 +27,9 @@ func SnapshotNode() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return SnapshotOut{}, err
 		}
-		s, err := d.openSession()
-		if err != nil {
-			return SnapshotOut{}, err
+		s := d.maybeSession(true)
+		if s == nil {
+			return snapshotHostOnly(ctx, d, in.Node)
 		}
 		n := s.j.State().Node(in.Node)
 		if n == nil {
@@ -58,4 +58,24 @@ func SnapshotNode() Tool {
 			NextAction: "drain_node this node once the previous node's window has closed behind a green gate; round_status names the call (approve_window first for a GPU server approved per window).",
 			NextCall:   CallTo("round_status")}}, nil
 	})
+}
+
+// snapshotHostOnly is snapshot_node without a round: the host part only
+// (host configuration and /etc/kubernetes; etcd is snapshotted in a round,
+// on a control-plane node), under a label of today's date. Nothing is
+// recorded.
+func snapshotHostOnly(ctx context.Context, d *Deps, node string) (SnapshotOut, error) {
+	h, err := d.hosts(ctx)
+	if err != nil {
+		return SnapshotOut{}, err
+	}
+	label := "host-" + d.now().UTC().Format("20060102")
+	snap, err := h.Steps.Snapshot(ctx, node, label, steps.RoleWorker, "")
+	if err != nil {
+		return SnapshotOut{Snapshot: &snap}, withReasons(hostError(node, "snapshot", err), "no round is open: nothing was recorded")
+	}
+	return SnapshotOut{Snapshot: &snap, Result: Result{
+		Reasons: []string{fmt.Sprintf("%d files in %s", len(snap.Files), snap.Dir),
+			"no round is open: the host part only (host configuration, /etc/kubernetes; no etcd), nothing was recorded"},
+		NextAction: "The backup stays on the node under " + snap.Dir + "."}}, nil
 }

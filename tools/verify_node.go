@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"sort"
 	"strings"
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
@@ -31,22 +32,38 @@ func verifyNode(record bool) Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return VerifyOut{}, err
 		}
-		s, err := d.checkSession(record)
-		if err != nil {
-			return VerifyOut{}, err
+		s := d.maybeSession(record)
+		if s == nil && record {
+			if _, err := d.openSession(); err != nil {
+				return VerifyOut{}, err
+			}
+			return VerifyOut{}, RefuseWith(CallTo("verify_node", "node", in.Node), "Call verify_node instead: it checks the node and records nothing.",
+				"no round is open: record_verification records into a round", "nothing was done")
 		}
 		rec := recording(s, record)
 		if err := rec.admit(d, round.StepVerify, in.Node); err != nil {
 			return VerifyOut{}, err
 		}
-		np, ok := s.nodePlan(d, in.Node)
-		if !ok || np.TargetKernel == "" {
-			return VerifyOut{}, Refuse("Run simulate_upgrade on the node first: it names the target kernel.", "no target kernel is recorded for "+in.Node)
-		}
-		vin := s.verifyInput(in.Node, np.TargetKernel)
 		h, err := d.hosts(ctx)
 		if err != nil {
 			return VerifyOut{}, err
+		}
+		var vin steps.VerifyInput
+		if s == nil {
+			// Host-only: the node is checked on the kernel it runs, against
+			// the intent's sysctls and bonds when an intent repository is
+			// at hand.
+			k, err := h.Steps.Kernel(ctx, in.Node)
+			if err != nil {
+				return VerifyOut{}, hostError(in.Node, "verify", err)
+			}
+			vin = hostOnlyVerifyInput(d, k.Kernel)
+		} else {
+			np, ok := s.nodePlan(d, in.Node)
+			if !ok || np.TargetKernel == "" {
+				return VerifyOut{}, Refuse("Run simulate_upgrade on the node first: it names the target kernel.", "no target kernel is recorded for "+in.Node)
+			}
+			vin = s.verifyInput(in.Node, np.TargetKernel)
 		}
 		v, err := h.Steps.Verify(ctx, in.Node, vin)
 		if err != nil {
@@ -59,6 +76,10 @@ func verifyNode(record bool) Tool {
 			}
 			out.Result = Result{Status: StatusFailed, Reasons: v.Problems,
 				NextAction: "Stop: the node is not healthy on the new kernel. Tell a person; the old kernel is still the default, so a reboot returns to it. They sign resume or abort."}
+			if s == nil {
+				out.Result = Result{Status: StatusFailed, Reasons: append(v.Problems, notRecorded(nil)...),
+					NextAction: "Tell a person: the node is not as the intent says (the reasons name each check); fix it on the node, then verify again."}
+			}
 			return out, nil
 		}
 		if err := rec.check(round.StepVerify, in.Node, true, v.Kernel, "verify green on "+v.Kernel); err != nil {
@@ -69,6 +90,34 @@ func verifyNode(record bool) Tool {
 		if rec != nil {
 			out.NextCall = CallTo("uncordon_node", "node", in.Node)
 		}
+		if s == nil {
+			out.Reasons = append(out.Reasons, notRecorded(nil)...)
+			out.NextAction = "The node is healthy on the kernel it runs."
+		}
 		return out, nil
 	})
+}
+
+// hostOnlyVerifyInput is what verify expects of a node outside a round: the
+// kernel it runs, and the intent's sysctls and bonds when the intent
+// repository can be read.
+func hostOnlyVerifyInput(d *Deps, kernel string) steps.VerifyInput {
+	vin := steps.VerifyInput{TargetKernel: kernel}
+	if d.Intent == nil {
+		return vin
+	}
+	r, err := d.Intent("")
+	if err != nil {
+		return vin
+	}
+	st, err := r.RoundSettings()
+	if err != nil || st.Node == nil {
+		return vin
+	}
+	vin.ExpectedSysctls = st.Node.Sysctls
+	for b := range st.Node.Bonds {
+		vin.ExpectedBonds = append(vin.ExpectedBonds, b)
+	}
+	sort.Strings(vin.ExpectedBonds)
+	return vin
 }

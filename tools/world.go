@@ -37,6 +37,39 @@ type HostAccess struct {
 	Steps  HostSteps
 	Pool   HostPool
 	Runner host.Runner
+	// Inventory is the SSH inventory the pool reaches nodes by (nil when
+	// none is at hand: a tool that works over the whole inventory refuses).
+	Inventory HostInventory
+}
+
+// HostInventory is what the fleet-wide host tools read of the SSH
+// inventory. *host.MapInventory satisfies it.
+type HostInventory interface {
+	Nodes() []string
+	Lookup(node string) (host.Target, error)
+}
+
+var _ HostInventory = (*host.MapInventory)(nil)
+
+// inventoryNodes are the nodes of the SSH inventory that are patch
+// targets: every node but those that other nodes reach through (jump
+// hosts), which are named apart.
+func inventoryNodes(inv HostInventory) (nodes, jumps []string) {
+	all := inv.Nodes()
+	isJump := map[string]bool{}
+	for _, n := range all {
+		if t, err := inv.Lookup(n); err == nil && t.Jump != "" {
+			isJump[t.Jump] = true
+		}
+	}
+	for _, n := range all {
+		if isJump[n] {
+			jumps = append(jumps, n)
+		} else {
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes, jumps
 }
 
 func (d *Deps) cluster(ctx context.Context) (*kube.Clients, error) {

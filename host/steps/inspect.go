@@ -119,6 +119,26 @@ type Inspection struct {
 	// NvidiaDriverVersion is the loaded driver's version ("" when none).
 	NvidiaDriverVersion string        `json:"nvidia_driver_version"`
 	TargetModules       NvidiaModules `json:"target_modules"`
+	// Dpkg is dpkg's state as the survey found it, without waiting.
+	Dpkg DpkgState `json:"dpkg"`
+	// Boot is the room on /boot for the kernels the pending upgrade
+	// installs, as simulate measures it.
+	Boot BootSpace `json:"boot"`
+}
+
+// DpkgState is dpkg's state on a node, read without waiting for its lock
+// or taking it.
+type DpkgState struct {
+	// Lock is the process holding dpkg's lock now (nil: none). Its PID is
+	// nil when the lock names no process.
+	Lock *DpkgLock `json:"lock,omitempty"`
+	// Interrupted: dpkg stopped half-way (its journal holds entries and no
+	// dpkg runs); FixCommand is what a person runs.
+	Interrupted bool   `json:"interrupted"`
+	FixCommand  string `json:"fix_command,omitempty"`
+	// Audit is what `dpkg --audit` reports (packages half-installed or
+	// half-configured); empty when all is well.
+	Audit string `json:"audit,omitempty"`
 }
 
 type inspectOut struct {
@@ -150,6 +170,17 @@ type inspectOut struct {
 	NvidiaProc      string                   `json:"nvidia_proc_version"`
 	NvidiaSMI       string                   `json:"nvidia_smi_driver"`
 	TargetMods      []string                 `json:"target_nvidia_modules"`
+	Locked          bool                     `json:"dpkg_locked"`
+	LockHolderPID   *int                     `json:"dpkg_lock_holder_pid"`
+	LockHolderCmd   string                   `json:"dpkg_lock_holder_command"`
+	Interrupted     bool                     `json:"dpkg_interrupted"`
+	FixCommand      string                   `json:"fix_command"`
+	DpkgAudit       string                   `json:"dpkg_audit"`
+	BootDir         string                   `json:"boot_dir"`
+	BootFreeKB      *int64                   `json:"boot_free_kb"`
+	BootNeedKB      int64                    `json:"boot_need_kb"`
+	BootNew         []string                 `json:"boot_new_kernels"`
+	BootShort       bool                     `json:"boot_short"`
 }
 
 // Inspect surveys a node (inspect.sh). It changes nothing on the node.
@@ -230,6 +261,11 @@ func inspectionOf(node, target string, o inspectOut) Inspection {
 		ins.NvidiaDriverVersion = strings.TrimSpace(o.NvidiaSMI)
 	}
 	ins.TargetModules = targetModules(target, pkgs, o.TargetMods)
+	ins.Dpkg = DpkgState{Interrupted: o.Interrupted, FixCommand: o.FixCommand, Audit: strings.TrimSpace(o.DpkgAudit)}
+	if o.Locked {
+		ins.Dpkg.Lock = &DpkgLock{PID: o.LockHolderPID, Command: o.LockHolderCmd}
+	}
+	ins.Boot = BootSpace{Dir: o.BootDir, FreeKB: o.BootFreeKB, NeedKB: o.BootNeedKB, NewKernels: nonNil(o.BootNew), Short: o.BootShort}
 	return ins
 }
 

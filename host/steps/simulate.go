@@ -150,10 +150,19 @@ type BootSpace struct {
 func (b BootSpace) ShortReason() string {
 	free := "unknown"
 	if b.FreeKB != nil {
-		free = fmt.Sprintf("%d MiB", *b.FreeKB/1024)
+		free = SizeKB(*b.FreeKB)
 	}
-	return fmt.Sprintf("%s has %s free, the new kernel(s) %s need about %d MiB (kernel and initrd, sized on the running one); free space on %s first (remove an old kernel)",
-		b.Dir, free, strings.Join(b.NewKernels, " "), b.NeedKB/1024, b.Dir)
+	return fmt.Sprintf("%s has %s free, the new kernel(s) %s need about %s (kernel and initrd, sized on the running one); free space on %s first (remove an old kernel)",
+		b.Dir, free, strings.Join(b.NewKernels, " "), SizeKB(b.NeedKB), b.Dir)
+}
+
+// SizeKB words a size given in KiB for a person: whole MiB from 1 MiB up,
+// KiB below it (336 KiB, not "0 MiB").
+func SizeKB(kb int64) string {
+	if kb < 1024 {
+		return fmt.Sprintf("%d KiB", kb)
+	}
+	return fmt.Sprintf("%d MiB", kb/1024)
 }
 
 // KubernetesPackages are the packages held through a round.

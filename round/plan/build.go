@@ -570,4 +570,10 @@ func orDash(s string) string {
 	return s
 }
 
-func mib(b int64) string { return fmt.Sprintf("%d MiB", b/(1<<20)) }
+// mib words a size in bytes: whole MiB from 1 MiB up, KiB below it.
+func mib(b int64) string {
+	if b < 1<<20 {
+		return fmt.Sprintf("%d KiB", b>>10)
+	}
+	return fmt.Sprintf("%d MiB", b/(1<<20))
+}

@@ -8,10 +8,14 @@
 # GRUB can write grubenv at boot (needed for a one-shot trial boot),
 # kernel.panic, Livepatch status, unattended-upgrades blacklist entries,
 # reboot-required, the NVIDIA driver version and, when TARGET_KERNEL is
-# given, the NVIDIA kernel modules built or packaged for that kernel.
+# given, the NVIDIA kernel modules built or packaged for that kernel. It
+# also reports dpkg's state without waiting for it (who holds its lock,
+# whether it was interrupted, what `dpkg --audit` says) and whether $BOOT_DIR
+# has room for the kernels the pending upgrade installs.
 #
 # Environment (default in brackets):
 #   TARGET_KERNEL       kernel release to look for NVIDIA modules for [none]
+#   BOOT_DIR            [/boot]                 free space for new kernels
 #   GRUB_CFG            [/boot/grub/grub.cfg]
 #   GRUB_DIR            [/boot/grub]            grubenv is $GRUB_DIR/grubenv
 #   GRUB_DEFAULTS       [/etc/default/grub]     plus $GRUB_DEFAULTS.d/*.cfg
@@ -179,6 +183,161 @@ EOT
 }
 # ---- boot-storage: end ----
 
+# ---- apt-guard: begin (copied from lib/apt-guard.sh by go generate; edit it there) ----
+# Real hosts: another apt or dpkg (unattended-upgrades, a person) may hold
+# dpkg's lock, and a dpkg that was interrupted must be finished by a person
+# before anything else runs. Both are read the way apt reads them: apt's own
+# words, and dpkg's journal ($DPKG_ADMINDIR/updates, files named by digits).
+FIX_DPKG='dpkg --configure -a'
+# dpkg_lock_holder: the pid of a process that holds dpkg's lock now (a lock
+# on its lock or lock-frontend file in /proc/locks; "?" for a lock that
+# names no process), empty when none. It never waits and never takes the
+# lock.
+dpkg_lock_holder() {
+	admin=${DPKG_ADMINDIR:-/var/lib/dpkg}
+	inodes=$(stat -c %i "$admin/lock" "$admin/lock-frontend" 2>/dev/null) || true
+	[ -n "$inodes" ] && [ -r /proc/locks ] || return 0
+	awk -v inodes="$inodes" 'BEGIN { n = split(inodes, l, "\n"); for (i = 1; i <= n; i++) want[l[i]] = 1 }
+		$2 != "->" { k = split($6, p, ":"); if (p[k] in want) { print ($5 > 0 ? $5 : "?"); exit } }' /proc/locks
+}
+# dpkg_busy: does a process hold dpkg's lock now? A running dpkg keeps a
+# journal too.
+dpkg_busy() { [ -n "$(dpkg_lock_holder)" ]; }
+# proc_command PID: the command line of a process ("" when gone).
+proc_command() {
+	if [ -n "$1" ] && [ -r "/proc/$1/cmdline" ]; then tr '\000' ' ' <"/proc/$1/cmdline" | sed 's/ *$//'; fi
+}
+# dpkg_interrupted [APT-OUTPUT-FILE]: did dpkg stop half-way? apt says so,
+# or dpkg's journal holds entries while no dpkg runs.
+dpkg_interrupted() {
+	if [ -n "${1:-}" ] && grep -q 'dpkg was interrupted' "$1" 2>/dev/null; then return 0; fi
+	[ -n "$(find "${DPKG_ADMINDIR:-/var/lib/dpkg}/updates" -maxdepth 1 -type f -name '[0-9]*' 2>/dev/null | head -n 1)" ] && ! dpkg_busy
+}
+# refuse_interrupted: stop before anything, naming what a person runs.
+refuse_interrupted() {
+	field_bool dpkg_interrupted 1
+	field_str fix_command "$FIX_DPKG"
+	refuse "dpkg was interrupted on this node (a package operation stopped half-way); nothing was changed. A person runs '$FIX_DPKG' as root on the node, reads its output, then runs this step again"
+}
+# apt_locked APT-OUTPUT-FILE: did apt give up waiting for dpkg's lock?
+apt_locked() { grep -Eq 'Could not get lock|Unable to acquire the dpkg' "$1"; }
+# refuse_locked APT-OUTPUT-FILE WAITED: stop, naming the holder apt named
+# ("It is held by process PID (NAME)"); the holder is left alone.
+refuse_locked() {
+	holder=$(sed -n 's/.*held by process \([0-9][0-9]*\) (\([^)]*\)).*/\1 \2/p' "$1" | head -n 1)
+	lpid=${holder%% *}
+	lname=${holder#* }
+	lcmd=$(proc_command "$lpid")
+	[ -n "$lcmd" ] || lcmd=$lname
+	field_bool dpkg_locked 1
+	field_int lock_holder_pid "$lpid"
+	field_str lock_holder_command "$lcmd"
+	field_int lock_waited_seconds "$2"
+	refuse "dpkg is locked by process ${lpid:-unknown} (${lcmd:-unknown}) and stayed locked for $2 s; nothing was changed and the holder was left alone. Let it finish (or ask who runs it), then run this step again"
+}
+# dpkg_ready SECONDS: take and release dpkg's lock with apt itself (apt-get
+# check, waiting at most SECONDS for a holder: DPkg::Lock::Timeout); refuses
+# when dpkg stays locked or was interrupted. Needs $TMPD.
+dpkg_ready() {
+	rc=0
+	# apt prints its "Waiting for cache lock" lines on stdout, errors on stderr.
+	LC_ALL=C apt-get -o DPkg::Lock::Timeout="$1" check >"$TMPD/check.out" 2>&1 || rc=$?
+	if [ "$rc" != 0 ] && apt_locked "$TMPD/check.out"; then refuse_locked "$TMPD/check.out" "$1"; fi
+	if dpkg_interrupted "$TMPD/check.out"; then refuse_interrupted; fi
+	[ "$rc" = 0 ] && return 0
+	fail "apt-get check exited $rc: $(tail -n 3 "$TMPD/check.out")"
+}
+# dpkg_state: dpkg's state as it is now, for a survey that must not wait or
+# change anything: whether a process holds its lock and which (dpkg_locked,
+# dpkg_lock_holder_pid and _command),
+# whether it was interrupted (dpkg_interrupted, with fix_command) and what
+# `dpkg --audit` finds (dpkg_audit: packages half-installed or
+# half-configured; empty when all is well).
+dpkg_state() {
+	holder=$(dpkg_lock_holder)
+	field_bool dpkg_locked "$(yes_if [ -n "$holder" ])"
+	field_int dpkg_lock_holder_pid "$holder"
+	field_str dpkg_lock_holder_command "$(proc_command "$holder")"
+	if dpkg_interrupted; then
+		field_bool dpkg_interrupted 1
+		field_str fix_command "$FIX_DPKG"
+	else
+		field_bool dpkg_interrupted 0
+	fi
+	audit=$(LC_ALL=C dpkg --audit 2>&1) || true
+	field_text dpkg_audit "$audit"
+}
+# ---- apt-guard: end ----
+
+# ---- boot-space: begin (copied from lib/boot-space.sh by go generate; edit it there) ----
+# boot_space PLAN-LINES: does /boot hold the kernels the plan installs? A
+# kernel whose initrd does not fit leaves dpkg half-configured. Each new
+# linux-image-<release> needs about what the running kernel's files take in
+# $BOOT_DIR (vmlinuz, initrd.img, System.map, config) plus 20 %, at least
+# 64 MiB. Sets BOOT_FREE_KB (empty when df cannot tell), BOOT_NEED_KB,
+# BOOT_NEW_KERNELS (one per line) and BOOT_SHORT (1 when it does not fit).
+boot_space() {
+	BOOT_NEW_KERNELS=$(printf '%s\n' "$1" | awk '$1 == "Inst" && $2 ~ /^linux-image-[0-9]/ && $3 == "-" { sub(/^linux-image-/, "", $2); print $2 }')
+	per=0
+	running=$(uname -r)
+	for f in vmlinuz initrd.img System.map config; do
+		[ -f "$BOOT_DIR/$f-$running" ] || continue
+		kb=$(du -k "$BOOT_DIR/$f-$running")
+		per=$((per + ${kb%%[!0-9]*}))
+	done
+	per=$((per * 12 / 10))
+	[ "$per" -ge 65536 ] || per=65536
+	n=$(printf '%s\n' "$BOOT_NEW_KERNELS" | grep -c . || true)
+	BOOT_NEED_KB=$((n * per))
+	BOOT_FREE_KB=$(df -Pk "$BOOT_DIR" 2>/dev/null | awk 'NR == 2 { print $4 }') || BOOT_FREE_KB=''
+	BOOT_SHORT=0
+	case $BOOT_FREE_KB in
+	'' | *[!0-9]*) BOOT_FREE_KB='' ;;
+	*) if [ "$BOOT_FREE_KB" -lt "$BOOT_NEED_KB" ]; then BOOT_SHORT=1; fi ;;
+	esac
+}
+# boot_fields: report boot_space's findings.
+boot_fields() {
+	field_str boot_dir "$BOOT_DIR"
+	field_int boot_free_kb "$BOOT_FREE_KB"
+	field_int boot_need_kb "$BOOT_NEED_KB"
+	field_lines boot_new_kernels "$BOOT_NEW_KERNELS"
+	field_bool boot_short "$BOOT_SHORT"
+}
+# size_kb KB: a size in KiB for a person: whole MiB from 1 MiB up, KiB
+# below it (336 KiB, not "0 MiB").
+size_kb() {
+	if [ "$1" -lt 1024 ]; then printf '%s KiB' "$1"; else printf '%s MiB' "$(($1 / 1024))"; fi
+}
+# boot_short_reason: the words of a /boot that is too small.
+boot_short_reason() {
+	printf '%s has %s free, the new kernel(s) %s need about %s (kernel and initrd, sized on the running one); free space on %s first (remove an old kernel), nothing was changed' \
+		"$BOOT_DIR" "$(size_kb "$BOOT_FREE_KB")" "$(printf '%s' "$BOOT_NEW_KERNELS" | tr '\n' ' ' | sed 's/ *$//')" "$(size_kb "$BOOT_NEED_KB")" "$BOOT_DIR"
+}
+# ---- boot-space: end ----
+
+# ---- plan-digest: begin (copied from lib/plan-digest.sh by go generate; edit it there) ----
+# plan_lines: read `apt-get -s` output, print the canonical package set: one
+# line per Inst, Remv or Purg line, "<op> <package> <old> <new> <arch>" with
+# "-" for a missing part. plan_digest: sha256 of those lines sorted
+# bytewise, each ending in a newline (the Go side computes the same).
+plan_lines() {
+	LC_ALL=C awk -F '[ \t]+' '
+	{ sub(/^[ \t]+/, "") }
+	$1 == "Inst" || $1 == "Remv" || $1 == "Purg" {
+		old = "-"; new = "-"; arch = "-"; i = 3
+		if (i <= NF && $i ~ /^\[.*\]$/) { old = substr($i, 2, length($i) - 2); i++ }
+		for (; i <= NF; i++) if (substr($i, 1, 1) == "(") { new = substr($i, 2); i++; break }
+		for (; i <= NF; i++) if ($i ~ /^\[.*\]\)$/) { arch = substr($i, 2, length($i) - 3); break }
+		if (old == "") old = "-"
+		if (new == "") new = "-"
+		if (arch == "") arch = "-"
+		print $1 " " $2 " " old " " new " " arch
+	}'
+}
+plan_digest() { plan_lines | LC_ALL=C sort | sha256sum | sed 's/ .*//; s/^/sha256:/'; }
+# ---- plan-digest: end ----
+
 # ---- host-survey: begin (copied from lib/host-survey.sh by go generate; edit it there) ----
 # The read-only survey of a node, in parts a script calls in this order:
 # survey_input (the paths), survey_kernel, survey_packages, then its own
@@ -310,9 +469,11 @@ survey_modules() {
 # ---- host-survey: end ----
 
 : "${TARGET_KERNEL:=}"
+: "${BOOT_DIR:=/boot}"
 
 STAGE='checking input'
 if [ -n "$TARGET_KERNEL" ]; then check_kernel TARGET_KERNEL "$TARGET_KERNEL"; fi
+check_path BOOT_DIR "$BOOT_DIR"
 survey_input
 make_tmpdir
 
@@ -325,6 +486,13 @@ sim=$(LC_ALL=C apt-get -s full-upgrade 2>"$TMPD/apt.err") || rc=$?
 field_text apt_simulate "$sim"
 field_text apt_simulate_stderr "$(cat "$TMPD/apt.err")"
 field_int apt_simulate_exit "$rc"
+
+STAGE='reading dpkg state (lock holder, journal, dpkg --audit; without waiting)'
+dpkg_state
+
+STAGE="checking $BOOT_DIR has room for the pending upgrade's kernels"
+boot_space "$(printf '%s\n' "$sim" | plan_lines)"
+boot_fields
 
 survey_boot
 

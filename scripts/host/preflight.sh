@@ -149,15 +149,23 @@ check_kernel() {
 # before anything else runs. Both are read the way apt reads them: apt's own
 # words, and dpkg's journal ($DPKG_ADMINDIR/updates, files named by digits).
 FIX_DPKG='dpkg --configure -a'
-# dpkg_busy: does a process hold dpkg's lock now (a lock on its lock or
-# lock-frontend file in /proc/locks)? A running dpkg keeps a journal too.
-dpkg_busy() {
+# dpkg_lock_holder: the pid of a process that holds dpkg's lock now (a lock
+# on its lock or lock-frontend file in /proc/locks; "?" for a lock that
+# names no process), empty when none. It never waits and never takes the
+# lock.
+dpkg_lock_holder() {
 	admin=${DPKG_ADMINDIR:-/var/lib/dpkg}
 	inodes=$(stat -c %i "$admin/lock" "$admin/lock-frontend" 2>/dev/null) || true
-	[ -n "$inodes" ] && [ -r /proc/locks ] || return 1
+	[ -n "$inodes" ] && [ -r /proc/locks ] || return 0
 	awk -v inodes="$inodes" 'BEGIN { n = split(inodes, l, "\n"); for (i = 1; i <= n; i++) want[l[i]] = 1 }
-		{ f = ($2 == "->") ? $7 : $6; k = split(f, p, ":"); if (p[k] in want) found = 1 }
-		END { exit !found }' /proc/locks
+		$2 != "->" { k = split($6, p, ":"); if (p[k] in want) { print ($5 > 0 ? $5 : "?"); exit } }' /proc/locks
+}
+# dpkg_busy: does a process hold dpkg's lock now? A running dpkg keeps a
+# journal too.
+dpkg_busy() { [ -n "$(dpkg_lock_holder)" ]; }
+# proc_command PID: the command line of a process ("" when gone).
+proc_command() {
+	if [ -n "$1" ] && [ -r "/proc/$1/cmdline" ]; then tr '\000' ' ' <"/proc/$1/cmdline" | sed 's/ *$//'; fi
 }
 # dpkg_interrupted [APT-OUTPUT-FILE]: did dpkg stop half-way? apt says so,
 # or dpkg's journal holds entries while no dpkg runs.
@@ -179,8 +187,7 @@ refuse_locked() {
 	holder=$(sed -n 's/.*held by process \([0-9][0-9]*\) (\([^)]*\)).*/\1 \2/p' "$1" | head -n 1)
 	lpid=${holder%% *}
 	lname=${holder#* }
-	lcmd=''
-	if [ -n "$lpid" ] && [ -r "/proc/$lpid/cmdline" ]; then lcmd=$(tr '\000' ' ' <"/proc/$lpid/cmdline" | sed 's/ *$//'); fi
+	lcmd=$(proc_command "$lpid")
 	[ -n "$lcmd" ] || lcmd=$lname
 	field_bool dpkg_locked 1
 	field_int lock_holder_pid "$lpid"
@@ -199,6 +206,26 @@ dpkg_ready() {
 	if dpkg_interrupted "$TMPD/check.out"; then refuse_interrupted; fi
 	[ "$rc" = 0 ] && return 0
 	fail "apt-get check exited $rc: $(tail -n 3 "$TMPD/check.out")"
+}
+# dpkg_state: dpkg's state as it is now, for a survey that must not wait or
+# change anything: whether a process holds its lock and which (dpkg_locked,
+# dpkg_lock_holder_pid and _command),
+# whether it was interrupted (dpkg_interrupted, with fix_command) and what
+# `dpkg --audit` finds (dpkg_audit: packages half-installed or
+# half-configured; empty when all is well).
+dpkg_state() {
+	holder=$(dpkg_lock_holder)
+	field_bool dpkg_locked "$(yes_if [ -n "$holder" ])"
+	field_int dpkg_lock_holder_pid "$holder"
+	field_str dpkg_lock_holder_command "$(proc_command "$holder")"
+	if dpkg_interrupted; then
+		field_bool dpkg_interrupted 1
+		field_str fix_command "$FIX_DPKG"
+	else
+		field_bool dpkg_interrupted 0
+	fi
+	audit=$(LC_ALL=C dpkg --audit 2>&1) || true
+	field_text dpkg_audit "$audit"
 }
 # ---- apt-guard: end ----
 
@@ -237,10 +264,15 @@ boot_fields() {
 	field_lines boot_new_kernels "$BOOT_NEW_KERNELS"
 	field_bool boot_short "$BOOT_SHORT"
 }
+# size_kb KB: a size in KiB for a person: whole MiB from 1 MiB up, KiB
+# below it (336 KiB, not "0 MiB").
+size_kb() {
+	if [ "$1" -lt 1024 ]; then printf '%s KiB' "$1"; else printf '%s MiB' "$(($1 / 1024))"; fi
+}
 # boot_short_reason: the words of a /boot that is too small.
 boot_short_reason() {
-	printf '%s has %s MiB free, the new kernel(s) %s need about %s MiB (kernel and initrd, sized on the running one); free space on %s first (remove an old kernel), nothing was changed' \
-		"$BOOT_DIR" "$((BOOT_FREE_KB / 1024))" "$(printf '%s' "$BOOT_NEW_KERNELS" | tr '\n' ' ' | sed 's/ *$//')" "$((BOOT_NEED_KB / 1024))" "$BOOT_DIR"
+	printf '%s has %s free, the new kernel(s) %s need about %s (kernel and initrd, sized on the running one); free space on %s first (remove an old kernel), nothing was changed' \
+		"$BOOT_DIR" "$(size_kb "$BOOT_FREE_KB")" "$(printf '%s' "$BOOT_NEW_KERNELS" | tr '\n' ' ' | sed 's/ *$//')" "$(size_kb "$BOOT_NEED_KB")" "$BOOT_DIR"
 }
 # ---- boot-space: end ----
 

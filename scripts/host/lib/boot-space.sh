@@ -32,8 +32,13 @@ boot_fields() {
 	field_lines boot_new_kernels "$BOOT_NEW_KERNELS"
 	field_bool boot_short "$BOOT_SHORT"
 }
+# size_kb KB: a size in KiB for a person: whole MiB from 1 MiB up, KiB
+# below it (336 KiB, not "0 MiB").
+size_kb() {
+	if [ "$1" -lt 1024 ]; then printf '%s KiB' "$1"; else printf '%s MiB' "$(($1 / 1024))"; fi
+}
 # boot_short_reason: the words of a /boot that is too small.
 boot_short_reason() {
-	printf '%s has %s MiB free, the new kernel(s) %s need about %s MiB (kernel and initrd, sized on the running one); free space on %s first (remove an old kernel), nothing was changed' \
-		"$BOOT_DIR" "$((BOOT_FREE_KB / 1024))" "$(printf '%s' "$BOOT_NEW_KERNELS" | tr '\n' ' ' | sed 's/ *$//')" "$((BOOT_NEED_KB / 1024))" "$BOOT_DIR"
+	printf '%s has %s free, the new kernel(s) %s need about %s (kernel and initrd, sized on the running one); free space on %s first (remove an old kernel), nothing was changed' \
+		"$BOOT_DIR" "$(size_kb "$BOOT_FREE_KB")" "$(printf '%s' "$BOOT_NEW_KERNELS" | tr '\n' ' ' | sed 's/ *$//')" "$(size_kb "$BOOT_NEED_KB")" "$BOOT_DIR"
 }
