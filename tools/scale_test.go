@@ -174,15 +174,15 @@ func (f *fleet) commitWindow(node string) time.Duration {
 
 // windowCost is what one window cost and wrote.
 type windowCost struct {
-	Window       int
-	Wall, CPU    time.Duration
-	Commit       time.Duration
-	Written      int64 // bytes the process wrote (write(2) calls: journal, state, audit, git objects, nonces)
-	RoundFiles   int64 // growth of rounds/<id>/ on disk
-	Repo         int64 // growth of .git on disk
-	Status       time.Duration
-	StatusBytes  int
-	Calls        map[string]time.Duration
+	Window      int
+	Wall, CPU   time.Duration
+	Commit      time.Duration
+	Written     int64 // bytes the process wrote (write(2) calls: journal, state, audit, git objects, nonces)
+	RoundFiles  int64 // growth of rounds/<id>/ on disk
+	Repo        int64 // growth of .git on disk
+	Status      time.Duration
+	StatusBytes int
+	Calls       map[string]time.Duration
 }
 
 // measureWindow runs window i (1-based) of the round and what it cost.
@@ -330,4 +330,3 @@ func loadAvg() string {
 	}
 	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
-
