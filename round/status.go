@@ -24,16 +24,23 @@ const (
 // Status is the round_status view: where the round stands and what to do
 // next, in words an agent can act on.
 type Status struct {
-	RoundID       string       `json:"round_id"`
-	Phase         Phase        `json:"phase"`
-	CurrentWindow string       `json:"current_window,omitempty"`
-	WindowsClosed int          `json:"windows_closed"`
-	WindowsTotal  int          `json:"windows_total"`
-	Stop          *Stop        `json:"stop,omitempty"`
-	NeedsRecheck  []Target     `json:"needs_recheck,omitempty"`
-	Nodes         []NodeStatus `json:"nodes,omitempty"`
-	RoundSteps    []StepStatus `json:"round_steps"`
-	SoakEndsAt    time.Time    `json:"soak_ends_at,omitzero"`
+	RoundID       string `json:"round_id"`
+	Phase         Phase  `json:"phase"`
+	CurrentWindow string `json:"current_window,omitempty"`
+	WindowsClosed int    `json:"windows_closed"`
+	WindowsTotal  int    `json:"windows_total"`
+	// Windows counts the nodes by window state (pending, open, closed).
+	Windows map[WindowState]int `json:"windows,omitempty"`
+	// NodesShown is how many rows Nodes holds; fewer than WindowsTotal
+	// when the rows are a page (Page). NextCursor is the cursor of the
+	// next page, 0 when this is the last.
+	NodesShown   int          `json:"nodes_shown"`
+	NextCursor   int          `json:"next_cursor,omitempty"`
+	Stop         *Stop        `json:"stop,omitempty"`
+	NeedsRecheck []Target     `json:"needs_recheck,omitempty"`
+	Nodes        []NodeStatus `json:"nodes,omitempty"`
+	RoundSteps   []StepStatus `json:"round_steps"`
+	SoakEndsAt   time.Time    `json:"soak_ends_at,omitzero"`
 	// Next is the step (or decision) that comes next, when there is one.
 	Next *Next `json:"next,omitempty"`
 	// NextAction says in plain words what to do now.
@@ -118,8 +125,13 @@ func (s *State) Status(now time.Time) Status {
 		if n.Window == WindowClosed {
 			st.WindowsClosed++
 		}
+		if st.Windows == nil {
+			st.Windows = map[WindowState]int{}
+		}
+		st.Windows[n.Window]++
 		st.Nodes = append(st.Nodes, ns)
 	}
+	st.NodesShown = len(st.Nodes)
 	for _, step := range RoundSteps {
 		if r := s.RoundSteps[step]; r != nil {
 			st.RoundSteps = append(st.RoundSteps, stepStatus(step, r))
@@ -143,6 +155,82 @@ func (s *State) Status(now time.Time) Status {
 		st.Phase = PhaseClosing
 	}
 	st.Next, st.NextAction = s.next(now)
+	return st
+}
+
+// NodeQuery picks the node rows of a status: one node, the nodes whose
+// window is in one state, a page from a cursor. The summary (counts,
+// current window, stop, next) is whole whatever it picks.
+type NodeQuery struct {
+	// Node, when set, picks that node alone.
+	Node string
+	// Window, when set, picks the nodes whose window is in that state.
+	Window WindowState
+	// Cursor is the position (1-based) the page starts at. 0: the whole
+	// fleet for a round of at most AllNodesUpTo nodes, else the first node
+	// whose window is not closed (the open window, then what comes next),
+	// and no rows once every window is closed.
+	Cursor int
+	// Limit is the most rows a page holds; 0 is PageNodes, and it is at
+	// most MaxPageNodes.
+	Limit int
+}
+
+// Paging bounds: a round of up to AllNodesUpTo nodes shows every node
+// (unless asked for less); a larger one shows a page, so what an agent
+// reads stays the same size at a thousand nodes as at ten.
+const (
+	AllNodesUpTo = 50
+	PageNodes    = 10
+	MaxPageNodes = 25
+)
+
+// Page keeps the node rows q picks and says where the next page starts.
+func (st Status) Page(q NodeQuery) Status {
+	limit := q.Limit
+	switch {
+	case limit <= 0:
+		limit = PageNodes
+	case limit > MaxPageNodes:
+		limit = MaxPageNodes
+	}
+	all := st.Nodes
+	if q.Node == "" && q.Window == "" && q.Cursor == 0 && q.Limit == 0 && len(all) <= AllNodesUpTo {
+		return st
+	}
+	cursor := q.Cursor
+	if cursor <= 0 {
+		cursor = 1
+		if q.Node == "" && q.Window == "" {
+			// The open window and what comes next; once every window
+			// is closed, the summary alone (cursor 1 reads from the
+			// start).
+			cursor = len(all) + 1
+			for _, n := range all {
+				if n.Window != WindowClosed {
+					cursor = n.Index
+					break
+				}
+			}
+			if cursor > len(all) {
+				st.Nodes, st.NodesShown, st.NextCursor = nil, 0, 1
+				return st
+			}
+		}
+	}
+	var rows []NodeStatus
+	st.NextCursor = 0
+	for _, n := range all {
+		if n.Index < cursor || (q.Node != "" && n.Node != q.Node) || (q.Window != "" && n.Window != q.Window) {
+			continue
+		}
+		if len(rows) == limit {
+			st.NextCursor = n.Index
+			break
+		}
+		rows = append(rows, n)
+	}
+	st.Nodes, st.NodesShown = rows, len(rows)
 	return st
 }
 
@@ -355,6 +443,16 @@ func RenderStatusText(w io.Writer, st Status) error {
 		fmt.Fprintf(&b, ", window open on %s", st.CurrentWindow)
 	}
 	fmt.Fprintf(&b, ", %d/%d windows closed\n", st.WindowsClosed, st.WindowsTotal)
+	if st.NodesShown < st.WindowsTotal {
+		fmt.Fprintf(&b, "windows: %d pending, %d open, %d closed; %d node(s) shown", st.Windows[WindowPending], st.Windows[WindowOpen], st.Windows[WindowClosed], st.NodesShown)
+		if len(st.Nodes) > 0 {
+			fmt.Fprintf(&b, " from position %d", st.Nodes[0].Index)
+		}
+		if st.NextCursor > 0 {
+			fmt.Fprintf(&b, "; next page: cursor %d", st.NextCursor)
+		}
+		b.WriteString("\n")
+	}
 	if st.Stop != nil {
 		fmt.Fprintf(&b, "STOPPED at %s", st.Stop.Step)
 		if st.Stop.Node != "" {

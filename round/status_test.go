@@ -2,9 +2,11 @@ package round
 
 import (
 	"bytes"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -178,5 +180,115 @@ func TestStatusListsStartedStepsOnly(t *testing.T) {
 				t.Errorf("gpu-a's row: %q", line)
 			}
 		}
+	}
+}
+
+// A thousand-node round's status is a summary and a page: at the start,
+// in the middle and at the end it stays within 16 KB as JSON and as the
+// text table, names the open window, and pages on by cursor; a filter by
+// node or window state picks those rows alone. A small round shows
+// every node.
+func TestStatusPagesALargeRound(t *testing.T) {
+	st := NewState("2026-11")
+	seq := uint64(0)
+	now := base
+	add := func(r Record) {
+		t.Helper()
+		seq++
+		now = now.Add(time.Second)
+		r.Seq, r.Time = seq, now
+		if err := st.Apply(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, err := PlanOrder(bigFleet(1000), Placement{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(Record{Kind: KindSessionOpened, Round: "2026-11"})
+	add(Record{Kind: KindPlan, Plan: &Plan{Order: o}})
+	add(Record{Kind: KindStepStarted, Step: StepBaseline})
+	add(Record{Kind: KindStepFinished, Step: StepBaseline, Outcome: OutcomeDone})
+	window := func(node string, gpu bool, through Step) {
+		for _, s := range NodeSteps {
+			if s == StepGPUAcceptance && !gpu {
+				continue
+			}
+			add(Record{Kind: KindStepStarted, Step: s, Node: node, Detail: "a detail of some length, as a step leaves"})
+			if s == through {
+				return
+			}
+			add(Record{Kind: KindStepFinished, Step: s, Node: node, Outcome: OutcomeDone, Detail: "finished with a detail of some length"})
+		}
+	}
+	check := func(when string, wantOpen string) Status {
+		t.Helper()
+		s := st.Status(now).Page(NodeQuery{})
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var txt strings.Builder
+		if err := RenderStatusText(&txt, s); err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > 16<<10 || txt.Len() > 16<<10 {
+			t.Errorf("%s: status is %d bytes of JSON and %d of text, want at most 16 KiB each", when, len(b), txt.Len())
+		}
+		if s.WindowsTotal != 1000 || s.NodesShown != len(s.Nodes) || s.NodesShown > PageNodes {
+			t.Errorf("%s: %d of %d nodes shown in %d rows", when, s.NodesShown, s.WindowsTotal, len(s.Nodes))
+		}
+		if wantOpen != "" && (s.CurrentWindow != wantOpen || len(s.Nodes) == 0 || s.Nodes[0].Node != wantOpen) {
+			t.Errorf("%s: the page starts at %+v, want the open window %s first", when, s.Nodes[:min(1, len(s.Nodes))], wantOpen)
+		}
+		if !strings.Contains(txt.String(), "node(s) shown") {
+			t.Errorf("%s: the text does not say it is a page:\n%s", when, txt.String())
+		}
+		return s
+	}
+	check("planned", "")
+	for i, p := range o.Positions {
+		if i == 500 {
+			window(p.Node, p.GPU, StepInstall)
+			s := check("window 501 open", p.Node)
+			if s.Windows[WindowClosed] != 500 || s.Windows[WindowOpen] != 1 || s.Windows[WindowPending] != 499 {
+				t.Errorf("windows by state: %v", s.Windows)
+			}
+			next := st.Status(now).Page(NodeQuery{Cursor: s.NextCursor})
+			if s.NextCursor != i+1+PageNodes || len(next.Nodes) != PageNodes || next.Nodes[0].Index != s.NextCursor {
+				t.Errorf("next page from cursor %d: %d rows from %+v", s.NextCursor, len(next.Nodes), next.Nodes[:1])
+			}
+			one := st.Status(now).Page(NodeQuery{Node: "gpu-0002"})
+			if len(one.Nodes) != 1 || one.Nodes[0].Node != "gpu-0002" || one.Nodes[0].Window != WindowClosed || len(one.Nodes[0].Steps) == 0 {
+				t.Errorf("node gpu-0002 alone: %+v", one.Nodes)
+			}
+			closed := st.Status(now).Page(NodeQuery{Window: WindowClosed, Limit: MaxPageNodes + 5})
+			if len(closed.Nodes) != MaxPageNodes || closed.Nodes[0].Index != 1 || closed.NextCursor != MaxPageNodes+1 {
+				t.Errorf("closed windows: %d rows from %d, next %d", len(closed.Nodes), closed.Nodes[0].Index, closed.NextCursor)
+			}
+			add(Record{Kind: KindStepFinished, Step: StepInstall, Node: p.Node, Outcome: OutcomeDone})
+			for _, s := range NodeSteps[slices.Index(NodeSteps, StepInstall)+1:] {
+				if s != StepGPUAcceptance || p.GPU {
+					add(Record{Kind: KindStepStarted, Step: s, Node: p.Node})
+					add(Record{Kind: KindStepFinished, Step: s, Node: p.Node, Outcome: OutcomeDone})
+				}
+			}
+			continue
+		}
+		window(p.Node, p.GPU, "")
+	}
+	check("every window closed", "")
+
+	small := NewState("2026-11")
+	st = small
+	seq = 0
+	o10, err := PlanOrder(bigFleet(10), Placement{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(Record{Kind: KindSessionOpened, Round: "2026-11"})
+	add(Record{Kind: KindPlan, Plan: &Plan{Order: o10}})
+	if s := small.Status(now).Page(NodeQuery{}); len(s.Nodes) != 10 || s.NodesShown != 10 || s.NextCursor != 0 {
+		t.Errorf("a 10-node round shows %d rows (shown %d, next %d), want every node", len(s.Nodes), s.NodesShown, s.NextCursor)
 	}
 }

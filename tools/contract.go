@@ -163,6 +163,7 @@ var inputEnums = map[string][]any{
 	"record_decision.decision": {"resume", "abort", "hypervisor_snapshot_taken", "residual_risk_accepted"},
 	"record_decision.step":     {"verify", "gpu_acceptance", "gate", "fleet_check"},
 	"record_lesson.kind":       {"lesson", "open_question"},
+	"round_status.window":      {"pending", "open", "closed"},
 }
 
 // callAgain matches a next action that is the same call again.

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -125,9 +126,12 @@ var _ HostSteps = (*fleetHosts)(nil)
 // signer is a person's SSH key, made and used by the real ssh-keygen.
 type signer struct {
 	key, principal string
+	// mem, when set, is the key in this process: sign signs with it
+	// (policy.Sign, the same SSHSIG as ssh-keygen -Y sign).
+	mem ssh.Signer
 }
 
-func newSigner(t *testing.T, dir, principal string) signer {
+func newSigner(t testing.TB, dir, principal string) signer {
 	t.Helper()
 	if _, err := exec.LookPath("ssh-keygen"); err != nil {
 		t.Fatalf("the fleet rig signs with the real ssh-keygen (openssh-client): %v", err)
@@ -139,7 +143,7 @@ func newSigner(t *testing.T, dir, principal string) signer {
 	return signer{key: key, principal: principal}
 }
 
-func (s signer) allowedLine(t *testing.T) string {
+func (s signer) allowedLine(t testing.TB) string {
 	t.Helper()
 	pub, err := os.ReadFile(s.key + ".pub")
 	if err != nil {
@@ -150,8 +154,15 @@ func (s signer) allowedLine(t *testing.T) string {
 
 // sign signs a request or statement as a person would by hand
 // (ssh-keygen -Y sign -n mcp-patch, then the text and its signature).
-func (s signer) sign(t *testing.T, text string) string {
+func (s signer) sign(t testing.TB, text string) string {
 	t.Helper()
+	if s.mem != nil {
+		res, err := policy.Sign(s.mem, []byte(text))
+		if err != nil {
+			t.Fatalf("sign: %v", err)
+		}
+		return text + string(res.Signature)
+	}
 	f := filepath.Join(t.TempDir(), "request.txt")
 	if err := os.WriteFile(f, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
@@ -168,7 +179,7 @@ func (s signer) sign(t *testing.T, text string) string {
 
 // fleet is the rig.
 type fleet struct {
-	t      *testing.T
+	t      testing.TB
 	d      *Deps
 	repo   string
 	kube   *fake.Clientset
@@ -189,7 +200,7 @@ type modelEndpoint struct {
 	calls atomic.Int64
 }
 
-func newModelEndpoint(t *testing.T) *modelEndpoint {
+func newModelEndpoint(t testing.TB) *modelEndpoint {
 	m := &modelEndpoint{}
 	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.calls.Add(1)
@@ -215,7 +226,7 @@ type webhookSink struct {
 	seen  chan struct{}
 }
 
-func newWebhookSink(t *testing.T) *webhookSink {
+func newWebhookSink(t testing.TB) *webhookSink {
 	s := &webhookSink{seen: make(chan struct{}, 256)}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(time.Duration(s.delay.Load()))
@@ -271,7 +282,7 @@ var modelURLRE = regexp.MustCompile(`(?m)^(\s*url:\s*).*$`)
 
 // intentRepo copies examples/intent into dir, points the model endpoint at
 // url and commits it on main with the real git.
-func intentRepo(t *testing.T, dir, url string) {
+func intentRepo(t testing.TB, dir, url string) {
 	t.Helper()
 	sub, err := fs.Sub(examples.Intent, "intent")
 	if err != nil {
@@ -320,7 +331,7 @@ func workloadPod(ns, name, node, rs string) *corev1.Pod {
 // newFleet is a cluster of cp-1 (control plane), gpu-1 (GPU canary) and
 // gpu-2 (GPU), each running fRunning with fTarget to install, one
 // inference pod on each GPU server.
-func newFleet(t *testing.T, configure ...func(*config.Config)) *fleet {
+func newFleet(t testing.TB, configure ...func(*config.Config)) *fleet {
 	t.Helper()
 	f := &fleet{t: t, now: time.Date(2026, 11, 3, 8, 0, 0, 0, time.UTC), model: newModelEndpoint(t), hooks: newWebhookSink(t)}
 	f.repo = filepath.Join(t.TempDir(), "intent")

@@ -13,6 +13,12 @@ import (
 // RoundStatusIn optionally names a round.
 type RoundStatusIn struct {
 	Round string `json:"round,omitempty" jsonschema:"default: the open round"`
+	// Node, Window, Cursor and Limit pick the node rows; the summary is
+	// whole whatever they pick.
+	Node   string `json:"node,omitempty" jsonschema:"only this node's row"`
+	Window string `json:"window,omitempty" jsonschema:"only nodes whose window is in this state"`
+	Cursor int    `json:"cursor,omitempty" jsonschema:"position to page from (next_cursor)"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"rows per page, at most 25"`
 }
 
 // RoundStatusOut is where the round stands.
@@ -32,12 +38,16 @@ func RoundStatus() Tool {
 	return New[RoundStatusIn, RoundStatusOut](Spec{
 		Name:  "round_status",
 		Title: "Round status",
-		Description: "Where the round stands, from its journal: phase, open window, each node's steps, a stop and why, steps a " +
-			"crash left in flight, the soak's end, ETA; the next step as next_call.",
+		Description: "Where the round stands, from its journal: phase, windows by state, open window, a stop and why, steps a " +
+			"crash left in flight, the soak's end, ETA; then each node's steps (a page past 50 nodes: node, window, cursor); the next step as next_call.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, in RoundStatusIn, p Progress) (RoundStatusOut, error) {
 		if d.Book == nil {
 			return RoundStatusOut{}, Refuse("Start the server with --intent-repo.", "no intent repository is configured")
+		}
+		if in.Cursor < 0 || in.Limit < 0 || in.Limit > round.MaxPageNodes {
+			return RoundStatusOut{}, Refuse(fmt.Sprintf("Use a cursor from next_cursor and a limit from 1 to %d.", round.MaxPageNodes),
+				fmt.Sprintf("cursor %d, limit %d are out of range", in.Cursor, in.Limit))
 		}
 		var st *round.State
 		var sess *session
@@ -65,9 +75,14 @@ func RoundStatus() Tool {
 		if restricted {
 			applyMaintenance(&status, mv)
 		}
+		if in.Node != "" && st.Node(in.Node) == nil {
+			return RoundStatusOut{}, Refuse("Name a node of the round (round_status without node lists them).", in.Node+" is not in round "+st.RoundID)
+		}
+		nextCall := toCall(window.NextCall(st, status))
+		status = status.Page(round.NodeQuery{Node: in.Node, Window: round.WindowState(in.Window), Cursor: in.Cursor, Limit: in.Limit})
 		var tb strings.Builder
 		_ = round.RenderStatusText(&tb, status)
-		out := RoundStatusOut{Round: &status, Table: tb.String(), Result: Result{NextAction: status.NextAction, NextCall: toCall(window.NextCall(st, status))}}
+		out := RoundStatusOut{Round: &status, Table: tb.String(), Result: Result{NextAction: status.NextAction, NextCall: nextCall}}
 		if restricted {
 			out.Maintenance = &mv
 		}
@@ -81,6 +96,10 @@ func RoundStatus() Tool {
 		}
 		if st.Plan != nil {
 			if est, err := round.ETA(st, st.WindowDurations(), d.now(), time.Time{}, etaConfig(sess.settingsOrZero())); err == nil {
+				if n := len(est.Remaining); n > round.PageNodes && status.NodesShown < status.WindowsTotal {
+					est.Remaining = est.Remaining[:round.PageNodes]
+					est.Notes = append(est.Notes, fmt.Sprintf("remaining lists the next %d of %d nodes to patch", round.PageNodes, n))
+				}
 				out.ETA = &est
 			}
 		}

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -385,12 +387,47 @@ func planSummary(f plan.Fleet, changed []string) []string {
 		out = append([]string{fmt.Sprintf("re-plan (revision %d): only these changed since the last signature:", f.Revision)}, changed...)
 		return append(out, "plan digest "+f.Digest)
 	}
-	for _, n := range f.Nodes {
+	for i, n := range f.Nodes {
+		if i == planSummaryNodes && len(f.Nodes) > planSummaryNodes+1 {
+			out = append(out, restSummary(f.Nodes[i:]))
+			break
+		}
 		out = append(out, oneLine(fmt.Sprintf("%d. %s (%s): %s -> %s, %d packages, evicts %d pods, new GRUB entry %s, %s (%d signature(s))",
 			n.Position, n.Node, n.Role, orDash(n.Running), orDash(n.Target), n.Packages.Count(), n.Drain.Pods, orDash(n.Grub.New),
 			strings.ReplaceAll(n.Approval, "_", " "), n.Signatures())))
 	}
 	return append(out, "read rounds/"+f.Round+"/plan.md for every package, GRUB id and pod", "plan digest "+f.Digest)
+}
+
+// planSummaryNodes is how many nodes the plan's signing request lists one
+// by one (the control plane and the canary come first in the order); the
+// rest is one line of counts, so a thousand-node plan's request stays
+// within what a person reads and a request may hold. The digest binds
+// every node either way.
+const planSummaryNodes = 24
+
+// restSummary is one line for the nodes the request does not list.
+func restSummary(nodes []plan.Node) string {
+	roles := map[string]int{}
+	kernels := map[string]int{}
+	var pkgs, pods, sigs int
+	for _, n := range nodes {
+		roles[string(n.Role)]++
+		kernels[orDash(n.Running)+" -> "+orDash(n.Target)]++
+		pkgs += n.Packages.Count()
+		pods += n.Drain.Pods
+		sigs += n.Signatures()
+	}
+	count := func(m map[string]int) string {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			parts = append(parts, fmt.Sprintf("%d %s", m[k], k))
+		}
+		return strings.Join(parts, ", ")
+	}
+	return oneLine(fmt.Sprintf("%d.-%d. %s ... %s, %d nodes (%s): kernels %s, %d packages, evicts %d pods, %d signature(s) in all",
+		nodes[0].Position, nodes[len(nodes)-1].Position, nodes[0].Node, nodes[len(nodes)-1].Node, len(nodes),
+		count(roles), count(kernels), pkgs, pods, sigs))
 }
 
 // osLayer is the component whose changelog and runbook a kernel round

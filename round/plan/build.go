@@ -486,7 +486,7 @@ func summary(f *Fleet) []string {
 	out := []string{fmt.Sprintf("round %s: %d nodes (%d control plane, %d GPU servers, %d other), %d package moves in all",
 		f.Round, len(f.Nodes), cp, gpu, other, moving)}
 	for _, k := range sortedKeys(targets) {
-		out = append(out, fmt.Sprintf("kernel %s on %s", k, strings.Join(targets[k], ", ")))
+		out = append(out, fmt.Sprintf("kernel %s on %s", k, nameSome(targets[k])))
 	}
 	if f.TestEnvironment != "" {
 		out = append(out, "test environment: "+f.TestEnvironment)
@@ -501,6 +501,21 @@ func summary(f *Fleet) []string {
 		out = append(out, "no blockers: a person signs the plan digest, then the first drain may start")
 	}
 	return out
+}
+
+// summaryNames is how many node names a summary line lists before it
+// counts them instead: a line stays readable (and within what a signed
+// request allows) at a thousand nodes.
+const summaryNames = 8
+
+// nameSome lists names, or for a long list its count, its first and its
+// last names: plan.md lists every one.
+func nameSome(names []string) string {
+	if len(names) <= summaryNames {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%d nodes (%s, ... %s; each one in plan.md)", len(names),
+		strings.Join(names[:summaryNames/2], ", "), strings.Join(names[len(names)-2:], ", "))
 }
 
 // PredictEntry derives the GRUB entry id update-grub gives a new kernel

@@ -1,0 +1,332 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/apifake"
+	"github.com/mcp-patch/mcp-patch/round/window/fakes"
+)
+
+// The scale rig is the fleet rig (the server as Build wires it, the real
+// intent repository in Git, the real journal, approvals verified against
+// allowed_signers) over a cluster of n nodes — 3 control-plane nodes and
+// n-3 GPU servers, gpu-0000 the canary, one inference pod on each GPU
+// server — and a fake host per node. The person's key is the rig's
+// (made by ssh-keygen), signing in this process (policy.Sign, the SSHSIG
+// that ssh-keygen -Y sign writes), so a thousand windows do not fork
+// ssh-keygen thousands of times.
+func newScaleFleet(tb testing.TB, n int) (*fleet, []string) {
+	tb.Helper()
+	f := newFleet(tb)
+	pem, err := os.ReadFile(f.person.key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if f.person.mem, err = ssh.ParsePrivateKey(pem); err != nil {
+		tb.Fatal(err)
+	}
+
+	names := scaleNodeNames(n)
+	objs := make([]runtime.Object, 0, 2*n)
+	// The components' verify.sh scripts run at every gate as child
+	// processes (seconds each on a loaded machine): they are the intent's
+	// cost, not the server's, so the scale rig's intent has none.
+	verify, err := filepath.Glob(filepath.Join(f.repo, "*", "verify.sh"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(verify) > 0 {
+		gitRun(tb, f.repo, append([]string{"rm", "-q"}, verify...)...)
+		gitRun(tb, f.repo, "commit", "-qm", "no verify scripts in the scale rig")
+	}
+	f.hosts.mu.Lock()
+	f.hosts.nodes = map[string]*fakes.Host{}
+	for i, name := range names {
+		var node *corev1.Node
+		switch {
+		case i < 3:
+			node = readyNode(name, map[string]string{kube.LabelControlPlane: ""}, 0)
+		case i == 3:
+			node = readyNode(name, map[string]string{kube.LabelGPUPresent: "true", "platform.example.com/patch-canary": "true"}, 8)
+		default:
+			node = readyNode(name, map[string]string{kube.LabelGPUPresent: "true"}, 8)
+		}
+		objs = append(objs, node)
+		if i >= 3 {
+			objs = append(objs, workloadPod("inference", "model-"+name, name, "model-"+name))
+		}
+		f.hosts.nodes[name] = &fakes.Host{Running: fRunning, Target: fTarget, Digest: fmt.Sprintf("sha256:%064x", i+1)}
+	}
+	f.hosts.mu.Unlock()
+	f.kube = fake.NewClientset(objs...)
+	apifake.Behave(f.kube)
+	f.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{kube.CNPGClusters: "ClusterList"})
+	clients := &kube.Clients{Kube: f.kube, Dynamic: f.dyn, Host: "https://api.test:6443"}
+	f.d.Cluster = func(context.Context) (*kube.Clients, error) { return clients, nil }
+	return f, names
+}
+
+// scaleNodeNames are the rig's node names in their round order.
+func scaleNodeNames(n int) []string {
+	names := []string{"cp-1", "cp-2", "cp-3"}
+	for i := range n - 3 {
+		names = append(names, fmt.Sprintf("gpu-%04d", i))
+	}
+	return names
+}
+
+// scaleWindow runs one node's window through its tools as an agent does:
+// the preflight records, the window's signature (GPU servers) or one per
+// destructive step (control plane), drain to promote, the gate (red here:
+// no etcd; past its settle time a person accepts it and resumes), then
+// the round's commit a green close_window makes.
+func (f *fleet) scaleWindow(node string, controlPlane bool) map[string]time.Duration {
+	f.t.Helper()
+	took := map[string]time.Duration{}
+	arg := map[string]any{"node": node}
+	t0 := time.Now()
+	f.preflight(node)
+	took["preflight"] = time.Since(t0)
+	if !controlPlane {
+		t0 := time.Now()
+		if _, res := f.approve("approve_window", arg); res.Status != StatusOK {
+			f.t.Fatalf("approve_window %s: %s %v", node, res.Status, res.Reasons)
+		}
+		took["approve_window"] = time.Since(t0)
+	}
+	step := func(tool string, want Status, sign bool) {
+		f.t.Helper()
+		t0 := time.Now()
+		defer func() { took[tool] += time.Since(t0) }()
+		var res *Result
+		if sign {
+			_, res = f.approve(tool, arg)
+		} else {
+			_, res = f.call(tool, arg)
+		}
+		if res.Status != want {
+			f.t.Fatalf("%s on %s: %s, want %s: %v", tool, node, res.Status, want, res.Reasons)
+		}
+	}
+	step("drain_node", StatusOK, controlPlane)
+	step("install_updates", StatusInProgress, controlPlane)
+	f.host(node).InstallState = "finished"
+	step("install_updates", StatusOK, false)
+	step("trial_boot", StatusInProgress, controlPlane)
+	f.host(node).Boot(false)
+	step("trial_boot", StatusOK, false)
+	step("record_verification", StatusOK, false)
+	step("uncordon_node", StatusOK, false)
+	if !controlPlane {
+		step("gpu_acceptance", StatusOK, false)
+	}
+	step("promote_kernel", StatusOK, controlPlane)
+	step("close_window", StatusInProgress, false)
+	f.advance(f.d.Config.Kube.GateSettle.D() + time.Second)
+	step("close_window", StatusFailed, false)
+	t0 = time.Now()
+	defer func() { took["record_decision"] = time.Since(t0) }()
+	if res := f.decide(map[string]any{"decision": "residual_risk_accepted", "node": node, "step": "gate",
+		"reason": "etcd and postgres are watched by hand in this test cluster", "review_trigger": "next-round:2026-12"}); res.Status != StatusOK {
+		f.t.Fatalf("accept the red gate of %s: %s %v", node, res.Status, res.Reasons)
+	}
+	if res := f.decide(map[string]any{"decision": "resume", "reason": "risk accepted"}); res.Status != StatusOK {
+		f.t.Fatalf("resume after %s: %s %v", node, res.Status, res.Reasons)
+	}
+	return took
+}
+
+// commitWindow commits the round's files as a green close_window does
+// and answers how long the commit took.
+func (f *fleet) commitWindow(node string) time.Duration {
+	f.t.Helper()
+	s, err := f.d.openSession()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	t0 := time.Now()
+	if _, err := f.d.commitRound(context.Background(), s, "window of "+node+" closed"); err != nil {
+		f.t.Fatalf("commit after the window of %s: %v", node, err)
+	}
+	return time.Since(t0)
+}
+
+// windowCost is what one window cost and wrote.
+type windowCost struct {
+	Window      int
+	Wall, CPU   time.Duration
+	Commit      time.Duration
+	Written     int64 // bytes the process wrote (write(2) calls: journal, state, audit, git objects, nonces)
+	RoundFiles  int64 // growth of rounds/<id>/ on disk
+	Repo        int64 // growth of .git on disk
+	Status      time.Duration
+	StatusBytes int
+	Calls       map[string]time.Duration
+}
+
+// measureWindow runs window i (1-based) of the round and what it cost.
+func (f *fleet) measureWindow(i int, node string, controlPlane bool) windowCost {
+	f.t.Helper()
+	c := windowCost{Window: i}
+	roundDir := filepath.Join(f.repo, "rounds", fRound)
+	files0, repo0, w0 := dirBytes(f.t, roundDir), dirBytes(f.t, filepath.Join(f.repo, ".git")), writtenBytes(f.t)
+	cpu0, t0 := processCPU(f.t), time.Now()
+	c.Calls = f.scaleWindow(node, controlPlane)
+	c.Commit = f.commitWindow(node)
+	c.Wall, c.CPU = time.Since(t0), processCPU(f.t)-cpu0
+	c.Written = writtenBytes(f.t) - w0
+	c.RoundFiles = dirBytes(f.t, roundDir) - files0
+	c.Repo = dirBytes(f.t, filepath.Join(f.repo, ".git")) - repo0
+	t1 := time.Now()
+	m, res := f.call("round_status", nil)
+	c.Status = time.Since(t1)
+	if res.Status != StatusOK {
+		f.t.Fatalf("round_status after window %d: %s %v", i, res.Status, res.Reasons)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	c.StatusBytes = len(b)
+	return c
+}
+
+// processCPU is the CPU time (user and system) this process has used; the
+// children (git is not one: go-git runs in process) are not in it.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// writtenBytes is what this process handed to write(2) so far
+// (/proc/self/io wchar).
+func writtenBytes(tb testing.TB) int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "wchar: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return n
+		}
+	}
+	tb.Fatal("no wchar in /proc/self/io")
+	return 0
+}
+
+// dirBytes is the size of the regular files under dir.
+func dirBytes(tb testing.TB, dir string) int64 {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.Type().IsRegular() {
+			fi, err := e.Info()
+			if err != nil {
+				return err
+			}
+			n += fi.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// BenchmarkRoundAtScale drives a round of MCP_PATCH_SCALE_NODES nodes
+// (default 1000) window by window through every step of every window and
+// prints, for windows 1, 10, 100, 500 and 1000 (those the round has), the
+// process's own CPU and wall for the window (the server and the fakes;
+// the fakes do no emulation), the bytes it wrote, how the round's files
+// and the repository grew, the commit's time, and round_status's latency
+// and size after it.
+func BenchmarkRoundAtScale(b *testing.B) {
+	n := 1000
+	if v := os.Getenv("MCP_PATCH_SCALE_NODES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 5 {
+			b.Fatalf("MCP_PATCH_SCALE_NODES=%q: want a number of nodes ≥ 5", v)
+		}
+	}
+	report := map[int]bool{1: true, 10: true, 100: true, 500: true, 1000: true, n: true}
+	for b.Loop() {
+		f, names := newScaleFleet(b, n)
+		t0 := time.Now()
+		f.planned()
+		b.ReportMetric(time.Since(t0).Seconds(), "s/plan_round+sign")
+		var costs []windowCost
+		for i, node := range names {
+			c := f.measureWindow(i+1, node, i < 3)
+			if report[i+1] {
+				costs = append(costs, c)
+			}
+		}
+		b.Logf("%d nodes (load %s)\n%s", n, loadAvg(), costTable(costs))
+		for _, c := range costs {
+			b.Logf("window %d, wall per tool: %s", c.Window, callTimes(c.Calls))
+		}
+		last := costs[len(costs)-1]
+		b.ReportMetric(last.Wall.Seconds(), "s/last-window-wall")
+		b.ReportMetric(last.CPU.Seconds(), "s/last-window-cpu")
+		b.ReportMetric(float64(last.StatusBytes), "B/round_status")
+	}
+}
+
+func costTable(costs []windowCost) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%7s %9s %9s %9s %11s %11s %11s %10s %9s\n", "window", "wall ms", "cpu ms", "commit ms", "written KB", "round KB", "repo KB", "status ms", "status B")
+	for _, c := range costs {
+		fmt.Fprintf(&sb, "%7d %9.1f %9.1f %9.1f %11.1f %11.1f %11.1f %10.1f %9d\n", c.Window,
+			ms(c.Wall), ms(c.CPU), ms(c.Commit), float64(c.Written)/1024, float64(c.RoundFiles)/1024, float64(c.Repo)/1024, ms(c.Status), c.StatusBytes)
+	}
+	return sb.String()
+}
+
+func callTimes(m map[string]time.Duration) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %.0f ms", k, ms(m[k])))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
