@@ -140,7 +140,7 @@ running for Claude Code; "lab fault" injects a fault into a running lab.`,
 		},
 	}
 	addDir(down)
-	c.AddCommand(demo, up, fault, down)
+	c.AddCommand(demo, up, fault, down, a.labPreviewCommand(options, addDir))
 	return c
 }
 

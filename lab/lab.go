@@ -267,17 +267,8 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	l.firing, l.maintenance = "", [2]time.Time{}
 	l.Fleet, l.World, l.Receiver, l.Alertmanager = nil, nil, nil, nil
 
-	say(fmt.Sprintf("hosts: %d control-plane, %d canary, %d GPU servers behind real SSH on 127.0.0.1",
-		opts.ControlPlanes, opts.Canary, opts.GPUServers))
-	l.Fleet, err = fleet.New(ctx, fleet.Options{Dir: filepath.Join(opts.Dir, "fleet"), ControlPlanes: opts.ControlPlanes,
-		Canary: opts.Canary, GPUServers: opts.GPUServers, RebootDowntime: opts.RebootDowntime, InstallStep: opts.InstallStep,
-		TimerScale: 0.1, Logger: opts.Logger, ToolBinary: opts.HostBinary})
-	if err != nil {
-		return fmt.Errorf("lab: fleet: %w", err)
-	}
-	l.closers = append(l.closers, l.Fleet.Close)
-	if err := l.provisionSysctls(); err != nil {
-		return fmt.Errorf("lab: sysctls: %w", err)
+	if err := l.startFleet(ctx, opts); err != nil {
+		return err
 	}
 
 	say("workloads: nodes, CloudNativePG cluster, admission webhook, model serving, kube-vip lease")
@@ -334,6 +325,24 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	}
 	if err := l.writeConfig(opts); err != nil {
 		return fmt.Errorf("lab: config: %w", err)
+	}
+	return nil
+}
+
+// startFleet starts the lab's hosts behind real SSH and provisions their
+// sysctls.
+func (l *Lab) startFleet(ctx context.Context, opts Options) (err error) {
+	opts.Progress(fmt.Sprintf("hosts: %d control-plane, %d canary, %d GPU servers behind real SSH on 127.0.0.1",
+		opts.ControlPlanes, opts.Canary, opts.GPUServers))
+	l.Fleet, err = fleet.New(ctx, fleet.Options{Dir: filepath.Join(opts.Dir, "fleet"), ControlPlanes: opts.ControlPlanes,
+		Canary: opts.Canary, GPUServers: opts.GPUServers, RebootDowntime: opts.RebootDowntime, InstallStep: opts.InstallStep,
+		TimerScale: 0.1, Logger: opts.Logger, ToolBinary: opts.HostBinary})
+	if err != nil {
+		return fmt.Errorf("lab: fleet: %w", err)
+	}
+	l.closers = append(l.closers, l.Fleet.Close)
+	if err := l.provisionSysctls(); err != nil {
+		return fmt.Errorf("lab: sysctls: %w", err)
 	}
 	return nil
 }
@@ -437,9 +446,6 @@ func (l *Lab) writeIntentRepo(drainMinutes int) error {
 		return err
 	}
 	edits := map[string]func(string) string{
-		"gpu-fleet/settings.yaml": func(s string) string {
-			return modelURLLine.ReplaceAllString(s, "${1}"+l.World.ModelCompletionsURL())
-		},
 		"os-layer/settings.yaml": func(s string) string {
 			s = drainTimeoutLine.ReplaceAllString(s, "${1}"+strconv.Itoa(drainMinutes))
 			// Training jobs hold a GPU server's drain (fault gpu-job-running),
@@ -447,9 +453,16 @@ func (l *Lab) writeIntentRepo(drainMinutes int) error {
 			return strings.Replace(s, "\ndrain:\n", fmt.Sprintf("\ndrain:\n  wait_for_jobs:\n    selector: %s=%s\n    max_wait_minutes: %d\n",
 				world.JobLabel, world.JobLabelValue, jobWaitMinutes), 1)
 		},
-		"control-plane/settings.yaml": func(s string) string {
+	}
+	// A preview (no workloads yet) keeps the example's model endpoint and
+	// issuer: the host-side tools read neither.
+	if l.World != nil {
+		edits["gpu-fleet/settings.yaml"] = func(s string) string {
+			return modelURLLine.ReplaceAllString(s, "${1}"+l.World.ModelCompletionsURL())
+		}
+		edits["control-plane/settings.yaml"] = func(s string) string {
 			return issuerURLLine.ReplaceAllString(s, "${1}"+l.World.OIDCIssuer())
-		},
+		}
 	}
 	for f, edit := range edits {
 		p := filepath.Join(dir, f)
@@ -507,7 +520,6 @@ func (l *Lab) writeApprover() error {
 func (l *Lab) writeConfig(opts Options) error {
 	c := config.DefaultConfig()
 	c.IntentRepo = l.IntentRepo
-	c.Kubeconfig = l.Cluster.Kubeconfig
 	c.StateDir = filepath.Join(l.Dir, "state")
 	c.Identity = "mcp-patch-lab"
 	c.SSH.KnownHosts = []string{l.Fleet.KnownHostsFile()}
@@ -519,6 +531,11 @@ func (l *Lab) writeConfig(opts Options) error {
 	c.SSH.CommandTimeout = config.Duration(2 * time.Minute)
 	c.Approvals.AllowedSigners = l.AllowedSigners
 	c.Approvals.AllowLabOnly = true
+	if l.Cluster == nil {
+		// A preview: the hosts only, no cluster to configure.
+		return l.saveConfig(c)
+	}
+	c.Kubeconfig = l.Cluster.Kubeconfig
 	c.Kube.EtcdEndpoints = l.Etcd.Endpoints()
 	c.Kube.EtcdCA, c.Kube.EtcdCert, c.Kube.EtcdKey = l.Etcd.CAFile, l.Etcd.ClientCertFile, l.Etcd.ClientKeyFile
 	c.Kube.EvictRetry = config.Duration(time.Second)
@@ -535,6 +552,11 @@ func (l *Lab) writeConfig(opts Options) error {
 		return err
 	}
 	c.Kube.OIDCCAFile = ca
+	return l.saveConfig(c)
+}
+
+// saveConfig validates c and writes it as the lab's configuration file.
+func (l *Lab) saveConfig(c config.Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}

@@ -1,23 +1,37 @@
 #!/bin/sh
 # build-controlplane.sh — build the lab's Kubernetes control plane once.
 #
-# Builds etcd, etcdctl, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl and kwok from the Go modules pinned under
-# lab/controlplane/ as two multi-call binaries (etcd, which etcdctl links to,
-# and kube-controlplane, which the Kubernetes programs and kwok link to), into
+# Puts etcd, etcdctl, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl and kwok into
 #
 #   ${MCP_PATCH_CACHE:-$HOME/.cache/mcp-patch}/controlplane/<key>/bin
 #
-# and copies kwok's stage files (node and pod lifecycle) to <key>/stages.
+# etcd and etcdctl are Debian's (etcd-server and etcd-client of Debian 13
+# "trixie", fetched with apt-get download from a trixie source kept in a
+# private apt directory, so nothing of trixie is installed or pinned on the
+# machine; version and checksums below), built from the module pinned under
+# lab/controlplane/etcd only when the package cannot be had. The Kubernetes
+# programs and kwok are one multi-call binary, kube-controlplane, built from
+# lab/controlplane/kube with the build flags of a plain `go build` (so the
+# packages it shares with mcp-patch come from the Go build cache when
+# mcp-patch was built first). kwok's stage files (node and pod lifecycle) go
+# to <key>/stages.
 # <key> is a hash of the pinning modules (go.mod, go.sum, *.go) and of
 # $recipe below, so a second run with the same pins is instant, and changing
-# a pin builds a new set beside the old one. Only the Go module proxy has to
-# be reachable. A line every 20 s tells how far each build is.
+# a pin builds a new set beside the old one. Only the Go module proxy and a
+# Debian mirror have to be reachable. A line every 20 s tells how far each
+# build is and about how long is left.
 #
 # Run by hand:   sh scripts/build-controlplane.sh
 #                sh scripts/build-controlplane.sh --cached-only
 #                  (print the bin directory if it is built, else exit 3)
+#                sh scripts/build-controlplane.sh --prefetch
+#                  (fetch etcd and the Kubernetes modules, compile nothing:
+#                  scripts/demo.sh runs it while mcp-patch compiles)
 # Progress goes to stderr; the last line on stdout is the bin directory.
+# MCP_PATCH_ETCD=source builds etcd from source even when the package can
+# be had; MCP_PATCH_DEBIAN_MIRROR (default http://deb.debian.org/debian)
+# is where the package comes from.
 #
 # Everything runs inside main, which sh parses whole before running it, so
 # editing this file while a build runs cannot derail that build.
@@ -25,17 +39,27 @@ set -eu
 
 # Bump recipe when a change here changes what gets built (flags, binaries,
 # stages); editing comments or messages must not cost a rebuild.
-recipe=2
+recipe=3
+
+# etcd from Debian 13: the packages, their version and the sha256 of what
+# lands in the cache (the .debs are verified by apt against trixie's signed
+# Release, the binaries here). Debian's etcd 3.5.16 is built with go1.24
+# and needs libc6 >= 2.34 (Debian 12 has 2.36).
+etcd_deb_suite=trixie
+etcd_deb_version=3.5.16-4
+etcd_deb_sha256_etcd=c054131938a55a4a9826c1d566348d5695fe0e4d9ce655dfe936ab18a84e2983
+etcd_deb_sha256_etcdctl=d40ab46650d11e94cec58d1f4c5dfbaed621e7893e9b086529b56e2d3c032d69
 
 say() { printf 'build-controlplane: %s\n' "$*" >&2; }
 
 main() {
-	cached_only=false
+	cached_only=false prefetch=false
 	case ${1:-} in
 	--cached-only) cached_only=true ;;
+	--prefetch) prefetch=true ;;
 	"") ;;
 	*)
-		printf 'usage: %s [--cached-only]\n' "$0" >&2
+		printf 'usage: %s [--cached-only | --prefetch]\n' "$0" >&2
 		exit 2
 		;;
 	esac
@@ -59,6 +83,9 @@ main() {
 		} | sha256sum | cut -c1-16
 	)
 	dest=$cache/$key
+	# Debian's etcd, verified, kept apart from the keyed sets (it does not
+	# depend on the pins).
+	debian_etcd=$cache/etcd-debian-$etcd_deb_version
 
 	if built "$dest"; then
 		say "cached: $dest"
@@ -91,11 +118,31 @@ main() {
 	fi
 	# Under the lock, a leftover build directory is from a killed build.
 	if [ -n "${MCP_PATCH_CONTROLPLANE_LOCKED:-}" ]; then
-		for stale in "$cache"/.build-*; do
+		for stale in "$cache"/.build-* "$cache"/.etcd-debian-*; do
 			[ -e "$stale" ] || continue
 			say "removing the remains of an interrupted build: $stale"
 			rm -rf "$stale"
 		done
+	fi
+
+	# -buildvcs=false: etcd's main package sits in this repository, and the
+	# binary must not change with the state of the working tree. No
+	# -trimpath: a package compiled with other flags than mcp-patch's own
+	# `go build` and `go test` would be compiled twice.
+	export GOWORK=off GOFLAGS="${GOFLAGS:-} -mod=readonly -buildvcs=false"
+
+	if $prefetch; then
+		start=$(date +%s)
+		etcd_from=source
+		[ "${MCP_PATCH_ETCD:-}" = source ] || ! fetch_debian_etcd || etcd_from=debian
+		# go list fetches the modules the build needs, and compiles nothing.
+		(cd "$src/kube" && go list -deps . >/dev/null) || {
+			say "prefetch: fetching the Kubernetes modules failed"
+			exit 1
+		}
+		[ "$etcd_from" = debian ] || (cd "$src/etcd" && go list -deps . >/dev/null) || true
+		say "prefetched in $(($(date +%s) - start))s: etcd ($etcd_from) and the Kubernetes modules"
+		exit 0
 	fi
 
 	work=$cache/.build-$key-$$
@@ -103,13 +150,9 @@ main() {
 	rm -rf "$work"
 	mkdir -p "$work/bin" "$work/stages"
 
-	# -buildvcs=false: etcd's main package sits in this repository, and the
-	# binary must not change with the state of the working tree.
-	export GOWORK=off GOFLAGS="${GOFLAGS:-} -mod=readonly -trimpath -buildvcs=false"
 	# Versions come from the pins, so bumping a pin restamps the binaries.
 	kube_version=$(cd "$src/kube" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 	kube_minor=$(printf '%s\n' "$kube_version" | cut -d. -f2)
-	etcd_version=$(cd "$src/etcd" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 	kwok_version=$(cd "$src/kube" && go list -m -f '{{.Version}}' sigs.k8s.io/kwok)
 	ld_kube="-s -w"
 	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -118,24 +161,42 @@ main() {
 
 	start=$(date +%s)
 	say "key $key; building into $dest"
-	say "etcd $etcd_version (etcd, etcdctl) and Kubernetes $kube_version with kwok $kwok_version (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok), side by side"
-
-	# Two multi-call binaries, each linked once: bin/etcd (etcdctl links to
-	# it) and bin/kube-controlplane (the Kubernetes programs link to it); each
-	# picks its program by the name it was started under. The two modules are
-	# built at the same time, so one's link overlaps the other's compiles and
-	# module downloads overlap compiling.
 	timings=$cache/timings
-	build_one etcd "$src/etcd" "-s -w" &
-	etcd_pid=$!
+	etcd_pid=""
+	if [ "${MCP_PATCH_ETCD:-}" = source ]; then
+		say "MCP_PATCH_ETCD=source: etcd is built from the pinned module"
+		etcd_from=source
+	elif fetch_debian_etcd; then
+		etcd_from=debian
+	else
+		say "etcd $etcd_deb_version could not be had from Debian $etcd_deb_suite (above); building it from the pinned module instead (minutes more)"
+		etcd_from=source
+	fi
+	if [ "$etcd_from" = debian ]; then
+		cp "$debian_etcd/etcd" "$debian_etcd/etcdctl" "$work/bin/"
+		etcd_version="$(etcd_version_of "$work/bin/etcd") (Debian $etcd_deb_suite etcd-server/etcd-client $etcd_deb_version)"
+		builds="kube-controlplane"
+	else
+		etcd_version="$(cd "$src/etcd" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3) (built from source)"
+		builds="etcd kube-controlplane"
+	fi
+	say "etcd $etcd_version; Kubernetes $kube_version with kwok $kwok_version (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok)"
+
+	# bin/kube-controlplane is one multi-call binary (the Kubernetes programs
+	# link to it), linked once; it picks its program by the name it was
+	# started under. A source-built etcd (etcdctl links to it) builds beside it.
+	if [ "$etcd_from" = source ]; then
+		build_one etcd "$src/etcd" "-s -w" &
+		etcd_pid=$!
+	fi
 	build_one kube-controlplane "$src/kube" "$ld_kube" &
 	kube_pid=$!
-	watch_builds "$etcd_pid" "$kube_pid"
+	watch_builds
 	etcd_rc=0
-	wait "$etcd_pid" || etcd_rc=$?
+	[ -z "$etcd_pid" ] || wait "$etcd_pid" || etcd_rc=$?
 	kube_rc=0
 	wait "$kube_pid" || kube_rc=$?
-	for name in etcd kube-controlplane; do
+	for name in $builds; do
 		case $name in etcd) rc=$etcd_rc ;; *) rc=$kube_rc ;; esac
 		if [ "$rc" -ne 0 ]; then
 			say "$name failed (exit $rc); the last lines of $work/$name.log:"
@@ -143,14 +204,14 @@ main() {
 			exit 1
 		fi
 	done
-	ln -s etcd "$work/bin/etcdctl"
+	[ "$etcd_from" = debian ] || ln -s etcd "$work/bin/etcdctl"
 	for name in kube-apiserver kube-controller-manager kube-scheduler kubectl kwok; do
 		ln -s kube-controlplane "$work/bin/$name"
 	done
-	# Figures for the summary and the next build's estimate.
+	# Figures for the next build's estimate: seconds and packages compiled.
 	{
-		for name in etcd kube-controlplane; do
-			printf '%s %s\n' "$name" "$(cat "$work/$name.seconds")"
+		for name in $builds; do
+			printf '%s %s %s\n' "$name" "$(cat "$work/$name.seconds")" "$(cat "$work/$name.count")"
 		done
 	} >"$timings.new" && mv "$timings.new" "$timings"
 
@@ -171,32 +232,136 @@ main() {
 		printf 'go %s\n' "$(go env GOVERSION)"
 		printf 'kubernetes %s\netcd %s\nkwok %s\n' "$kube_version" "$etcd_version" "$kwok_version"
 		printf 'seconds %s\n' "$(($(date +%s) - start))"
-		for name in etcd kube-controlplane; do
-			printf 'binary %s seconds %s packages %s\n' "$name" "$(cat "$work/$name.seconds")" "$(cat "$work/$name.count")"
+		for name in $builds; do
+			printf 'binary %s seconds %s packages %s of %s (%s from the build cache)\n' "$name" "$(cat "$work/$name.seconds")" \
+				"$(cat "$work/$name.count")" "$(cat "$work/$name.total")" "$(cat "$work/$name.cached")"
 		done
 	} >"$work/BUILD-INFO"
-	rm -f "$work"/*.seconds "$work"/*.count "$work"/*.total "$work"/*.log
+	rm -f "$work"/*.seconds "$work"/*.count "$work"/*.total "$work"/*.stale "$work"/*.cached "$work"/*.log
 	touch "$work/COMPLETE"
 
 	rm -rf "$dest"
 	mv "$work" "$dest"
 	trap - EXIT INT TERM
-	for name in etcd kube-controlplane; do
-		say "$(grep "^binary $name " "$dest/BUILD-INFO" | awk '{printf "%s: %ss, %s packages compiled", $2, $4, $6}')"
+	for name in $builds; do
+		say "$(grep "^binary $name " "$dest/BUILD-INFO" | awk '{printf "%s: %ss, %s packages compiled, %s of %s from the build cache", $2, $4, $6, $10, $8}' | tr -d '(')"
 	done
 	say "built in $(($(date +%s) - start))s: $(du -shL "$dest/bin" | cut -f1) in $dest/bin"
 	printf '%s\n' "$dest/bin"
 }
 
+# fetch_debian_etcd leaves Debian's etcd and etcdctl, verified, in
+# $debian_etcd (at once when they are there already). apt-get runs on a
+# private directory (its own sources, lists, cache and preferences under
+# $cache), so the machine's apt configuration, its package lists and its
+# installed packages stay as they were. Fails, saying why, when apt-get or
+# dpkg-deb is missing, the mirror cannot be reached, the version is gone
+# from the suite or a checksum differs.
+fetch_debian_etcd() {
+	if [ -x "$debian_etcd/etcd" ] && [ -x "$debian_etcd/etcdctl" ] && verify_etcd "$debian_etcd"; then
+		return 0
+	fi
+	for tool in apt-get dpkg-deb sha256sum; do
+		command -v "$tool" >/dev/null 2>&1 || {
+			say "etcd from Debian: $tool is not on PATH"
+			return 1
+		}
+	done
+	t0=$(date +%s)
+	apt=$cache/.etcd-debian-$$
+	rm -rf "$apt"
+	mkdir -p "$apt/etc/sources.list.d" "$apt/etc/preferences.d" "$apt/etc/apt.conf.d" \
+		"$apt/lists/partial" "$apt/cache/archives/partial" "$apt/debs" "$apt/x"
+	: >"$apt/etc/sources.list"
+	keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+	[ -f "$keyring" ] || {
+		say "etcd from Debian: no Debian archive keyring at $keyring"
+		rm -rf "$apt"
+		return 1
+	}
+	printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n' \
+		"${MCP_PATCH_DEBIAN_MIRROR:-http://deb.debian.org/debian}" "$etcd_deb_suite" "$keyring" >"$apt/etc/sources.list.d/$etcd_deb_suite.sources"
+	set -- -q -o Dir::Etc="$apt/etc" -o Dir::Etc::sourcelist="$apt/etc/sources.list" \
+		-o Dir::Etc::sourceparts="$apt/etc/sources.list.d" -o Dir::Etc::preferences="$apt/etc/preferences" \
+		-o Dir::Etc::preferencesparts="$apt/etc/preferences.d" -o Dir::Etc::parts="$apt/etc/apt.conf.d" \
+		-o Dir::State::Lists="$apt/lists" -o Dir::Cache="$apt/cache" -o Dir::State::status=/dev/null \
+		-o APT::Sandbox::User=root -o Acquire::Languages=none \
+		-o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false \
+		-o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false \
+		-o Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false \
+		-o Acquire::IndexTargets::deb::Contents-deb::DefaultEnabled=false
+	say "etcd from Debian $etcd_deb_suite: apt-get download etcd-server and etcd-client $etcd_deb_version (private apt directory $apt)"
+	if ! apt-get "$@" update >"$apt/apt.log" 2>&1 ||
+		! (cd "$apt/debs" && apt-get "$@" download "etcd-server=$etcd_deb_version" "etcd-client=$etcd_deb_version") >>"$apt/apt.log" 2>&1; then
+		say "etcd from Debian: apt-get failed; its last lines:"
+		tail -n 8 "$apt/apt.log" >&2
+		rm -rf "$apt"
+		return 1
+	fi
+	for deb in "$apt"/debs/*.deb; do
+		dpkg-deb -x "$deb" "$apt/x" || {
+			say "etcd from Debian: dpkg-deb -x $deb failed"
+			rm -rf "$apt"
+			return 1
+		}
+	done
+	mkdir -p "$apt/bin"
+	cp "$apt/x/usr/bin/etcd" "$apt/x/usr/bin/etcdctl" "$apt/bin/" 2>/dev/null || {
+		say "etcd from Debian: the packages hold no usr/bin/etcd and usr/bin/etcdctl"
+		rm -rf "$apt"
+		return 1
+	}
+	if ! verify_etcd "$apt/bin"; then
+		rm -rf "$apt"
+		return 1
+	fi
+	rm -rf "$debian_etcd"
+	mv "$apt/bin" "$debian_etcd"
+	rm -rf "$apt"
+	say "etcd from Debian: $(etcd_version_of "$debian_etcd/etcd") in $(($(date +%s) - t0))s, checksums as recorded"
+}
+
+# verify_etcd DIR checks DIR/etcd and DIR/etcdctl against the recorded
+# checksums, and that etcd runs here and says it is the recorded version.
+verify_etcd() {
+	for name in etcd etcdctl; do
+		case $name in
+		etcd) want=$etcd_deb_sha256_etcd ;;
+		*) want=$etcd_deb_sha256_etcdctl ;;
+		esac
+		got=$(sha256sum "$1/$name" | cut -d' ' -f1)
+		if [ "$got" != "$want" ]; then
+			say "etcd from Debian: $1/$name has sha256 $got, the recipe records $want"
+			return 1
+		fi
+	done
+	v=$(etcd_version_of "$1/etcd")
+	if [ "$v" != "${etcd_deb_version%%-*}" ]; then
+		say "etcd from Debian: $1/etcd --version says '${v:-nothing}' (does it run on this machine's libc?), want ${etcd_deb_version%%-*}"
+		return 1
+	fi
+}
+
+# etcd_version_of BIN prints the version `BIN --version` reports.
+etcd_version_of() {
+	"$1" --version 2>/dev/null | awk '/^etcd Version:/ { print $3 }'
+}
+
 # build_one NAME MODULE_DIR LDFLAGS builds the module's main package into
 # $work/bin/NAME, logging to $work/NAME.log (go build -v names each package
-# as it compiles it), and leaves its wall seconds and package
-# counts beside the log for watch_builds and the summary.
+# as it compiles it), and leaves beside the log its wall seconds, the
+# packages it depends on (.total), those the Go build cache holds already
+# (.cached) and those to compile (.stale), for watch_builds and the summary.
 build_one() {
 	name=$1 dir=$2 ldflags=$3
 	t0=$(date +%s)
-	# go list fetches the modules the build needs (and names them in the log).
-	(cd "$dir" && go list -deps . 2>>"$work/$name.log" | wc -l) >"$work/$name.total" || true
+	# go list fetches the modules the build needs (and names them in the
+	# log); .Stale says which packages the build cache lacks.
+	(cd "$dir" && go list -deps -f '{{.Stale}}' . 2>>"$work/$name.log") >"$work/$name.stale.list" || true
+	wc -l <"$work/$name.stale.list" | tr -d ' ' >"$work/$name.total"
+	grep -c '^true$' "$work/$name.stale.list" >"$work/$name.stale" || true
+	grep -c '^false$' "$work/$name.stale.list" >"$work/$name.cached" || true
+	rm -f "$work/$name.stale.list"
 	rc=0
 	(cd "$dir" && go build -v -ldflags="$ldflags" -o "$work/bin/$name" .) >>"$work/$name.log" 2>&1 || rc=$?
 	printf '%s\n' "$(($(date +%s) - t0))" >"$work/$name.seconds"
@@ -210,21 +375,18 @@ compiled() {
 	printf '%s\n' "${n:-0}"
 }
 
-# watch_builds ETCD_PID KUBE_PID prints a line every 20 s while any of the builds runs:
-# per binary the packages compiled so far (of the total it depends on,
-# most of which need compiling on a first build), time elapsed, and the
-# previous build's time when one is recorded.
+# watch_builds prints a line every 20 s while any of $builds runs: per
+# binary the packages compiled so far of those the build cache lacks, time
+# elapsed, and an estimate of the time left (from the last build's seconds
+# per package when one is recorded, else from this build's pace so far).
 watch_builds() {
 	last=0
 	while :; do
 		# A build is over when it has written its seconds or its process is
 		# gone (killed before it could).
 		running=false
-		for pid in "$@"; do
-			case $pid in
-			"$etcd_pid") name=etcd ;;
-			*) name=kube-controlplane ;;
-			esac
+		for name in $builds; do
+			case $name in etcd) pid=$etcd_pid ;; *) pid=$kube_pid ;; esac
 			[ -f "$work/$name.seconds" ] && continue
 			kill -0 "$pid" 2>/dev/null && running=true
 		done
@@ -233,17 +395,18 @@ watch_builds() {
 		if [ $((now - last)) -ge 20 ]; then
 			last=$now
 			line=""
-			for name in etcd kube-controlplane; do
+			for name in $builds; do
 				if [ -f "$work/$name.seconds" ]; then
 					part="$name done in $(cat "$work/$name.seconds")s"
 				else
-					total=$(cat "$work/$name.total" 2>/dev/null) || true
-					part="$name $(compiled "$name")/${total:-?} packages"
+					todo=$(cat "$work/$name.stale" 2>/dev/null) || true
+					done_n=$(compiled "$name")
+					part="$name $done_n/${todo:-?} packages to compile"
 					if grep -q '^go: downloading' "$work/$name.log" 2>/dev/null; then
 						part="$part, $(grep -c '^go: downloading' "$work/$name.log") modules downloaded"
 					fi
-					prev=$(awk -v n="$name" '$1 == n { print $2 }' "$timings" 2>/dev/null || true)
-					[ -n "$prev" ] && part="$part (last build ${prev}s)"
+					left=$(estimate "$name" "$done_n" "${todo:-0}" $((now - start)))
+					[ -n "$left" ] && part="$part, about $(fmt_secs "$left") left"
 				fi
 				line="${line:+$line; }$part"
 			done
@@ -251,6 +414,23 @@ watch_builds() {
 		fi
 		sleep 2
 	done
+}
+
+# estimate NAME DONE TODO ELAPSED prints the seconds NAME has left: the
+# packages still to compile at the last build's seconds per package (the
+# link included), else at this build's pace once 30 are done; nothing when
+# neither is known yet.
+estimate() {
+	awk -v n="$1" -v done="$2" -v todo="$3" -v el="$4" '
+		$1 == n && $3 > 0 { per = $2 / $3 }
+		END {
+			if (todo <= 0) exit
+			if (per == 0 && done >= 30) per = el / done
+			if (per == 0) exit
+			left = (todo - done) * per
+			if (left < 0) left = 0
+			printf "%d\n", left
+		}' "$timings" 2>/dev/null || true
 }
 
 # fmt_secs N prints N seconds as XmYYs.

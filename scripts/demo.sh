@@ -1,37 +1,112 @@
 #!/bin/sh
 # The main job on the embedded lab: sets up a fresh machine (scripts/setup.sh
-# --demo: only what the demo needs), builds mcp-patch beside the control
-# plane, starts an emulated GPU fleet on a real control plane and runs a whole
-# patch round from plan to close. Extra arguments go to `mcp-patch lab demo`
-# (see `mcp-patch lab demo --help`). Prints the phase times at the end.
+# --demo: only what the demo needs), builds mcp-patch, then the control
+# plane, showing the product while that builds: the lab's hosts start behind
+# real SSH and the host-side preflight runs on them through the CLI twins
+# (mcp-patch lab preview). Once the control plane is up it starts the
+# emulated GPU fleet on it and runs a whole patch round from plan to close.
+# Extra arguments go to `mcp-patch lab demo` (see `mcp-patch lab demo
+# --help`). Prints the phase times at the end.
+#
+# Order, for a first run on two cores: etcd (Debian's package) and the
+# Kubernetes modules download while mcp-patch compiles; mcp-patch compiles
+# alone, so the control plane, which shares most of its packages, finds them
+# in the Go build cache instead of compiling them a second time beside it.
 set -eu
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
 mkdir -p bin
-# mcp-patch compiles while setup installs packages and builds the control
-# plane; its log is shown only if it fails.
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-# mcp-patch-lab-host plays the lab hosts' emulated commands (lab.FindHostBinary
-# finds it beside mcp-patch): it starts in a fifth of mcp-patch's time.
+say() { printf 'demo: %s\n' "$*" >&2; }
+# secs N prints N seconds as XmYYs.
+secs() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+tmp=$(mktemp -d)
+cp_pid="" pf_pid="" build_pid=""
+cleanup() {
+	for pid in $cp_pid $pf_pid $build_pid; do
+		kill "$pid" 2>/dev/null || true
+	done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+cached=false
+if scripts/build-controlplane.sh --cached-only >/dev/null 2>&1; then
+	cached=true
+	say "control plane: cached; mcp-patch builds (seconds when its build cache is warm), then the lab and the round (about 2-4 minutes)"
+else
+	say "first run: mcp-patch builds (about 5-10 minutes on 2 cores from empty caches), then the control plane (about 10-20 more);"
+	say "the lab's hosts and the host-side preflight are shown as soon as mcp-patch is built, the round once the control plane is"
+	scripts/build-controlplane.sh --prefetch 2>"$tmp/prefetch.log" &
+	pf_pid=$!
+fi
+
+# mcp-patch compiles while setup installs packages; a line every 20 s tells
+# how far it is. mcp-patch-lab-host plays the lab hosts' emulated commands
+# (lab.FindHostBinary finds it beside mcp-patch).
+pkgs="./cmd/mcp-patch ./lab/cmd/lab-host"
 (
 	rc=0
-	go build -o bin/mcp-patch ./cmd/mcp-patch >"$log" 2>&1 || rc=$?
-	[ "$rc" -ne 0 ] || go build -o bin/mcp-patch-lab-host ./lab/cmd/lab-host >>"$log" 2>&1 || rc=$?
-	echo "$rc" >"$log.rc"
-	echo "demo: mcp-patch built in $(($(date +%s) - t0))s"
+	# shellcheck disable=SC2086
+	todo=$(go list -deps -f '{{.Stale}}' $pkgs 2>>"$tmp/build.log" | grep -c '^true$') || true
+	echo "${todo:-0}" >"$tmp/build.todo"
+	go build -v -o bin/mcp-patch ./cmd/mcp-patch >>"$tmp/build.log" 2>&1 || rc=$?
+	[ "$rc" -ne 0 ] || go build -v -o bin/mcp-patch-lab-host ./lab/cmd/lab-host >>"$tmp/build.log" 2>&1 || rc=$?
+	echo "$rc" >"$tmp/build.rc"
 ) &
 build_pid=$!
-scripts/setup.sh --demo
-t_setup=$(($(date +%s) - t0))
+MCP_PATCH_SETUP_CONTROLPLANE=later scripts/setup.sh --demo
+last=0
+while [ ! -f "$tmp/build.rc" ]; do
+	now=$(date +%s)
+	if [ $((now - last)) -ge 20 ]; then
+		last=$now
+		todo=$(cat "$tmp/build.todo" 2>/dev/null) || true
+		n=$(grep -c '^[a-zA-Z0-9._~/-]*$' "$tmp/build.log" 2>/dev/null) || true
+		line="mcp-patch: ${n:-0}/${todo:-?} packages compiled, $(secs $((now - t0))) elapsed"
+		if [ -n "$todo" ] && [ "${n:-0}" -ge 30 ] && [ "$todo" -gt "$n" ]; then
+			line="$line, about $(secs $(((now - t0) * (todo - n) / n))) left"
+		fi
+		say "$line"
+	fi
+	sleep 2
+done
 wait "$build_pid" || true
-rc=$(cat "$log.rc" 2>/dev/null || echo 1)
-rm -f "$log.rc"
-if [ "$rc" != 0 ]; then
-	cat "$log" >&2
-	echo "demo: building mcp-patch failed" >&2
+build_pid=""
+if [ "$(cat "$tmp/build.rc")" != 0 ]; then
+	grep -v '^[a-zA-Z0-9._~/-]*$' "$tmp/build.log" >&2 || true
+	say "building mcp-patch failed"
 	exit 1
 fi
+t_build=$(($(date +%s) - t0))
+say "mcp-patch built in ${t_build}s"
+
+t_preview=0
+if ! $cached; then
+	if [ -n "$pf_pid" ]; then
+		wait "$pf_pid" || true
+		pf_pid=""
+		cat "$tmp/prefetch.log" >&2
+	fi
+	say "control plane: building in the background (its progress lines follow, prefixed build-controlplane)"
+	scripts/build-controlplane.sh >"$tmp/cp.out" &
+	cp_pid=$!
+	# What a person sees of the product while the control plane compiles:
+	# the hosts behind real SSH and the read-only host-side preflight.
+	t1=$(date +%s)
+	say "first product output at $(secs $((t1 - t0))): the lab's hosts and the host-side preflight, while the control plane compiles"
+	bin/mcp-patch lab preview || say "the preview failed (above); the round still runs once the control plane is built"
+	t_preview=$(($(date +%s) - t1))
+	say "the round starts once the control plane is built"
+	rc=0
+	wait "$cp_pid" || rc=$?
+	cp_pid=""
+	if [ "$rc" -ne 0 ]; then
+		say "building the control plane failed (exit $rc; its lines above)"
+		exit 1
+	fi
+fi
+t_setup=$(($(date +%s) - t0))
 t1=$(date +%s)
 bin/mcp-patch lab demo "$@"
-echo "demo: set-up and builds ${t_setup}s, lab and round $(($(date +%s) - t1))s, $(($(date +%s) - t0))s in all"
+echo "demo: mcp-patch built in ${t_build}s; preview ${t_preview}s; set-up and builds ${t_setup}s in all; lab and round $(($(date +%s) - t1))s; $(($(date +%s) - t0))s in all"

@@ -8,6 +8,9 @@
 #   scripts/setup.sh --demo   only what the demo needs (scripts/demo.sh): the
 #                             control plane, grub2-common and the Go modules;
 #                             no test tools, npm client or Alertmanager
+#   MCP_PATCH_SETUP_CONTROLPLANE=later scripts/setup.sh --demo
+#                             the same without the control plane (demo.sh
+#                             builds it after mcp-patch)
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -21,13 +24,25 @@ case ${1:-} in
 	;;
 esac
 
-# The control-plane build is by far the longest part and needs only Go and the
-# module proxy, so it starts first and runs beside the rest.
+# The control-plane build is by far the longest part and needs only Go, the
+# module proxy and a Debian mirror, so it starts first and runs beside the
+# rest: etcd (Debian's package) and the Kubernetes modules first, then
+# mcp-patch's own packages, which kube-controlplane shares (client-go, api,
+# apimachinery, grpc, protobuf, x/net ...) and so finds in the build cache,
+# then kube-controlplane. scripts/demo.sh builds it itself, after mcp-patch
+# (MCP_PATCH_SETUP_CONTROLPLANE=later).
 t_setup=$(date +%s)
 cp_pid=""
-if [ -x scripts/build-controlplane.sh ]; then
+if [ -x scripts/build-controlplane.sh ] && [ "${MCP_PATCH_SETUP_CONTROLPLANE:-}" != later ]; then
 	echo "setup: control plane (built once, then cached), in the background"
-	scripts/build-controlplane.sh &
+	(
+		if ! scripts/build-controlplane.sh --cached-only >/dev/null 2>&1; then
+			scripts/build-controlplane.sh --prefetch
+			echo "setup: mcp-patch's packages first (the control plane shares them)"
+			go build ./cmd/mcp-patch ./lab/cmd/lab-host
+		fi
+		scripts/build-controlplane.sh
+	) &
 	cp_pid=$!
 fi
 phases=""
