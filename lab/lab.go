@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/kube/rbac"
 	"github.com/mcp-patch/mcp-patch/examples"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/lab/cluster"
@@ -69,6 +70,10 @@ type Options struct {
 	// step starts a dozen of them). Empty: FindHostBinary's, else the
 	// running executable (which must call fleet.HostCommandMain).
 	HostBinary string
+	// RBACRules are the permissions mcp-patch runs with in the lab, bound
+	// to its ServiceAccount. Nil: the ones the project ships (kube/rbac.Rules,
+	// deploy/kubernetes/rbac.yaml).
+	RBACRules []rbac.Rule
 	// Logger gets the lab's events; Progress one line per stage.
 	Logger   *slog.Logger
 	Progress func(string)
@@ -144,6 +149,10 @@ type Lab struct {
 	// AllowedSigners lists it, labelled lab-only.
 	ApproverKey    string
 	AllowedSigners string
+	// ServiceAccountKubeconfig authenticates as the mcp-patch
+	// ServiceAccount, bound only to the roles the project ships
+	// (Options.RBACRules); Config.Kubeconfig names it.
+	ServiceAccountKubeconfig string
 	// Config is mcp-patch's configuration for the lab; ConfigFile holds it.
 	Config     config.Config
 	ConfigFile string
@@ -293,6 +302,10 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	}
 	if err := l.writeApprover(); err != nil {
 		return nil, fmt.Errorf("lab: approval key: %w", err)
+	}
+	say("the mcp-patch ServiceAccount, bound to the shipped roles only")
+	if err := l.bindServiceAccount(ctx, opts.RBACRules); err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
 	}
 	if err := l.writeConfig(opts); err != nil {
 		return nil, fmt.Errorf("lab: config: %w", err)
@@ -458,7 +471,9 @@ func (l *Lab) writeApprover() error {
 func (l *Lab) writeConfig(opts Options) error {
 	c := config.DefaultConfig()
 	c.IntentRepo = l.IntentRepo
-	c.Kubeconfig = l.Cluster.Kubeconfig
+	// mcp-patch is the ServiceAccount bound to the shipped roles only;
+	// the lab's own clients (world, faults) keep the admin kubeconfig.
+	c.Kubeconfig = l.ServiceAccountKubeconfig
 	c.StateDir = filepath.Join(l.Dir, "state")
 	c.Identity = "mcp-patch-lab"
 	c.SSH.KnownHosts = []string{l.Fleet.KnownHostsFile()}
