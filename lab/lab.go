@@ -31,9 +31,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/mcp-patch/mcp-patch/config"
-	"github.com/mcp-patch/mcp-patch/kube/rbac"
 	"github.com/mcp-patch/mcp-patch/examples"
 	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/kube/rbac"
 	"github.com/mcp-patch/mcp-patch/lab/cluster"
 	"github.com/mcp-patch/mcp-patch/lab/fleet"
 	"github.com/mcp-patch/mcp-patch/lab/world"

@@ -170,3 +170,32 @@ func drainRecords(t *testing.T, l *Lab, node string) (started bool, failed strin
 	}
 	return started, failed
 }
+
+// TestPlanWithoutEvictPermission: without create on pods/eviction from
+// the start, plan_round's server-side dry-run eviction (the drain preview)
+// refuses the plan, naming the permission, before any node is cordoned.
+func TestPlanWithoutEvictPermission(t *testing.T) {
+	l := upLab(t, Options{ControlPlanes: 1, Canary: 1, GPUServers: 0,
+		RBACRules: rbac.Without(rbac.Rules, "", "pods/eviction", "create")})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cs, _, closeSession, err := l.Session(ctx, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeSession()
+	res := callTool(t, cs, "plan_round", map[string]any{"round": "2026-11"})
+	text := fmt.Sprint(res)
+	if res["status"] == "ok" || !strings.Contains(text, `cannot create resource "pods/eviction"`) || !strings.Contains(text, "verbs: [create]") {
+		t.Fatalf("plan_round without the eviction permission answered %v", text)
+	}
+	nodes, err := l.Cluster.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable {
+			t.Errorf("%s is cordoned after a refused plan", n.Name)
+		}
+	}
+}
