@@ -175,7 +175,7 @@ func drainRecords(t *testing.T, l *Lab, node string) (started bool, failed strin
 // the start, plan_round's server-side dry-run eviction (the drain preview)
 // refuses the plan, naming the permission, before any node is cordoned.
 func TestPlanWithoutEvictPermission(t *testing.T) {
-	l := upLab(t, Options{ControlPlanes: 1, Canary: 1, GPUServers: 0,
+	l := upLab(t, Options{ControlPlanes: 2, Canary: 1, GPUServers: 0,
 		RBACRules: rbac.Without(rbac.Rules, "", "pods/eviction", "create")})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
