@@ -251,7 +251,7 @@ func (a *app) rootCommand() *cobra.Command {
 		c.GroupID = "run"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{a.initCommand(), a.doctorCommand(), a.configCommand(), a.versionCommand()} {
+	for _, c := range []*cobra.Command{a.initCommand(), a.doctorCommand(), a.rbacCommand(), a.configCommand(), a.versionCommand()} {
 		c.GroupID = "setup"
 		root.AddCommand(c)
 	}

@@ -24,11 +24,14 @@ import (
 func (a *app) doctorCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "doctor",
-		Short: "Check the configuration against the world: cluster, SSH and sudo on every node, intent repo, allowed_signers, token file",
+		Short: "Check the configuration against the world: cluster, permissions, SSH and sudo on every node, intent repo, allowed_signers, token file",
 		Long: `Load the configuration (as serve would) and check, one line each, ok or FAIL
 with what to do:
 
   cluster          the API server answers with the kubeconfig context named
+  permissions      the credentials may make every request mcp-patch makes
+                   (SelfSubjectAccessReview; each one missing is named with
+                   the RBAC rule that grants it, see mcp-patch rbac)
   ssh NODE         every inventory node: SSH reachable, its host key in
                    known_hosts, "sudo -n true" works for the login user
   intent repo      the working copy is clean, on a branch, and commits go to
@@ -95,6 +98,7 @@ func runDoctor(ctx context.Context, d *tools.Deps, w io.Writer) int {
 	}
 	cl, clErr := kube.Load(ctx, kube.LoadOptions{Kubeconfig: c.Kubeconfig, Context: c.Context})
 	report(clusterCheck(cl, clErr, c))
+	report(permissionChecks(ctx, cl, clErr, c)...)
 	d.Cluster = func(context.Context) (*kube.Clients, error) { return cl, clErr }
 	report(sshChecks(ctx, d)...)
 	report(intentCheck(c))

@@ -82,6 +82,8 @@ func TestDoctorOnTheLab(t *testing.T) {
 			t.Errorf("exit %d, want 0:\n%s", code, out)
 		}
 		wantLine(t, lines, out, "cluster", "ok", "answers", "Kubernetes v")
+		// The lab's config is the mcp-patch ServiceAccount with the shipped roles.
+		wantLine(t, lines, out, "permissions", "ok", "requests of deploy/kubernetes/rbac.yaml allowed")
 		for _, n := range nodes {
 			wantLine(t, lines, out, n, "ok", "host key known", "root")
 		}
@@ -141,6 +143,28 @@ func TestDoctorOnTheLab(t *testing.T) {
 		}
 		wantLine(t, lines, out, "intent repo", "FAIL", "uncommitted changes", "notes.txt", "commit, stash or remove")
 		wantLine(t, lines, out, "ssh gpu-1", "ok")
+	})
+
+	t.Run("missing permissions", func(t *testing.T) {
+		// A ServiceAccount no role is bound to: every request is refused,
+		// and each is named with the rule that grants it.
+		kc := filepath.Join(t.TempDir(), "nobody.kubeconfig")
+		if err := l.Cluster.ServiceAccountKubeconfig(ctx, "default", "nobody", kc); err != nil {
+			t.Fatal(err)
+		}
+		code, lines, out := doctorLines(t, "--config", l.ConfigFile, "--kubeconfig", kc)
+		if code != ExitNotOK {
+			t.Errorf("exit %d, want 1:\n%s", code, out)
+		}
+		wantLine(t, lines, out, "cluster", "ok")
+		wantLine(t, lines, out, "permission create pods/eviction", "FAIL", "every namespace",
+			`grant apiGroups: [""], resources: [pods/eviction], verbs: [create] (ClusterRole mcp-patch)`)
+		wantLine(t, lines, out, "permission update leases", "FAIL", "namespace kube-system",
+			"resourceNames: [mcp-patch-window] (Role mcp-patch in namespace kube-system)")
+		wantLine(t, lines, out, "permission create pods", "FAIL", "namespace default", "(Role mcp-patch in namespace default)")
+		if _, ok := lines["permissions"]; ok {
+			t.Errorf("a permissions ok line beside the missing ones:\n%s", out)
+		}
 	})
 
 	t.Run("unreachable API server", func(t *testing.T) {

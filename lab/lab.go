@@ -33,6 +33,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/examples"
 	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/kube/rbac"
 	"github.com/mcp-patch/mcp-patch/lab/cluster"
 	"github.com/mcp-patch/mcp-patch/lab/fleet"
 	"github.com/mcp-patch/mcp-patch/lab/world"
@@ -73,6 +74,10 @@ type Options struct {
 	// step starts a dozen of them). Empty: FindHostBinary's, else the
 	// running executable (which must call fleet.HostCommandMain).
 	HostBinary string
+	// RBACRules are the permissions mcp-patch runs with in the lab, bound
+	// to its ServiceAccount. Nil: the ones the project ships (kube/rbac.Rules,
+	// deploy/kubernetes/rbac.yaml).
+	RBACRules []rbac.Rule
 	// Logger gets the lab's events; Progress one line per stage.
 	Logger   *slog.Logger
 	Progress func(string)
@@ -148,6 +153,10 @@ type Lab struct {
 	// AllowedSigners lists it, labelled lab-only.
 	ApproverKey    string
 	AllowedSigners string
+	// ServiceAccountKubeconfig authenticates as the mcp-patch
+	// ServiceAccount, bound only to the roles the project ships
+	// (Options.RBACRules); Config.Kubeconfig names it.
+	ServiceAccountKubeconfig string
 	// Config is mcp-patch's configuration for the lab; ConfigFile holds it.
 	Config     config.Config
 	ConfigFile string
@@ -322,6 +331,10 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	}
 	if err := l.writeApprover(); err != nil {
 		return fmt.Errorf("lab: approval key: %w", err)
+	}
+	say("the mcp-patch ServiceAccount, bound to the shipped roles only")
+	if err := l.bindServiceAccount(ctx, opts.RBACRules); err != nil {
+		return fmt.Errorf("lab: %w", err)
 	}
 	if err := l.writeConfig(opts); err != nil {
 		return fmt.Errorf("lab: config: %w", err)
@@ -535,7 +548,9 @@ func (l *Lab) writeConfig(opts Options) error {
 		// A preview: the hosts only, no cluster to configure.
 		return l.saveConfig(c)
 	}
-	c.Kubeconfig = l.Cluster.Kubeconfig
+	// mcp-patch is the ServiceAccount bound to the shipped roles only;
+	// the lab's own clients (world, faults) keep the admin kubeconfig.
+	c.Kubeconfig = l.ServiceAccountKubeconfig
 	c.Kube.EtcdEndpoints = l.Etcd.Endpoints()
 	c.Kube.EtcdCA, c.Kube.EtcdCert, c.Kube.EtcdKey = l.Etcd.CAFile, l.Etcd.ClientCertFile, l.Etcd.ClientKeyFile
 	c.Kube.EvictRetry = config.Duration(time.Second)

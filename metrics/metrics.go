@@ -174,15 +174,56 @@ var (
 		nil, nil)
 	descPendingAge = prometheus.NewDesc(Namespace+"_approval_pending_age_seconds", "How long each approval request has waited for a signature.",
 		[]string{"round", "tool", "node"}, nil)
+	descStepDurations = prometheus.NewDesc(Namespace+"_step_duration_seconds", "Finished attempts of each window step in the open round, start to end.",
+		[]string{"round", "step"}, nil)
+	descGateChecks = prometheus.NewDesc(Namespace+"_gate_checks_total", "Recorded gate checks of the open round by result (green, red, abandoned).",
+		[]string{"round", "result"}, nil)
+	descRollbacks = prometheus.NewDesc(Namespace+"_rollbacks_total", "rollback_node runs of the open round by state (in_flight, done, failed).",
+		[]string{"round", "state"}, nil)
 	phases          = []round.Phase{round.PhaseNotPlanned, round.PhaseWindows, round.PhaseClosing, round.PhaseStopped, round.PhaseAborted, round.PhaseClosed}
 	durationBuckets = []float64{600, 1200, 1800, 2700, 3600, 5400, 7200, 10800, 14400, 21600, 28800}
+	stepBuckets     = []float64{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200}
+	// gateResults names a gate attempt's outcome on the dashboard.
+	gateResults = map[round.Outcome]string{round.OutcomeDone: "green", round.OutcomeFailed: "red", round.OutcomeAbandoned: "abandoned"}
 )
+
+// Family is one metric family the server exports: its name as Prometheus
+// stores it (a histogram adds _bucket, _sum and _count), type and labels.
+type Family struct {
+	Name   string
+	Type   string
+	Labels []string
+}
+
+// Exported lists every family the server's /metrics can carry (the
+// process and Go runtime collectors aside): the dashboard and the alert
+// rules may read these and nothing else. TestExportedIsGathered holds the
+// list to what a scrape returns.
+func Exported() []Family {
+	return []Family{
+		{Namespace + "_round_phase", "gauge", []string{"round", "phase"}},
+		{Namespace + "_node_step", "gauge", []string{"round", "node", "step", "state"}},
+		{Namespace + "_node_window", "gauge", []string{"round", "node", "state"}},
+		{Namespace + "_window_open_seconds", "gauge", []string{"round", "node"}},
+		{Namespace + "_window_expected_seconds", "gauge", []string{"round"}},
+		{Namespace + "_window_duration_seconds", "histogram", []string{"round"}},
+		{Namespace + "_step_duration_seconds", "histogram", []string{"round", "step"}},
+		{Namespace + "_step_failures_total", "counter", []string{"round", "step"}},
+		{Namespace + "_gate_checks_total", "counter", []string{"round", "result"}},
+		{Namespace + "_rollbacks_total", "counter", []string{"round", "state"}},
+		{Namespace + "_round_stopped", "gauge", []string{"round", "node", "step"}},
+		{Namespace + "_round_read_errors_total", "counter", nil},
+		{Namespace + "_approvals_pending", "gauge", nil},
+		{Namespace + "_approval_pending_age_seconds", "gauge", []string{"round", "tool", "node"}},
+		{Namespace + "_notifications_total", "counter", []string{"hook", "kind", "outcome"}},
+	}
+}
 
 type roundCollector struct{ m *Metrics }
 
 func (c roundCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPhase, descStep, descWindow, descOpen, descExpected, descDurations,
-		descFailures, descStopped, descPending, descPendingAge, descReadErrors} {
+		descFailures, descStopped, descPending, descPendingAge, descReadErrors, descStepDurations, descGateChecks, descRollbacks} {
 		ch <- d
 	}
 }
@@ -264,6 +305,27 @@ func stateMetrics(st *round.State, now time.Time, expected time.Duration) []prom
 		sum += d
 	}
 	out = append(out, prometheus.MustNewConstHistogram(descDurations, uint64(len(closed)), sum, buckets, id))
+	out = append(out, stepDurations(st)...)
+	gates := map[string]int{}
+	for _, n := range st.Nodes {
+		if r := n.Steps[round.StepGate]; r != nil {
+			for _, a := range r.Attempts {
+				if res, ok := gateResults[a.Outcome]; ok {
+					gates[res]++
+				}
+			}
+		}
+	}
+	for _, res := range sortedKeys(gates) {
+		out = append(out, prometheus.MustNewConstMetric(descGateChecks, prometheus.CounterValue, float64(gates[res]), id, res))
+	}
+	rollbacks := map[string]int{}
+	for _, r := range st.Rollbacks {
+		rollbacks[string(r.State)]++
+	}
+	for _, state := range sortedKeys(rollbacks) {
+		out = append(out, prometheus.MustNewConstMetric(descRollbacks, prometheus.CounterValue, float64(rollbacks[state]), id, state))
+	}
 	failures := map[round.Step]int{}
 	for _, f := range st.Failures {
 		failures[f.Step]++
@@ -277,6 +339,50 @@ func stateMetrics(st *round.State, now time.Time, expected time.Duration) []prom
 		out = append(out, prometheus.MustNewConstMetric(descFailures, prometheus.CounterValue, float64(failures[round.Step(s)]), id, s))
 	}
 	return out
+}
+
+// stepDurations is one histogram per window step over the finished
+// attempts (done or failed) of every node, so time per step stays a few
+// series however large the fleet.
+func stepDurations(st *round.State) []prometheus.Metric {
+	var out []prometheus.Metric
+	for _, step := range round.WindowSteps {
+		var ds []float64
+		for _, n := range st.Nodes {
+			r := n.Steps[step]
+			if r == nil {
+				continue
+			}
+			for _, a := range r.Attempts {
+				if a.Outcome == round.OutcomeDone || a.Outcome == round.OutcomeFailed {
+					ds = append(ds, a.Ended.Sub(a.Started).Seconds())
+				}
+			}
+		}
+		buckets := make(map[float64]uint64, len(stepBuckets))
+		var sum float64
+		for _, d := range ds {
+			sum += d
+		}
+		for _, b := range stepBuckets {
+			for _, d := range ds {
+				if d <= b {
+					buckets[b]++
+				}
+			}
+		}
+		out = append(out, prometheus.MustNewConstHistogram(descStepDurations, uint64(len(ds)), sum, buckets, st.RoundID, string(step)))
+	}
+	return out
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // currentStep is the step a node is at: the last node step (in round

@@ -2,17 +2,24 @@ package metrics
 
 import (
 	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"sigs.k8s.io/yaml"
 
 	"github.com/mcp-patch/mcp-patch/round"
@@ -242,4 +249,146 @@ func TestExampleAlertRules(t *testing.T) {
 	if alerts < 3 {
 		t.Fatalf("%d alerts, want approval pending, window over expected and round stopped", alerts)
 	}
+}
+
+// fullRound adds a green gate, a red gate and a rollback to the scripted
+// round, so every family of Exported has a series.
+func fullRound(t *testing.T) *Metrics {
+	t.Helper()
+	j, _ := scriptedRound(t)
+	st := j.State()
+	st.Nodes[1].Steps[round.StepGate].Attempts = append(st.Nodes[1].Steps[round.StepGate].Attempts,
+		round.Attempt{Outcome: round.OutcomeFailed})
+	st.Rollbacks = append(st.Rollbacks, round.RollbackRun{Node: "gpu-b", State: round.Done})
+	m := New(func() (*round.State, error) { return st, nil }, Options{Expected: func(*round.State) time.Duration { return time.Hour }})
+	m.Notified("h", "round_stopped", false)
+	m.ApprovalPending(Pending{Tool: "drain_node", Node: "n", Round: "2026-11", Since: time.Now()})
+	return m
+}
+
+var updateExported = flag.Bool("update", false, "rewrite testdata/exported.txt")
+
+// TestExportedIsGathered: Exported is exactly what a scrape of a round with
+// every kind of record returns (names, types, label names), and
+// testdata/exported.txt, which the dashboard's and the alert rules' checks
+// in test/promrules read, is Exported written out (-update rewrites it).
+func TestExportedIsGathered(t *testing.T) {
+	families, err := fullRound(t).Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []Family
+	for _, f := range families {
+		labels := map[string]bool{}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = true
+			}
+		}
+		var names []string
+		for l := range labels {
+			names = append(names, l)
+		}
+		sort.Strings(names)
+		got = append(got, Family{Name: f.GetName(), Type: strings.ToLower(f.GetType().String()), Labels: names})
+	}
+	want := Exported()
+	for i := range want {
+		sort.Strings(want[i].Labels)
+	}
+	sort.Slice(want, func(a, b int) bool { return want[a].Name < want[b].Name })
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("Exported() (-) against a scrape (+):\n%s", diff)
+	}
+	var b strings.Builder
+	b.WriteString("# The metric families mcp-patch's /metrics exports: name, type, labels (- for none).\n# Written by go test ./metrics -run TestExportedIsGathered -update; read by test/promrules.\n")
+	for _, f := range want {
+		labels := strings.Join(f.Labels, ",")
+		if labels == "" {
+			labels = "-"
+		}
+		fmt.Fprintf(&b, "%s %s %s\n", f.Name, f.Type, labels)
+	}
+	file := filepath.Join("testdata", "exported.txt")
+	if *updateExported {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(old) != b.String() {
+		t.Errorf("%s is stale: go test ./metrics -run TestExportedIsGathered -update", file)
+	}
+}
+
+// TestStepDurationsAndGates: time per step counts finished attempts only,
+// gate checks count by result, rollbacks by state.
+func TestStepDurationsAndGates(t *testing.T) {
+	m := fullRound(t)
+	if out := testutil.CollectAndCount(m.Registry(), "mcp_patch_step_duration_seconds"); out != len(round.WindowSteps) {
+		t.Errorf("%d step histograms, want one per window step (%d)", out, len(round.WindowSteps))
+	}
+	want := `
+# HELP mcp_patch_gate_checks_total Recorded gate checks of the open round by result (green, red, abandoned).
+# TYPE mcp_patch_gate_checks_total counter
+mcp_patch_gate_checks_total{result="green",round="2026-11"} 1
+mcp_patch_gate_checks_total{result="red",round="2026-11"} 1
+# HELP mcp_patch_rollbacks_total rollback_node runs of the open round by state (in_flight, done, failed).
+# TYPE mcp_patch_rollbacks_total counter
+mcp_patch_rollbacks_total{round="2026-11",state="done"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "mcp_patch_gate_checks_total", "mcp_patch_rollbacks_total"); err != nil {
+		t.Error(err)
+	}
+	// gpu-a's drain took 90 minutes (the scripted clock), every other
+	// finished step no time; verify on gpu-b failed and counts too.
+	st := fullRoundState(t)
+	var drain, verify *prometheusHistogram
+	for _, mt := range stepDurations(st) {
+		h := readHistogram(t, mt)
+		switch h.step {
+		case "drain":
+			drain = &h
+		case "verify":
+			verify = &h
+		}
+	}
+	if drain == nil || drain.count != 2 || drain.sum != 90*60 {
+		t.Errorf("drain histogram %+v, want 2 attempts summing 5400 s", drain)
+	}
+	if verify == nil || verify.count != 2 {
+		t.Errorf("verify histogram %+v, want 2 attempts (gpu-a done, gpu-b failed)", verify)
+	}
+}
+
+func fullRoundState(t *testing.T) *round.State {
+	j, _ := scriptedRound(t)
+	return j.State()
+}
+
+type prometheusHistogram struct {
+	step  string
+	count uint64
+	sum   float64
+}
+
+func readHistogram(t *testing.T, mt prometheus.Metric) prometheusHistogram {
+	t.Helper()
+	var pb dto.Metric
+	if err := mt.Write(&pb); err != nil {
+		t.Fatal(err)
+	}
+	h := prometheusHistogram{count: pb.GetHistogram().GetSampleCount(), sum: pb.GetHistogram().GetSampleSum()}
+	for _, l := range pb.GetLabel() {
+		if l.GetName() == "step" {
+			h.step = l.GetValue()
+		}
+	}
+	return h
 }

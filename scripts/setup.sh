@@ -52,8 +52,9 @@ phase() {
 }
 t=$(date +%s)
 
-# qemu-system-x86 ... dpkg-dev: the lab VM (a real Debian host under QEMU) and its image build.
-pkgs="openssh-server openssh-client grub2-common shellcheck pssh ansible git sudo procps ca-certificates iproute2 qemu-system-x86 qemu-utils debootstrap grub-pc-bin fdisk e2fsprogs dpkg-dev util-linux"
+# qemu-system-x86 ... dpkg-dev: the lab VM (a real Debian host under QEMU) and its image build;
+# systemd: systemd-analyze verify/security for deploy/systemd's unit.
+pkgs="openssh-server openssh-client grub2-common shellcheck pssh ansible git sudo procps ca-certificates iproute2 qemu-system-x86 qemu-utils debootstrap grub-pc-bin fdisk e2fsprogs dpkg-dev util-linux systemd"
 # The demo's lab hosts need the real grub-reboot/grub-editenv, flock, pkill,
 # ssh-keygen and git; the rest is for the tests (real sshd, shellcheck, the
 # fan-out peers, the lab VM).

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/mcp-patch/mcp-patch/kube/rbac"
 )
 
 // Drain errors callers branch on.
@@ -322,13 +324,23 @@ func blockedPods(ctx context.Context, kc kubernetes.Interface, pods []corev1.Pod
 }
 
 func evictionVerdict(ctx context.Context, kc kubernetes.Interface, p *corev1.Pod) string {
+	v, _ := evictionCheck(ctx, kc, p)
+	return v
+}
+
+// evictionCheck is evictionVerdict, and the error when the caller may not
+// evict at all (a permission its roles lack: no retry will change that).
+func evictionCheck(ctx context.Context, kc kubernetes.Interface, p *corev1.Pod) (string, error) {
 	ev := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
 		DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}},
 	}
 	err := kc.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
 	if err == nil {
-		return "eviction would be admitted now (it was refused or timed out earlier)"
+		return "eviction would be admitted now (it was refused or timed out earlier)", nil
+	}
+	if apierrors.IsForbidden(err) && !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return err.Error(), fmt.Errorf("dry-run eviction of %s/%s: %w", p.Namespace, p.Name, rbac.Explain(err, rbac.Options{}))
 	}
 	msg := err.Error()
 	var status apierrors.APIStatus
@@ -339,7 +351,7 @@ func evictionVerdict(ctx context.Context, kc kubernetes.Interface, p *corev1.Pod
 			}
 		}
 	}
-	return msg
+	return msg, nil
 }
 
 // onlyApproved refuses a plan that would evict a pod the approval did not

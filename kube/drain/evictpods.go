@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/mcp-patch/mcp-patch/kube/rbac"
 )
 
 // evictOptions pace evictPods.
@@ -87,7 +89,8 @@ func evictOne(ctx context.Context, kc kubernetes.Interface, p *corev1.Pod, o evi
 		case ctx.Err() != nil:
 			continue // the timeout's words
 		default:
-			return fmt.Errorf("error when evicting pods/%q -n %q: %v", p.Name, p.Namespace, err)
+			// A refusal for want of a permission names the rule that grants it.
+			return fmt.Errorf("error when evicting pods/%q -n %q: %v", p.Name, p.Namespace, rbac.Explain(err, rbac.Options{}))
 		}
 		break
 	}

@@ -76,7 +76,12 @@ func CheckEvictions(ctx context.Context, kc kubernetes.Interface, p Plan) ([]Evi
 	for i := range p.pods {
 		pod := &p.pods[i]
 		c := EvictionCheck{PodRef: podRef(pod)}
-		if v := evictionVerdict(ctx, kc, pod); !admitted(v) {
+		v, err := evictionCheck(ctx, kc, pod)
+		if err != nil {
+			// Not a PDB that may relent: the drain could evict nothing.
+			return nil, fmt.Errorf("check evictions on %s: %w", p.Node, err)
+		}
+		if !admitted(v) {
 			c.Refused = v
 		}
 		in, err := info(pod.Namespace)

@@ -474,7 +474,6 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options, f clusterFil
 		"--tls-private-key-file="+f.servingKey,
 		"--client-ca-file="+f.caCert,
 		"--token-auth-file="+f.tokens,
-		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+f.saPub,
 		"--service-account-signing-key-file="+f.saKey,
@@ -488,6 +487,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options, f clusterFil
 		// account, and this plugin would refuse every pod.
 		args = append(args, "--disable-admission-plugins=ServiceAccount")
 	}
+	args = append(args, authorizationArgs()...)
 	args = append(args, opts.APIServerFlags...)
 	p, err := c.run("kube-apiserver", nil, args...)
 	if err != nil {

@@ -58,6 +58,7 @@ func TestExampleRules(t *testing.T) {
 		t.Fatalf("no rule files in %s: %v", rulesDir, err)
 	}
 	metric := regexp.MustCompile(`^mcp_patch_[a-z_]+$`)
+	exported := loadExported(t)
 	for _, f := range files {
 		n, errs := check(f)
 		for _, e := range errs {
@@ -90,6 +91,9 @@ func TestExampleRules(t *testing.T) {
 					}
 					return nil
 				})
+				for _, e := range checkQuery("alert "+r.Alert, r.Expr, exported) {
+					t.Errorf("%s: %v", f, e)
+				}
 			}
 		}
 	}
