@@ -95,7 +95,7 @@ func explainRefusal(err error) error {
 	var r *policy.RefusalError
 	if errors.As(err, &r) {
 		if h := r.Hint(); h != "" {
-			return fmt.Errorf("%s (%s)", err.Error(), h)
+			return fmt.Errorf("%w (%s)", err, h)
 		}
 	}
 	return err

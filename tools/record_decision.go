@@ -72,8 +72,13 @@ func RecordDecision() Tool {
 				binding.Step, binding.Stop = string(t.Stop.Step), t.Stop.Binding()
 			}
 		}
-		if t.Failure != nil {
-			binding.Step, binding.Stop = string(t.Step), t.Failure.Binding()
+		if dk.kind == policy.KindResidualRiskAccepted {
+			// A note accepts no check and says so; an accepted check names
+			// its failure's record.
+			binding.Step, binding.Stop = policy.NoStop, policy.NoStop
+			if t.Failure != nil {
+				binding.Step, binding.Stop = string(t.Step), t.Failure.Binding()
+			}
 		}
 		if d.Approvals == nil {
 			return DecisionOut{}, Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")

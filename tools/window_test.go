@@ -19,6 +19,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 	"github.com/mcp-patch/mcp-patch/round/window/fakes"
 )
 
@@ -372,10 +373,28 @@ func TestInstallOverdueFails(t *testing.T) {
 
 func TestDrainReentryAfterCrash(t *testing.T) {
 	r := newWRig(t)
-	// A drain whose start was journaled under an approval, then the
-	// process died before the cordon.
+	// A drain whose start was journaled under an approval (its signed
+	// bytes kept, as the chokepoint keeps them), then the process died
+	// before the cordon.
+	pv, err := r.kube.PreviewDrain(t.Context(), wNode, drain.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp, err := window.DecideDrain(wNode, pv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "signed:" + dp.Digest()
+	r.d.Approvals.(*syncApprovals).used[text] = true
+	if err := r.d.keepStep(wRound, "drain_node", "drain_node", Approved{ID: text, Text: text}, dp); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := window.Encode(dp)
+	if err != nil {
+		t.Fatal(err)
+	}
 	j := r.journal(t)
-	if _, err := j.StartStep(round.StepDrain, wNode, round.Meta{ApprovalID: "a", PlanDigest: "sha256:x"}); err != nil {
+	if _, err := j.StartStep(round.StepDrain, wNode, round.Meta{ApprovalID: text, PlanDigest: dp.Digest(), StepPlan: raw}); err != nil {
 		t.Fatal(err)
 	}
 	_, res := r.call(t, "drain_node", map[string]any{"node": wNode})
@@ -386,6 +405,22 @@ func TestDrainReentryAfterCrash(t *testing.T) {
 	r.kube.Cordoned = map[string]string{wNode: "server-a"}
 	if _, res := r.call(t, "drain_node", map[string]any{"node": wNode}); res.Status != StatusOK {
 		t.Fatalf("re-entry of a cordoned drain: %s %v", res.Status, res.Reasons)
+	}
+}
+
+// A drain start written into the journal by hand (no signature kept for
+// it) is not carried on, even on a node cordoned as ours: only a fresh
+// approval drains it.
+func TestHandWrittenDrainStartIsNotCarriedOn(t *testing.T) {
+	r := newWRig(t)
+	j := r.journal(t)
+	if _, err := j.StartStep(round.StepDrain, wNode, round.Meta{ApprovalID: "a", PlanDigest: "sha256:x",
+		StepPlan: []byte(`{"node":"` + wNode + `","preview_digest":"sha256:x","evict":["evict ml/trainer-0 (statefulset trainer)"]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	r.kube.Cordoned = map[string]string{wNode: "server-a"}
+	if _, res := r.call(t, "drain_node", map[string]any{"node": wNode}); res.Status != StatusApprovalRequired || len(r.kube.Actions) != 0 {
+		t.Fatalf("re-entry of a hand-written drain start: %s %v, actions %v", res.Status, res.Reasons, r.kube.Actions)
 	}
 }
 
