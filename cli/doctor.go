@@ -37,6 +37,9 @@ with what to do:
   intent repo      the working copy is clean, on a branch, and commits go to
                    a working branch that is not protected
   allowed_signers  it parses; who may approve
+  trust            WARN (does not fail) when this user can write allowed_signers,
+                   or when destructive tools would be offered over stdio to an
+                   agent running as this same user (docs/SECURITY.md)
   token file       mode 0600 (when serve.token_file is set)
 
 Nothing is changed anywhere. Exit 0 when every check is ok, 1 otherwise.`,
@@ -61,13 +64,18 @@ Nothing is changed anywhere. Exit 0 when every check is ok, 1 otherwise.`,
 
 // check is one line of doctor's report.
 type check struct {
-	ok   bool
+	ok bool
+	// warn marks a line that does not fail doctor but says what to change.
+	warn bool
 	what string // "cluster", "ssh gpu-1", ...
 	msg  string
 }
 
 func (c check) String() string {
 	mark := "ok  "
+	if c.warn {
+		mark = "WARN"
+	}
 	if !c.ok {
 		mark = "FAIL"
 	}
@@ -103,6 +111,7 @@ func runDoctor(ctx context.Context, d *tools.Deps, w io.Writer) int {
 	report(sshChecks(ctx, d)...)
 	report(intentCheck(c))
 	report(signersCheck(c, d.Now()))
+	report(trustChecks(c, "")...)
 	report(tokenCheck(c))
 	if failed > 0 {
 		fmt.Fprintf(w, "%d of %d checks failed\n", failed, total)

@@ -10,7 +10,7 @@ import (
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func mustConfig(t *testing.T, repo string) config.Config {
+func mustConfig(t testing.TB, repo string) config.Config {
 	t.Helper()
 	c := config.DefaultConfig()
 	c.IntentRepo = repo

@@ -24,7 +24,7 @@ const roRound = "2026-11"
 // plannedRepo is the example intent repository with round 2026-11 planned
 // (its journal: a plan over two nodes, an inspection in flight) and
 // committed, so the working copy is clean.
-func plannedRepo(t *testing.T) string {
+func plannedRepo(t testing.TB) string {
 	t.Helper()
 	repo := exampleRepo(t)
 	order, err := round.PlanOrder([]round.NodeInfo{{Name: "cp-1", ControlPlane: true}, {Name: "gpu-1", GPU: true}}, round.Placement{})

@@ -52,6 +52,11 @@ func runServe(ctx context.Context, g *globals, f serveFlags, stdio IO) error {
 	if err != nil {
 		return usageError{err}
 	}
+	configFile := g.configFile
+	if configFile == "" {
+		configFile = stdio.Getenv("MCP_PATCH_CONFIG")
+	}
+	warnTrust(log, &c, configFile)
 	if limit, ok := memoryLimit(c.Serve.MemoryLimitMiB, stdio.Getenv("GOMEMLIMIT")); ok && stdio.SetMemoryLimit != nil {
 		stdio.SetMemoryLimit(limit)
 		log.Info("soft memory limit", "mib", c.Serve.MemoryLimitMiB)

@@ -90,11 +90,11 @@ func TestSessionBookDecisions(t *testing.T) {
 // httpRig is the HTTP server as serve runs it (bearerHandler and
 // newHTTPServer) on a loopback port, over the example intent repository.
 type httpRig struct {
-	url, token string
+	url, token  string
 	srvSessions func() int
 }
 
-func newHTTPRig(t *testing.T, repo string, configure func(*config.Config)) *httpRig {
+func newHTTPRig(t testing.TB, repo string, configure func(*config.Config)) *httpRig {
 	t.Helper()
 	c := mustConfig(t, repo)
 	if configure != nil {
