@@ -93,20 +93,23 @@ func isEvents(r schema.GroupVersionResource) bool { return r.Resource == "events
 // keptOnReset says whether Reset leaves an object alone: CustomResource
 // definitions (the world installs the same ones again, and deleting one
 // waits for all its objects' cleanup) and the APIServices the API server
-// registers for them, and each namespace's default
-// ServiceAccount and kube-root-ca.crt ConfigMap, which the controller
-// manager makes in every namespace and which go with their namespace.
-func keptOnReset(k objectKey) bool {
+// registers for them, and, in the namespaces the cluster started with, the
+// default ServiceAccount and kube-root-ca.crt ConfigMap the controller
+// manager makes in every namespace.
+func (l *Lab) keptOnReset(k objectKey) bool {
 	switch k.Resource.Resource {
 	case "customresourcedefinitions", "apiservices":
 		return true
-	case "serviceaccounts":
-		return k.Name == "default"
-	case "configmaps":
-		return k.Name == "kube-root-ca.crt"
+	case "serviceaccounts", "configmaps":
+		if k.Name != "default" && k.Name != "kube-root-ca.crt" {
+			return false
+		}
+		return l.started[objectKey{Resource: namespacesResource, Name: k.Namespace}]
 	}
 	return false
 }
+
+var namespacesResource = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 
 // objects lists every object of the given resources.
 func (l *Lab) objects(ctx context.Context, resources []schema.GroupVersionResource) ([]clusterObject, error) {
@@ -206,7 +209,7 @@ func (l *Lab) Reset(ctx context.Context, opts Options) (err error) {
 	if err := l.deleteSinceStart(ctx); err != nil {
 		return fmt.Errorf("lab reset: %w", err)
 	}
-	opts.Logger.Debug("lab reset: cluster back to its start", "after", time.Since(start))
+	opts.Progress(fmt.Sprintf("control plane: back to its start after %s", time.Since(start).Round(100*time.Millisecond)))
 	return l.upRest(ctx, opts)
 }
 
@@ -234,8 +237,24 @@ func (l *Lab) deleteSinceStart(ctx context.Context) error {
 			return err
 		}
 		left = left[:0]
+		// A namespace being deleted whose objects are all gone is finalized
+		// here, as the controller manager's namespace controller would (it
+		// backs off between its sweeps and took up to 90 s on a busy machine).
+		inNamespace := map[string]int{}
 		for _, o := range objs {
-			if l.started[o.key] || keptOnReset(o.key) {
+			if o.key.Namespace != "" && !l.started[o.key] && !l.keptOnReset(o.key) {
+				inNamespace[o.key.Namespace]++
+			}
+		}
+		for _, o := range objs {
+			if o.key.Resource == namespacesResource && o.deleting && inNamespace[o.key.Name] == 0 {
+				if err := l.finalizeNamespace(ctx, o.key.Name); err != nil {
+					return err
+				}
+			}
+		}
+		for _, o := range objs {
+			if l.started[o.key] || l.keptOnReset(o.key) {
 				continue
 			}
 			if !isEvents(o.key.Resource) {
@@ -263,4 +282,25 @@ func (l *Lab) deleteSinceStart(ctx context.Context) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// finalizeNamespace removes the finalizers of a namespace being deleted
+// that holds nothing any more, so that it goes at once.
+func (l *Lab) finalizeNamespace(ctx context.Context, name string) error {
+	ns, err := l.Cluster.Client().CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("finalize namespace %s: %w", name, err)
+	}
+	if len(ns.Spec.Finalizers) == 0 {
+		return nil
+	}
+	ns.Spec.Finalizers = nil
+	_, err = l.Cluster.Client().CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("finalize namespace %s: %w", name, err)
+	}
+	return nil
 }
