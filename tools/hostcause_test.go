@@ -143,7 +143,9 @@ func TestInspectionHazards(t *testing.T) {
 		{"boot short", func(i *steps.Inspection) {
 			i.Boot = steps.BootSpace{Dir: "/boot", FreeKB: &free, NeedKB: 65536, NewKernels: []string{"9.9.9-1-generic"}, Short: true}
 		}, CauseBootShort, "/boot has 336 KiB free"},
-		{"removal", func(i *steps.Inspection) { i.Pending = steps.BuildPlan("Remv oldlib [1.0]\nInst newlib (1.0 lab [all])\n") }, CauseRemoval, "would remove 1 package(s): oldlib"},
+		{"removal", func(i *steps.Inspection) {
+			i.Pending = steps.BuildPlan("Remv oldlib [1.0]\nInst newlib (1.0 lab [all])\n")
+		}, CauseRemoval, "would remove 1 package(s): oldlib"},
 		{"kernel.panic", func(i *steps.Inspection) { i.KernelPanic = 0 }, CauseBoot, "kernel.panic is 0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -25,6 +25,10 @@ type Options struct {
 	// NoRemoval leaves out what makes the upgrade remove a package
 	// (tinyapp 2.0's dependency on newlib, which conflicts with oldlib).
 	NoRemoval bool
+	// Copy serves the repository through apt's copy: method, which copies
+	// each package into apt's cache as a download from a mirror does
+	// (file:, the default, uses the packages where they lie).
+	Copy bool
 	// ExtraConf is appended to apt.conf.
 	ExtraConf string
 }
@@ -104,7 +108,11 @@ func New(t testing.TB, opts Options) *Lab {
 	psum := sha256.Sum256([]byte(packages.String()))
 	WriteFile(t, filepath.Join(repo, "Release"), fmt.Sprintf("Origin: mcp-lab\nLabel: mcp-lab\nSuite: lab\nCodename: lab\nSHA256:\n %s %d Packages\n",
 		hex.EncodeToString(psum[:]), packages.Len()), 0o644)
-	WriteFile(t, filepath.Join(l.Dir, "etc", "sources.list"), "deb [trusted=yes] file:"+repo+" ./\n", 0o644)
+	method := "file:"
+	if opts.Copy {
+		method = "copy:"
+	}
+	WriteFile(t, filepath.Join(l.Dir, "etc", "sources.list"), "deb [trusted=yes] "+method+repo+" ./\n", 0o644)
 
 	var status strings.Builder
 	for _, p := range []struct{ name, version, want string }{
