@@ -139,7 +139,7 @@ func inspectionHazards(insp steps.Inspection, target string) []hazard {
 	if insp.Dpkg.Interrupted {
 		add(CauseDpkgInterrupted, "dpkg was interrupted on this node (a package operation stopped half-way): nothing can be installed until '"+orFix(insp.Dpkg.FixCommand)+"' ran")
 	} else if insp.Dpkg.Audit != "" {
-		add(CauseDpkgAudit, "dpkg --audit reports packages left half-way: "+oneLine(clipText(insp.Dpkg.Audit, 300)))
+		add(CauseDpkgAudit, "dpkg left packages half-way (dpkg --audit names them): "+oneLine(clipText(insp.Dpkg.Audit, 300)))
 	}
 	if l := insp.Dpkg.Lock; l != nil {
 		add(CauseDpkgLocked, "dpkg's lock is held now by "+lockHolder(l)+": a download or install would wait for it and then refuse")

@@ -138,12 +138,14 @@ func TestInspectionHazards(t *testing.T) {
 		reason string
 	}{
 		{"interrupted", func(i *steps.Inspection) { i.Dpkg.Interrupted, i.Dpkg.FixCommand = true, "dpkg --configure -a" }, CauseDpkgInterrupted, "dpkg was interrupted"},
-		{"audit", func(i *steps.Inspection) { i.Dpkg.Audit = "The following packages are only half configured" }, CauseDpkgAudit, "dpkg --audit reports"},
+		{"audit", func(i *steps.Inspection) { i.Dpkg.Audit = "tinyapp half-configured" }, CauseDpkgAudit, "dpkg left packages half-way"},
 		{"locked", func(i *steps.Inspection) { i.Dpkg.Lock = &steps.DpkgLock{PID: &pid, Command: "apt-get full-upgrade"} }, CauseDpkgLocked, "process 4242 (apt-get full-upgrade)"},
 		{"boot short", func(i *steps.Inspection) {
 			i.Boot = steps.BootSpace{Dir: "/boot", FreeKB: &free, NeedKB: 65536, NewKernels: []string{"9.9.9-1-generic"}, Short: true}
 		}, CauseBootShort, "/boot has 336 KiB free"},
-		{"removal", func(i *steps.Inspection) { i.Pending = steps.BuildPlan("Remv oldlib [1.0]\nInst newlib (1.0 lab [all])\n") }, CauseRemoval, "would remove 1 package(s): oldlib"},
+		{"removal", func(i *steps.Inspection) {
+			i.Pending = steps.BuildPlan("Remv oldlib [1.0]\nInst newlib (1.0 lab [all])\n")
+		}, CauseRemoval, "would remove 1 package(s): oldlib"},
 		{"kernel.panic", func(i *steps.Inspection) { i.KernelPanic = 0 }, CauseBoot, "kernel.panic is 0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -136,8 +136,9 @@ type DpkgState struct {
 	// dpkg runs); FixCommand is what a person runs.
 	Interrupted bool   `json:"interrupted"`
 	FixCommand  string `json:"fix_command,omitempty"`
-	// Audit is what `dpkg --audit` reports (packages half-installed or
-	// half-configured); empty when all is well.
+	// Audit names the packages dpkg left half-way ("<package> <state>"
+	// lines: half-installed, unpacked, half-configured or awaiting
+	// triggers, the states `dpkg --audit` reports); empty when all is well.
 	Audit string `json:"audit,omitempty"`
 }
 

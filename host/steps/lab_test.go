@@ -2,15 +2,14 @@ package steps
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-patch/mcp-patch/host/aptlab"
 )
 
 const testNode = "gpu-01"
@@ -151,17 +150,12 @@ func (r *grubRoot) bootAs(t testing.TB, bootID string) {
 	writeFile(t, r.bootID, bootID+"\n", 0o644)
 }
 
-// aptLab is a throwaway apt repository and dpkg root driven by the real
-// apt-get and dpkg through APT_CONFIG and DPKG_ADMINDIR: nothing touches
-// this machine's own package state.
-//
-// Installed: tinyapp 1.0, oldlib 1.0, kubelet 1.0 (held), linux-image-generic
-// 1.0, linux-image-<running kernel> (automatically installed), leftover 1.0
-// (automatically installed, nothing needs it).
-// Available: tinyapp 2.0 (depends on newlib), newlib 1.0 (conflicts with and
-// replaces oldlib), kubelet 2.0, linux-image-generic 2.0 (depends on
-// linux-image-9.9.9-1-generic), linux-image-9.9.9-1-generic.
+// aptLab is the apt lab of host/aptlab (a throwaway apt repository and
+// dpkg root driven by the real apt-get and dpkg through APT_CONFIG and
+// DPKG_ADMINDIR; see aptlab.Lab for its packages), with the names these
+// tests use.
 type aptLab struct {
+	*aptlab.Lab
 	dir, root, aptConf, admin string
 }
 
@@ -172,105 +166,13 @@ type debPkg struct {
 
 func newAptLab(t testing.TB, extraConf string) *aptLab {
 	t.Helper()
-	for _, tool := range []string{"apt-get", "dpkg-deb", "dpkg"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is needed: %v", tool, err)
-		}
-	}
-	l := &aptLab{dir: t.TempDir()}
-	l.root = filepath.Join(l.dir, "root")
-	l.admin = filepath.Join(l.root, "var", "lib", "dpkg")
-	repo := filepath.Join(l.dir, "repo")
-	for _, d := range []string{repo, filepath.Join(l.admin, "info"), filepath.Join(l.admin, "updates"), filepath.Join(l.admin, "triggers"),
-		filepath.Join(l.dir, "state", "lists", "partial"), filepath.Join(l.dir, "cache", "archives", "partial"),
-		filepath.Join(l.dir, "etc", "parts"), filepath.Join(l.dir, "etc", "prefs"), filepath.Join(l.dir, "log")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	running := runningKernel(t)
-	available := []debPkg{
-		{"tinyapp", "1.0", nil}, {"tinyapp", "2.0", []string{"Depends: newlib"}},
-		{"oldlib", "1.0", nil}, {"newlib", "1.0", []string{"Conflicts: oldlib", "Replaces: oldlib"}},
-		{"kubelet", "1.0", nil}, {"kubelet", "2.0", nil},
-		{"linux-image-generic", "1.0", []string{"Depends: linux-image-" + running}},
-		{"linux-image-generic", "2.0", []string{"Depends: linux-image-9.9.9-1-generic"}},
-		{"linux-image-9.9.9-1-generic", "9.9.9-1.1", nil},
-		{"linux-image-" + running, "1.0", nil},
-		{"leftover", "1.0", nil},
-	}
-	var packages strings.Builder
-	for _, p := range available {
-		deb := l.buildDeb(t, repo, p)
-		data, err := os.ReadFile(deb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		control, err := exec.Command("dpkg-deb", "-f", deb).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256(data)
-		fmt.Fprintf(&packages, "%sFilename: ./%s\nSize: %d\nSHA256: %s\n\n", control, filepath.Base(deb), len(data), hex.EncodeToString(sum[:]))
-	}
-	writeFile(t, filepath.Join(repo, "Packages"), packages.String(), 0o644)
-	psum := sha256.Sum256([]byte(packages.String()))
-	writeFile(t, filepath.Join(repo, "Release"), fmt.Sprintf("Origin: mcp-lab\nLabel: mcp-lab\nSuite: lab\nCodename: lab\nSHA256:\n %s %d Packages\n",
-		hex.EncodeToString(psum[:]), packages.Len()), 0o644)
-	writeFile(t, filepath.Join(l.dir, "etc", "sources.list"), "deb [trusted=yes] file:"+repo+" ./\n", 0o644)
-
-	var status strings.Builder
-	for _, p := range []struct{ name, version, want string }{
-		{"tinyapp", "1.0", "install"}, {"oldlib", "1.0", "install"}, {"kubelet", "1.0", "hold"},
-		{"linux-image-generic", "1.0", "install"}, {"linux-image-" + running, "1.0", "install"}, {"leftover", "1.0", "install"},
-	} {
-		fmt.Fprintf(&status, "Package: %s\nStatus: %s ok installed\nPriority: optional\nSection: misc\nMaintainer: lab <lab@example.invalid>\nArchitecture: all\nVersion: %s\nDescription: lab package\n", p.name, p.want, p.version)
-		if p.name == "linux-image-generic" {
-			fmt.Fprintf(&status, "Depends: linux-image-%s\n", running)
-		}
-		status.WriteString("\n")
-		writeFile(t, filepath.Join(l.admin, "info", p.name+".list"), "", 0o644)
-	}
-	writeFile(t, filepath.Join(l.admin, "status"), status.String(), 0o644)
-	writeFile(t, filepath.Join(l.dir, "state", "extended_states"),
-		"Package: linux-image-"+running+"\nArchitecture: all\nAuto-Installed: 1\n\nPackage: leftover\nArchitecture: all\nAuto-Installed: 1\n\n", 0o644)
-
-	l.aptConf = filepath.Join(l.dir, "apt.conf")
-	writeFile(t, l.aptConf, fmt.Sprintf(`Dir::State "%[1]s/state";
-Dir::State::status "%[2]s/status";
-Dir::Cache "%[1]s/cache";
-Dir::Etc::SourceList "%[1]s/etc/sources.list";
-Dir::Etc::SourceParts "%[1]s/etc/parts";
-Dir::Etc::Parts "%[1]s/etc/parts";
-Dir::Etc::Preferences "%[1]s/etc/prefs/none";
-Dir::Etc::PreferencesParts "%[1]s/etc/prefs";
-Dir::Log "%[1]s/log";
-DPkg::Options { "--root=%[3]s"; "--admindir=%[2]s"; "--log=%[1]s/log/dpkg.log"; "--force-not-root"; "--force-script-chrootless"; };
-APT::Sandbox::User "root";
-%[4]s
-`, l.dir, l.admin, l.root, extraConf), 0o644)
-	cmd := exec.Command("apt-get", "update")
-	cmd.Env = append(os.Environ(), "APT_CONFIG="+l.aptConf)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("apt-get update: %v\n%s", err, out)
-	}
-	return l
+	l := aptlab.New(t, aptlab.Options{ExtraConf: extraConf})
+	return &aptLab{Lab: l, dir: l.Dir, root: l.Root, aptConf: l.AptConf, admin: l.Admin}
 }
 
 func (l *aptLab) buildDeb(t testing.TB, repo string, p debPkg) string {
 	t.Helper()
-	b := filepath.Join(l.dir, "build", p.name+"-"+p.version)
-	control := fmt.Sprintf("Package: %s\nVersion: %s\nArchitecture: all\nMaintainer: lab <lab@example.invalid>\nDescription: lab package %s\n", p.name, p.version, p.name)
-	for _, f := range p.fields {
-		control += f + "\n"
-	}
-	writeFile(t, filepath.Join(b, "DEBIAN", "control"), control, 0o644)
-	writeFile(t, filepath.Join(b, "usr", "share", "mcp-lab", p.name), p.version+"\n", 0o644)
-	deb := filepath.Join(repo, p.name+"_"+p.version+"_all.deb")
-	if out, err := exec.Command("dpkg-deb", "--build", "--root-owner-group", b, deb).CombinedOutput(); err != nil {
-		t.Fatalf("dpkg-deb: %v\n%s", err, out)
-	}
-	return deb
+	return l.BuildDeb(t, repo, aptlab.Package{Name: p.name, Version: p.version, Fields: p.fields})
 }
 
 func (l *aptLab) paths() Paths { return Paths{AptConfig: l.aptConf, DpkgAdminDir: l.admin} }

@@ -198,26 +198,6 @@ dpkg_ready() {
 	[ "$rc" = 0 ] && return 0
 	fail "apt-get check exited $rc: $(tail -n 3 "$TMPD/check.out")"
 }
-# dpkg_state: dpkg's state as it is now, for a survey that must not wait or
-# change anything: whether a process holds its lock and which (dpkg_locked,
-# dpkg_lock_holder_pid and _command),
-# whether it was interrupted (dpkg_interrupted, with fix_command) and what
-# `dpkg --audit` finds (dpkg_audit: packages half-installed or
-# half-configured; empty when all is well).
-dpkg_state() {
-	holder=$(dpkg_lock_holder)
-	field_bool dpkg_locked "$(yes_if [ -n "$holder" ])"
-	field_int dpkg_lock_holder_pid "$holder"
-	field_str dpkg_lock_holder_command "$(proc_command "$holder")"
-	if dpkg_interrupted; then
-		field_bool dpkg_interrupted 1
-		field_str fix_command "$FIX_DPKG"
-	else
-		field_bool dpkg_interrupted 0
-	fi
-	audit=$(LC_ALL=C dpkg --audit 2>&1) || true
-	field_text dpkg_audit "$audit"
-}
 # ---- apt-guard: end ----
 
 : "${LOCK_TIMEOUT:=120}"

@@ -10,7 +10,7 @@
 # reboot-required, the NVIDIA driver version and, when TARGET_KERNEL is
 # given, the NVIDIA kernel modules built or packaged for that kernel. It
 # also reports dpkg's state without waiting for it (who holds its lock,
-# whether it was interrupted, what `dpkg --audit` says) and whether $BOOT_DIR
+# whether it was interrupted, the packages it left half-way) and whether $BOOT_DIR
 # has room for the kernels the pending upgrade installs.
 #
 # Environment (default in brackets):
@@ -247,12 +247,16 @@ dpkg_ready() {
 	[ "$rc" = 0 ] && return 0
 	fail "apt-get check exited $rc: $(tail -n 3 "$TMPD/check.out")"
 }
+# ---- apt-guard: end ----
+
+# ---- dpkg-state: begin (copied from lib/dpkg-state.sh by go generate; edit it there) ----
 # dpkg_state: dpkg's state as it is now, for a survey that must not wait or
 # change anything: whether a process holds its lock and which (dpkg_locked,
 # dpkg_lock_holder_pid and _command),
-# whether it was interrupted (dpkg_interrupted, with fix_command) and what
-# `dpkg --audit` finds (dpkg_audit: packages half-installed or
-# half-configured; empty when all is well).
+# whether it was interrupted (dpkg_interrupted, with fix_command) and the
+# packages dpkg left half-way, as `dpkg --audit` names them (dpkg_audit:
+# "<package> <state>" lines, half-installed, unpacked, half-configured or
+# awaiting triggers; empty when all is well).
 dpkg_state() {
 	holder=$(dpkg_lock_holder)
 	field_bool dpkg_locked "$(yes_if [ -n "$holder" ])"
@@ -264,10 +268,13 @@ dpkg_state() {
 	else
 		field_bool dpkg_interrupted 0
 	fi
-	audit=$(LC_ALL=C dpkg --audit 2>&1) || true
+	# The package states `dpkg --audit` names as half-way (its other notes,
+	# such as a missing md5sums file, stop nothing).
+	audit=$(dpkg-query -W -f='${db:Status-Status} ${Package}\n' 2>/dev/null |
+		awk '$1 ~ /^(half-installed|unpacked|half-configured|triggers-awaited|triggers-pending)$/ { print $2 " " $1 }') || true
 	field_text dpkg_audit "$audit"
 }
-# ---- apt-guard: end ----
+# ---- dpkg-state: end ----
 
 # ---- boot-space: begin (copied from lib/boot-space.sh by go generate; edit it there) ----
 # boot_space PLAN-LINES: does /boot hold the kernels the plan installs? A
@@ -487,7 +494,7 @@ field_text apt_simulate "$sim"
 field_text apt_simulate_stderr "$(cat "$TMPD/apt.err")"
 field_int apt_simulate_exit "$rc"
 
-STAGE='reading dpkg state (lock holder, journal, dpkg --audit; without waiting)'
+STAGE='reading dpkg state (lock holder, journal, packages left half-way; without waiting)'
 dpkg_state
 
 STAGE="checking $BOOT_DIR has room for the pending upgrade's kernels"
