@@ -197,7 +197,9 @@ func inferNextCall(tool string, status Status, next string, args map[string]any)
 	}
 	if m := runFirst.FindStringSubmatch(next); m != nil && m[1] != tool && knownTool(m[1]) {
 		c := CallTo(m[1])
-		if n, ok := args["node"].(string); ok && takesArg(m[1], "node") {
+		// round_status's node only narrows its rows: the call that
+		// follows a step asks for the whole summary.
+		if n, ok := args["node"].(string); ok && takesArg(m[1], "node") && m[1] != "round_status" {
 			c.Arguments["node"] = n
 		}
 		return c
