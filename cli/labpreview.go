@@ -69,7 +69,8 @@ func labPreview(ctx context.Context, opts lab.Options, stdio IO) int {
 	for _, node := range previewNodes {
 		for _, tool := range previewTools {
 			fmt.Fprintf(stdio.Stdout, "\n$ mcp-patch tool %s --node %s -o table\n", tool, node)
-			args := []string{"tool", tool, "--node", node, "--config", l.ConfigFile, "-o", "table"}
+			// --log-level error: the answer alone, as the table shows it.
+			args := []string{"tool", tool, "--node", node, "--config", l.ConfigFile, "-o", "table", "--log-level", "error"}
 			if rc := Run(ctx, args, stdio); rc != ExitOK {
 				fmt.Fprintf(stdio.Stderr, "mcp-patch lab preview: %s on %s exited %d\n", tool, node, rc)
 				code = ExitNotOK

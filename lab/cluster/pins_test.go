@@ -213,3 +213,26 @@ func pathWithout(t *testing.T, name string) string {
 	}
 	return strings.Join(keep, string(os.PathListSeparator))
 }
+
+// TestDebianEtcdUnavailableFallsBackToSource: when Debian's etcd package
+// cannot be had (here: the mirror refuses connections), the script says why
+// and that etcd comes from the pinned module instead, and leaves neither a
+// Debian etcd nor its private apt directory in the cache.
+func TestDebianEtcdUnavailableFallsBackToSource(t *testing.T) {
+	cache := t.TempDir()
+	cmd := exec.Command("sh", filepath.Join("..", "..", buildScript), "--prefetch")
+	cmd.Env = append(os.Environ(), "MCP_PATCH_CACHE="+cache, "MCP_PATCH_DEBIAN_MIRROR=http://127.0.0.1:9/debian", "MCP_PATCH_ETCD=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("prefetch with an unreachable mirror: %v\n%s", err, out)
+	}
+	for _, want := range []string{"etcd from Debian: apt-get failed", "etcd (source)"} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("the script's output lacks %q:\n%s", want, out)
+		}
+	}
+	left, err := filepath.Glob(filepath.Join(cache, "controlplane", "*etcd-debian*"))
+	if err != nil || len(left) > 0 {
+		t.Errorf("left in the cache after a failed fetch: %v (%v)", left, err)
+	}
+}
