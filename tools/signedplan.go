@@ -556,11 +556,22 @@ func (d *Deps) planStatus(ctx context.Context, id string) (*PlanStatus, error) {
 	if sp, ok, err := d.planProof(ctx, id); err == nil && ok && sp.Digest == f.Digest {
 		st.Signed, st.SignedBy, st.signedAt = true, sp.Principal, sp.proof.Time
 	}
+	// One read of the kept signatures for the whole fleet; each node's
+	// latest window approval verified again.
+	windows := map[string]proof{}
+	if ps, err := d.proofs(id); err == nil {
+		for _, p := range ps {
+			if p.Tool == "approve_window" && p.Step == "" {
+				windows[p.Node] = p
+			}
+		}
+	}
 	for _, n := range f.Nodes {
-		if n.Approval != plan.PerWindow {
+		p, ok := windows[n.Node]
+		if n.Approval != plan.PerWindow || !ok {
 			continue
 		}
-		if wp, ok, err := d.latestProof(ctx, id, "approve_window", n.Node); err == nil && ok && wp.Digest == n.Window {
+		if a, err := d.reverify(ctx, id, p, "approve_window", n.Node, ""); err == nil && a.Digest == n.Window {
 			st.WindowsApproved = append(st.WindowsApproved, n.Node)
 		}
 	}
