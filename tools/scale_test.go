@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/apifake"
+	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window/fakes"
 )
 
@@ -329,4 +330,52 @@ func loadAvg() string {
 		return "unknown"
 	}
 	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// In a round of 60 nodes (past the size round_status pages at), what a
+// window appends to the journal and the audit log does not grow with the
+// window's place in the round (the sixth GPU window appends what the
+// second did, give or take a record's digits), and round_status after
+// each window is a summary and a page of at most 16 KiB that starts at
+// the open or next window.
+func TestRoundAtScaleAppendsFlatPerWindow(t *testing.T) {
+	f, names := newScaleFleet(t, 60)
+	f.planned()
+	dir := filepath.Join(f.repo, "rounds", fRound)
+	size := func(name string) int64 {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	var appended []int64
+	for i, node := range names[:10] {
+		j0, a0 := size(round.JournalFile), size(round.AuditFile)
+		f.scaleWindow(node, i < 3)
+		appended = append(appended, size(round.JournalFile)-j0+size(round.AuditFile)-a0)
+		m, res := f.call("round_status", nil)
+		if res.Status != StatusOK {
+			t.Fatalf("round_status after the window of %s: %s %v", node, res.Status, res.Reasons)
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > 16<<10 {
+			t.Errorf("round_status after window %d is %d bytes, want at most 16 KiB", i+1, len(b))
+		}
+		rs, _ := m["round"].(map[string]any)
+		rows, _ := rs["nodes"].([]any)
+		if len(rows) == 0 || len(rows) > round.PageNodes || rows[0].(map[string]any)["node"] != names[i+1] {
+			t.Errorf("round_status after window %d: %d rows, first %v; want a page from %s", i+1, len(rows), rows[:min(1, len(rows))], names[i+1])
+		}
+	}
+	// Windows 5 to 10 are GPU servers past the canary: the same steps.
+	for i := 5; i < 10; i++ {
+		if appended[i] > appended[5]+appended[5]/20 {
+			t.Errorf("window %d appended %d bytes to the journal and the audit log, window 6 %d: %v", i+1, appended[i], appended[5], appended)
+		}
+	}
+	t.Logf("bytes appended to the journal and the audit log per window: %v", appended)
 }
