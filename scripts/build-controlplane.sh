@@ -244,7 +244,7 @@ main() {
 	mv "$work" "$dest"
 	trap - EXIT INT TERM
 	for name in $builds; do
-		say "$(grep "^binary $name " "$dest/BUILD-INFO" | awk '{printf "%s: %ss, %s packages compiled, %s of %s from the build cache", $2, $4, $6, $10, $8}' | tr -d '(')"
+		say "$(grep "^binary $name " "$dest/BUILD-INFO" | awk '{printf "%s: %ss, %s packages compiled, %s of %s from the build cache", $2, $4, $6, $9, $8}' | tr -d '(')"
 	done
 	say "built in $(($(date +%s) - start))s: $(du -shL "$dest/bin" | cut -f1) in $dest/bin"
 	printf '%s\n' "$dest/bin"
