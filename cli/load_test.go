@@ -69,19 +69,30 @@ func runLoad(t testing.TB, sessions int, d time.Duration) loadFigures {
 		{Name: "round_status", Arguments: map[string]any{}},
 		{Name: "read_intent", Arguments: map[string]any{"component": "os-layer"}},
 	}
+	// The vanishing clients start once every session has answered its
+	// first call: a session opened but not yet used is as idle as a
+	// vanished one, and the oldest idle session is the one closed for room.
+	var warm sync.WaitGroup
+	warm.Add(len(clients))
 	for i, cs := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var mine []time.Duration
-			for n := i; time.Now().Before(deadline); n++ {
+			for n := i; time.Now().Before(deadline) || n == i; n++ {
 				p := calls[n%len(calls)]
 				start := time.Now()
 				res, err := cs.CallTool(ctx, &p)
 				mine = append(mine, time.Since(start))
+				if n == i {
+					warm.Done()
+				}
 				if err != nil || res.IsError {
 					if failed.Add(1) <= 3 {
 						t.Errorf("session %d %s: %v %+v", i, p.Name, err, res)
+					}
+					if err != nil {
+						break // a closed session fails every later call at once
 					}
 				}
 			}
@@ -95,12 +106,25 @@ func runLoad(t testing.TB, sessions int, d time.Duration) loadFigures {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			warm.Wait()
+			// Paced (4 a second between the two): the session closed for
+			// room is the one idle longest, so a vanished session must be
+			// older than the longest pause a starved load session takes
+			// between two calls; at this pace the oldest vanished one is
+			// about 7 s old when the cap is reached (28 above 100).
+			tick := time.NewTicker(500 * time.Millisecond)
+			defer tick.Stop()
 			for time.Now().Before(deadline) {
 				if _, err := rig.initialize(vc); err != nil {
 					t.Errorf("a vanishing client: %v", err)
 					return
 				}
 				vanished.Add(1)
+				select {
+				case <-tick.C:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}()
 	}
