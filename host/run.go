@@ -41,11 +41,15 @@ func (e *SudoError) Error() string {
 //   - runs `sh -s` as a background job (reading the real stdin through fd 3,
 //     since a background job's stdin would be /dev/null) and waits for it,
 //     because a shell runs traps only after a foreground child finishes;
-//   - on SIGTERM/SIGHUP/SIGINT signals its whole process group.
+//   - on SIGTERM/SIGHUP/SIGINT signals its whole process group with TERM,
+//     then, a second later, with KILL (itself included): a signal that
+//     lands on the background job between its fork and its exec is lost
+//     (the forked shell still runs the guard's trap, then drops it), and
+//     the script would run on with no guard left to find.
 //
 // A script that must outlive its session (a detached apt run) starts that
 // work with setsid and redirects its output.
-const scriptGuard = `trap 'trap - TERM HUP INT; kill -TERM 0' TERM HUP INT; exec 3<&0; sh -s <&3 3<&- & wait $!`
+const scriptGuard = `trap 'trap "" TERM HUP INT; kill -TERM 0; sleep 1; kill -KILL 0' TERM HUP INT; exec 3<&0; sh -s <&3 3<&- & wait $!`
 
 const guardPrefix = "mcp-patch-guard-"
 
@@ -263,22 +267,31 @@ func (p *Pool) endSession(c *conn, sess *ssh.Session, viaSudo bool, token string
 
 // killGuard sends SIGTERM to the call's guard with pkill from new sessions.
 // The guard may not be running yet when a call is cancelled right after it
-// started, so a miss is retried until the script ends or CancelGrace passes.
+// started, and a signal that lands while the login shell that starts it
+// still carries the token on its command line ends that shell, not the
+// guard it is about to become or start: so pkill is repeated until the
+// script ends (done), a hit included. On a loaded host the session's start
+// (sshd's fork, the login shell, the guard) can take longer than
+// CancelGrace, and a session closed meanwhile leaves the script to run
+// once it starts, so the search lasts cancelSearchGraces times the grace.
 func (p *Pool) killGuard(c *conn, token string, viaSudo bool, done <-chan struct{}) error {
 	cmd := "pkill -TERM -f " + shellQuote(guardPattern(token))
 	if viaSudo {
 		cmd = "sudo -n " + cmd
 	}
-	deadline := time.NewTimer(p.cfg.CancelGrace)
+	deadline := time.NewTimer(cancelSearchGraces * p.cfg.CancelGrace)
 	defer deadline.Stop()
+	hit := false
 	for {
 		err := runBounded(c.client, cmd, deadline.C)
 		var exitErr *ssh.ExitError
 		switch {
 		case err == nil:
-			return nil
+			hit = true
 		case errors.As(err, &exitErr) && exitErr.ExitStatus() == 1:
 			// No such process (yet, or any more).
+		case hit && errors.Is(err, errNoAnswer):
+			return nil // signalled once; the grace that follows waits for the end
 		default:
 			return fmt.Errorf("%s: %w", cmd, err)
 		}
@@ -286,11 +299,18 @@ func (p *Pool) killGuard(c *conn, token string, viaSudo bool, done <-chan struct
 		case <-done:
 			return nil
 		case <-deadline.C:
-			return fmt.Errorf("%s: no guard process found within %s", cmd, p.cfg.CancelGrace)
+			if hit {
+				return nil
+			}
+			return fmt.Errorf("%s: no guard process found within %s", cmd, cancelSearchGraces*p.cfg.CancelGrace)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
+
+// cancelSearchGraces bounds killGuard's search for a cancelled script's
+// guard, in CancelGraces (10 s at the default 2 s).
+const cancelSearchGraces = 5
 
 var errNoAnswer = errors.New("no answer in time")
 
