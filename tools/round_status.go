@@ -79,6 +79,11 @@ func RoundStatus() Tool {
 			return RoundStatusOut{}, Refuse("Name a node of the round (round_status without node lists them).", in.Node+" is not in round "+st.RoundID)
 		}
 		nextCall := toCall(window.NextCall(st, status))
+		if nextCall != nil && nextCall.Tool == "plan_round" && nextCall.Arguments["round"] == nil && sess != nil && sess.id != "" {
+			// A round whose plan_round was cut off before its first record
+			// has no id in its state yet; the journal it lives in names it.
+			nextCall.Arguments["round"] = sess.id
+		}
 		status = status.Page(round.NodeQuery{Node: in.Node, Window: round.WindowState(in.Window), Cursor: in.Cursor, Limit: in.Limit})
 		var tb strings.Builder
 		_ = round.RenderStatusText(&tb, status)
