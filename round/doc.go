@@ -34,9 +34,12 @@
 // # Journal
 //
 // Everything that happens is a record appended to journal.jsonl (fsync'd
-// before the call returns); state.json is a cache rewritten by atomic
-// replace after each record. On Open the state is rebuilt from the journal
-// alone. A torn last line is saved beside the journal, truncated away and
+// before the call returns); state.json is a snapshot of the state, by
+// atomic replace, written at the first record, again each time the journal
+// has grown by the snapshot's own size, and at Close: it is always the
+// state of a prefix of the journal (its last_seq says which), so a
+// window's writes stay proportional to its records, not to the round. On
+// Open the state is rebuilt from the journal alone. A torn last line is saved beside the journal, truncated away and
 // recorded. Each Open appends a session_opened record, so a step that was in
 // flight when an earlier process died replays as in flight with
 // NeedsRecheck set: the caller re-checks the host or cluster and records the

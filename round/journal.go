@@ -52,6 +52,12 @@ type Journal struct {
 
 	opened OpenReport
 
+	// snapSeq is the last_seq of the state.json on disk, snapBytes its
+	// size, sinceSnap the journal bytes appended after it (see snapshotDue).
+	snapSeq   uint64
+	snapBytes int64
+	sinceSnap int64
+
 	// view: opened by OpenView, it writes nothing and reads the journal
 	// again when it changed (viewMod, size: as last read).
 	view        bool
@@ -74,8 +80,11 @@ type OpenReport struct {
 	// was saved to TornSavedAs and truncated away; 0 when none.
 	TornBytes   int    `json:"torn_bytes,omitempty"`
 	TornSavedAs string `json:"torn_saved_as,omitempty"`
-	// StateFileStale says state.json disagreed with the journal (it was
-	// rewritten from the journal).
+	// StateFileStale says state.json disagreed with the journal: it was
+	// missing while the journal had records, or it is not the state the
+	// journal's first last_seq records make (it was rewritten from the
+	// journal). A state.json behind the journal is not stale: it is the
+	// snapshot of a prefix.
 	StateFileStale bool `json:"state_file_stale,omitempty"`
 	// NeedsRecheck lists the steps left in flight by a process that died.
 	NeedsRecheck []Target `json:"needs_recheck,omitempty"`
@@ -194,10 +203,15 @@ func (j *Journal) open() error {
 	}
 	j.size = int64(sc.good)
 
+	snap, snapSize := j.readSnapshot()
 	st := NewState(j.roundID)
+	snapMatches := snap == nil && len(sc.records) == 0
 	for _, rec := range sc.records {
 		if err := st.Apply(rec); err != nil {
 			return fmt.Errorf("replay %s: %w", path, err)
+		}
+		if snap != nil && st.LastSeq == snap.LastSeq {
+			snapMatches = stateEqual(st, snap)
 		}
 	}
 	if st.RoundID != j.roundID {
@@ -205,7 +219,11 @@ func (j *Journal) open() error {
 	}
 	j.state = st
 	j.opened.Records = len(sc.records)
-	j.opened.StateFileStale = j.stateFileDiffers(st)
+	j.opened.StateFileStale = !snapMatches
+	if snapMatches && snap != nil {
+		j.snapSeq, j.snapBytes = snap.LastSeq, snapSize
+		j.sinceSnap = j.size - snap.journalBytes(sc)
+	}
 	if j.opened.StateFileStale {
 		j.log.Info("state file disagreed with the journal; rebuilt from the journal", "round", j.roundID)
 	}
@@ -222,6 +240,11 @@ func (j *Journal) open() error {
 	if _, err := j.appendLocked(Record{Kind: KindSessionOpened, Round: j.roundID,
 		Detail: fmt.Sprintf("pid %d", os.Getpid())}); err != nil {
 		return err
+	}
+	if j.opened.StateFileStale || j.snapSeq+1 < j.state.LastSeq {
+		if err := j.writeSnapshot(); err != nil {
+			j.log.Warn("could not write the state snapshot; the journal is intact", "round", j.roundID, "err", err)
+		}
 	}
 	j.opened.NeedsRecheck = j.state.needsRecheck()
 	for _, t := range j.opened.NeedsRecheck {
@@ -295,8 +318,9 @@ func (j *Journal) State() *State {
 }
 
 // Hold runs fn with the journal's lock held: no record is appended while
-// it runs, so journal.jsonl and state.json stay a matching pair (a commit
-// of the round's files takes both as of the same record).
+// it runs, so a commit of the round's files takes journal.jsonl whole and
+// state.json as the snapshot of one of its prefixes (never a record the
+// journal does not hold).
 func (j *Journal) Hold(fn func() error) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -307,9 +331,13 @@ func (j *Journal) Hold(fn func() error) error {
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	var serr error
+	if !j.view && j.broken == nil && j.f != nil && j.snapSeq != j.state.LastSeq {
+		serr = j.writeSnapshot()
+	}
 	err := j.closeFiles()
 	j.broken = errors.New("journal closed")
-	return err
+	return errors.Join(serr, err)
 }
 
 func (j *Journal) closeFiles() error {
@@ -495,13 +523,16 @@ func (j *Journal) appendLocked(rec Record) (Record, error) {
 		return Record{}, fmt.Errorf("append to round journal %s: %w", j.roundID, err)
 	}
 	j.size += int64(len(line))
+	j.sinceSnap += int64(len(line))
 	j.state = next
 	if j.observe != nil {
 		j.observe(rec, next.Clone())
 	}
-	if err := j.writeStateFile(); err != nil {
-		// The journal holds the record; the state file is only a cache.
-		j.log.Warn("could not rewrite the state file; the journal is intact", "round", j.roundID, "err", err)
+	if snapshotDue(j.sinceSnap, j.snapBytes) {
+		if err := j.writeSnapshot(); err != nil {
+			// The journal holds the record; the snapshot is only a cache.
+			j.log.Warn("could not write the state snapshot; the journal is intact", "round", j.roundID, "err", err)
+		}
 	}
 	return rec, nil
 }
@@ -521,26 +552,70 @@ func (j *Journal) writeLine(line []byte) error {
 	return j.f.Sync()
 }
 
-func (j *Journal) writeStateFile() error {
+// minSnapshotBytes is the journal growth below which no snapshot is
+// written, however small the last one was.
+const minSnapshotBytes = 4 << 10
+
+// snapshotDue decides when state.json is written again: once the journal
+// has grown by as many bytes as the last snapshot holds (and at least
+// minSnapshotBytes). A snapshot's cost is then paid for by as many bytes
+// of records, so what a record costs in writes stays proportional to the
+// record, not to the round's state, from the first window to the last
+// (the state of a 1,000-node round is megabytes; rewriting it with every
+// record made each window's writes grow with its place in the round).
+// A round with no snapshot yet gets one at its first record.
+func snapshotDue(sinceSnap, snapBytes int64) bool {
+	return snapBytes == 0 || sinceSnap >= max(snapBytes, minSnapshotBytes)
+}
+
+// writeSnapshot writes state.json, the state as of the last record, by
+// atomic replace. j.mu is held.
+func (j *Journal) writeSnapshot() error {
 	b, err := json.MarshalIndent(j.state, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(j.dir, StateFile, append(b, '\n'))
+	b = append(b, '\n')
+	if err := writeFileAtomic(j.dir, StateFile, b); err != nil {
+		return err
+	}
+	j.snapSeq, j.snapBytes, j.sinceSnap = j.state.LastSeq, int64(len(b)), 0
+	return nil
 }
 
-// stateFileDiffers reports whether state.json is missing or says something
-// other than st.
-func (j *Journal) stateFileDiffers(st *State) bool {
+// snapshot is state.json as read at open.
+type snapshot struct {
+	*State
+	raw []byte
+}
+
+// readSnapshot reads state.json, nil when it is missing or not a state.
+func (j *Journal) readSnapshot() (*snapshot, int64) {
 	b, err := readFile(j.dir, StateFile)
 	if err != nil {
-		return st.LastSeq > 0
+		return nil, 0
 	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, 0
+	}
+	return &snapshot{State: &st, raw: bytes.TrimSpace(b)}, int64(len(b))
+}
+
+// stateEqual reports whether st is what the snapshot says.
+func stateEqual(st *State, snap *snapshot) bool {
 	want, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return true
+	return err == nil && bytes.Equal(snap.raw, want)
+}
+
+// journalBytes is the length of the journal's prefix the snapshot covers.
+func (snap *snapshot) journalBytes(sc scanned) int64 {
+	for i, rec := range sc.records {
+		if rec.Seq == snap.LastSeq {
+			return int64(min(sc.ends[i], sc.good))
+		}
 	}
-	return !bytes.Equal(bytes.TrimSpace(b), want)
+	return 0
 }
 
 func (j *Journal) removeStaleTemps() {
@@ -617,6 +692,8 @@ func (j *Journal) recordTornFiles() error {
 // scanned is a journal file split into records.
 type scanned struct {
 	records []Record
+	// ends are the byte offsets just past each record's line.
+	ends []int
 	// good is the length of the prefix made of whole records.
 	good int
 	// torn is a last line that does not parse (a crash mid-write).
@@ -652,6 +729,7 @@ func scanLines(data []byte) (scanned, error) {
 			return sc, fmt.Errorf("line %d (byte %d) is not a record and is not the last line: %w", lineNo, pos, err)
 		}
 		sc.records = append(sc.records, rec)
+		sc.ends = append(sc.ends, next)
 		sc.good = next
 		sc.missingNewline = !terminated
 		pos = next

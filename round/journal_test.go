@@ -73,17 +73,40 @@ func checkConsistent(t *testing.T, j *Journal) {
 	if diff := cmp.Diff(replayed, live); diff != "" {
 		t.Errorf("state differs from replay (-replay +live):\n%s", diff)
 	}
-	var file State
-	b, err := os.ReadFile(filepath.Join(j.Dir(), StateFile))
+	if err := snapshotMatches(j.Dir(), data); err != nil {
+		t.Error(err)
+	}
+}
+
+// snapshotMatches reports whether state.json is the state the first
+// last_seq records of the journal bytes data make (a snapshot of a
+// prefix: it may lag the journal, never say something it does not).
+func snapshotMatches(dir string, data []byte) error {
+	b, err := os.ReadFile(filepath.Join(dir, StateFile))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
+	var file State
 	if err := json.Unmarshal(b, &file); err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("state.json is not whole: %w", err)
 	}
-	if diff := cmp.Diff(live, &file); diff != "" {
-		t.Errorf("state.json differs from the state (-live +file):\n%s", diff)
+	sc, err := scanLines(data)
+	if err != nil {
+		return err
 	}
+	if file.LastSeq == 0 || file.LastSeq > uint64(len(sc.records)) {
+		return fmt.Errorf("state.json at seq %d, journal at %d", file.LastSeq, len(sc.records))
+	}
+	prefix := NewState(file.RoundID)
+	for _, rec := range sc.records[:file.LastSeq] {
+		if err := prefix.Apply(rec); err != nil {
+			return err
+		}
+	}
+	if diff := cmp.Diff(prefix, &file); diff != "" {
+		return fmt.Errorf("state.json differs from the journal's first %d records (-journal +file):\n%s", file.LastSeq, diff)
+	}
+	return nil
 }
 
 func TestJournalReopenRebuildsState(t *testing.T) {
@@ -606,7 +629,8 @@ func TestJournalRollbackWhileStopped(t *testing.T) {
 
 // Hold keeps appends out while it runs: a record written from another
 // goroutine during it lands after it, so what Hold's function reads of
-// journal.jsonl and state.json is one matching pair.
+// journal.jsonl and state.json is one matching pair (state.json the
+// snapshot of a prefix of that journal).
 func TestJournalHoldKeepsAppendsOut(t *testing.T) {
 	dir := roundDir(t)
 	j := openJournal(t, dir, newClock())
@@ -636,27 +660,89 @@ func TestJournalHoldKeepsAppendsOut(t *testing.T) {
 	checkConsistent(t, j)
 }
 
-// filesMatch reports whether state.json says what a replay of
-// journal.jsonl says (read without the journal's lock).
+// filesMatch reports whether state.json is the snapshot of a prefix of
+// journal.jsonl (read without the journal's lock).
 func filesMatch(dir string) error {
 	data, err := os.ReadFile(filepath.Join(dir, JournalFile))
 	if err != nil {
 		return err
 	}
-	replayed, _, err := Replay(data)
-	if err != nil {
-		return err
+	return snapshotMatches(dir, data)
+}
+
+func TestSnapshotDue(t *testing.T) {
+	for _, c := range []struct {
+		name                 string
+		sinceSnap, snapBytes int64
+		want                 bool
+	}{
+		{"no snapshot yet", 100, 0, true},
+		{"small round, journal grew less than the floor", minSnapshotBytes - 1, 1 << 10, false},
+		{"small round, journal grew by the floor", minSnapshotBytes, 1 << 10, true},
+		{"big round, journal grew less than the snapshot", 9 << 20, 10 << 20, false},
+		{"big round, journal grew by the snapshot", 10 << 20, 10 << 20, true},
+	} {
+		if got := snapshotDue(c.sinceSnap, c.snapBytes); got != c.want {
+			t.Errorf("%s: snapshotDue(%d, %d) = %v, want %v", c.name, c.sinceSnap, c.snapBytes, got, c.want)
+		}
 	}
+}
+
+// A long round rewrites state.json only as often as the journal grows by
+// its size: over many records the bytes written to state.json stay within
+// a small multiple of the journal's, and state.json stays the snapshot of
+// a prefix (and of the whole journal after Close).
+func TestJournalSnapshotWritesStayProportionalToTheJournal(t *testing.T) {
+	dir := roundDir(t)
+	clk := newClock()
+	j := openJournal(t, dir, clk)
+	noErr(t)(j.Plan(fleetOrder(t), soak48, Meta{}))
+	var stateWritten int64
+	lastSeq := uint64(0)
+	for i := range 400 {
+		clk.Advance(time.Second)
+		noErr(t)(j.Lesson(fmt.Sprintf("lesson %d: %s", i, strings.Repeat("x", 100))))
+		fi, err := os.Stat(filepath.Join(dir, StateFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st State
+		b, err := os.ReadFile(filepath.Join(dir, StateFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.LastSeq != lastSeq {
+			stateWritten += fi.Size()
+			lastSeq = st.LastSeq
+		}
+	}
+	fi, err := os.Stat(filepath.Join(dir, JournalFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stateWritten > 3*fi.Size() {
+		t.Errorf("state.json rewrites took %d bytes for a journal of %d: not proportional", stateWritten, fi.Size())
+	}
+	if err := filesMatch(dir); err != nil {
+		t.Error(err)
+	}
+	last := j.State().LastSeq
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var st State
 	b, err := os.ReadFile(filepath.Join(dir, StateFile))
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
-	var file State
-	if err := json.Unmarshal(b, &file); err != nil {
-		return err
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
 	}
-	if diff := cmp.Diff(replayed, &file); diff != "" {
-		return fmt.Errorf("state.json differs from the journal (-journal +file):\n%s", diff)
+	if st.LastSeq != last {
+		t.Errorf("state.json after Close at seq %d, want the journal's last record %d", st.LastSeq, last)
 	}
-	return nil
+	t.Logf("journal %d bytes, state.json rewrites %d bytes", fi.Size(), stateWritten)
 }
