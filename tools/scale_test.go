@@ -349,11 +349,37 @@ func TestRoundAtScaleAppendsFlatPerWindow(t *testing.T) {
 		}
 		return fi.Size()
 	}
-	var appended []int64
+	// snapshot is state.json's inode and size: a new inode is a new
+	// snapshot (written by atomic replace).
+	snapshot := func() (uint64, int64) {
+		fi, err := os.Stat(filepath.Join(dir, round.StateFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino, fi.Size()
+	}
+	var appended, written, repo []int64
+	var snapshots, journalGrew int64
+	gitDir := filepath.Join(f.repo, ".git")
 	for i, node := range names[:10] {
 		j0, a0 := size(round.JournalFile), size(round.AuditFile)
+		w0, r0 := writtenBytes(t), dirBytes(t, gitDir)
+		ino0, _ := snapshot()
 		f.scaleWindow(node, i < 3)
+		f.commitWindow(node)
+		journalGrew += size(round.JournalFile) - j0
 		appended = append(appended, size(round.JournalFile)-j0+size(round.AuditFile)-a0)
+		grew := dirBytes(t, gitDir) - r0
+		repo = append(repo, grew)
+		w := writtenBytes(t) - w0 - grew
+		if ino, n := snapshot(); ino != ino0 {
+			// A window's records outgrew the last snapshot: its cost is
+			// paid for by the journal's growth (checked below), not by
+			// this window's place in the round.
+			snapshots += n
+			w -= n
+		}
+		written = append(written, w)
 		m, res := f.call("round_status", nil)
 		if res.Status != StatusOK {
 			t.Fatalf("round_status after the window of %s: %s %v", node, res.Status, res.Reasons)
@@ -377,5 +403,21 @@ func TestRoundAtScaleAppendsFlatPerWindow(t *testing.T) {
 			t.Errorf("window %d appended %d bytes to the journal and the audit log, window 6 %d: %v", i+1, appended[i], appended[5], appended)
 		}
 	}
+	// What a window writes outside the repository's objects (journal,
+	// audit log, the tools' files, nonces), less state.json snapshots,
+	// does not grow with its index; the snapshots together stay within
+	// the journal's growth plus the first one. (Rewriting state.json with
+	// every record wrote ~30 times its size per window, growing with the
+	// round.)
+	for i := 6; i < 10; i++ {
+		if written[i] > written[5]+written[5]/5 {
+			t.Errorf("window %d wrote %d bytes outside .git, window 6 %d: %v", i+1, written[i], written[5], written)
+		}
+	}
+	if _, first := snapshot(); snapshots > journalGrew+2*first {
+		t.Errorf("state.json snapshots wrote %d bytes in 10 windows whose journal grew by %d", snapshots, journalGrew)
+	}
 	t.Logf("bytes appended to the journal and the audit log per window: %v", appended)
+	t.Logf("bytes written outside .git per window: %v", written)
+	t.Logf("growth of .git per window: %v", repo)
 }
