@@ -190,6 +190,12 @@ type fleet struct {
 	hooks  *webhookSink
 	mu     sync.Mutex
 	now    time.Time
+	// cfg is the configuration the server was built with, stop ends the
+	// server (restart builds it again from the same disk).
+	cfg  config.Config
+	stop func()
+	// between, when set, is called after each call of a scale window.
+	between func(node, tool string)
 }
 
 // modelEndpoint is an OpenAI-style completions endpoint (a real HTTP
@@ -349,14 +355,9 @@ func newFleet(t testing.TB, configure ...func(*config.Config)) *fleet {
 	for _, fn := range configure {
 		fn(&c)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	clock := func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
-	d, cleanup, err := Build(ctx, &c, slog.New(slog.NewTextHandler(io.Discard, nil)), func(string) string { return "" }, clock)
-	if err != nil {
-		t.Fatalf("Build: %v", err)
-	}
-	t.Cleanup(func() { cancel(); cleanup() })
-	f.d = d
+	f.cfg = c
+	d := f.build()
+	t.Cleanup(func() { f.stop() })
 
 	f.kube = fake.NewClientset(
 		readyNode("cp-1", map[string]string{kube.LabelControlPlane: ""}, 0),
@@ -376,6 +377,33 @@ func newFleet(t testing.TB, configure ...func(*config.Config)) *fleet {
 	}
 	d.Hosts = func(context.Context) (*HostAccess, error) { return &HostAccess{Steps: f.hosts, Pool: nopPool{}}, nil }
 	return f
+}
+
+// build builds the server from f.cfg, as a process start does.
+func (f *fleet) build() *Deps {
+	f.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	clock := func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
+	d, cleanup, err := Build(ctx, &f.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(string) string { return "" }, clock)
+	if err != nil {
+		cancel()
+		f.t.Fatalf("Build: %v", err)
+	}
+	var once sync.Once
+	f.stop = func() { once.Do(func() { cancel(); cleanup() }) }
+	f.d = d
+	return d
+}
+
+// restart ends the server and builds a new one from the same intent
+// repository and state directory (journal, nonces, signatures on disk),
+// as a process restart does; the cluster and the hosts stay as they are.
+func (f *fleet) restart() {
+	f.t.Helper()
+	cluster, hosts := f.d.Cluster, f.d.Hosts
+	f.stop()
+	d := f.build()
+	d.Cluster, d.Hosts = cluster, hosts
 }
 
 func (f *fleet) advance(d time.Duration) { f.mu.Lock(); f.now = f.now.Add(d); f.mu.Unlock() }
