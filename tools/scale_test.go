@@ -506,3 +506,146 @@ func TestRoundAtScaleResumesAfterRestarts(t *testing.T) {
 	}
 	t.Logf("%d restarts (%v); %d step records", total, restarts, len(got.Steps))
 }
+
+// yearRound is one round of the twelve: its id, what plan_round, the
+// round's commits and read_intent cost, and the repository after it.
+type yearRound struct {
+	ID                       string
+	Plan, Commit, ReadIntent time.Duration
+	Commits                  int
+	RepoKB                   float64
+	// Tree is the round's directory as committed right after its close.
+	Tree string
+}
+
+// yearOfRounds runs the monthly rounds 2026-01 to 2026-12 in one intent
+// repository on the scale rig of n nodes: each planned and signed, every
+// window through every step, the fleet check, the soak, autoremove and
+// close_round, then a lesson recorded for the next round. Before planning
+// round k it checks that read_intent (the next round's read path) shows
+// round k-1's lesson.
+func yearOfRounds(tb testing.TB, n int) (*fleet, []yearRound) {
+	f, names := newScaleFleet(tb, n)
+	var out []yearRound
+	for month := 1; month <= 12; month++ {
+		id := fmt.Sprintf("2026-%02d", month)
+		f.mu.Lock()
+		f.now = time.Date(2026, time.Month(month), 3, 8, 0, 0, 0, time.UTC)
+		f.mu.Unlock()
+		f.hosts.mu.Lock()
+		for i, name := range names {
+			f.hosts.nodes[name] = &fakes.Host{Running: fRunning, Target: fTarget, Digest: fmt.Sprintf("sha256:%064x", 1000*month+i)}
+		}
+		f.hosts.mu.Unlock()
+		yr := yearRound{ID: id}
+		t0 := time.Now()
+		m, res := f.call("read_intent", map[string]any{"component": "os-layer"})
+		yr.ReadIntent = time.Since(t0)
+		if res.Status != StatusOK {
+			tb.Fatalf("read_intent before round %s: %s %v", id, res.Status, res.Reasons)
+		}
+		if month > 1 {
+			b, err := json.Marshal(m)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if want := yearLesson(month - 1); !strings.Contains(string(b), want) {
+				tb.Fatalf("read_intent before round %s does not show round %s's lesson %q", id, out[month-2].ID, want)
+			}
+		}
+		t0 = time.Now()
+		f.must(StatusOK, "plan_round", map[string]any{"round": id})
+		yr.Plan = time.Since(t0)
+		if _, res := f.approve("sign_plan", nil); res.Status != StatusOK {
+			tb.Fatalf("sign_plan of %s: %s %v", id, res.Status, res.Reasons)
+		}
+		for i, node := range names {
+			f.scaleWindow(node, i < 3)
+			yr.Commit += f.commitWindow(node)
+			yr.Commits++
+		}
+		f.must(StatusOK, "record_fleet_check", nil)
+		f.advance(49 * time.Hour)
+		if _, res := f.approve("autoremove", nil); res.Status != StatusOK {
+			tb.Fatalf("autoremove of %s: %s %v", id, res.Status, res.Reasons)
+		}
+		f.must(StatusOK, "close_round", nil)
+		f.must(StatusOK, "record_lesson", map[string]any{"component": "os-layer", "kind": "lesson", "round": id, "text": yearLesson(month)})
+		yr.RepoKB = float64(dirBytes(tb, filepath.Join(f.repo, ".git"))) / 1024
+		yr.Tree = strings.TrimSpace(gitRun(tb, f.repo, "rev-parse", f.workBranch(id)+":rounds/"+id))
+		out = append(out, yr)
+	}
+	return f, out
+}
+
+// workBranch is the working branch the server commits round id to.
+func (f *fleet) workBranch(id string) string {
+	f.t.Helper()
+	b := "mcp-patch/round-" + id
+	if got := strings.TrimSpace(gitRun(f.t, f.repo, "branch", "--format=%(refname:short)", "--list", b)); got != b {
+		f.t.Fatalf("no working branch %s: %s", b, gitRun(f.t, f.repo, "branch", "-a"))
+	}
+	return b
+}
+
+func yearTable(rounds []yearRound) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%8s %13s %8s %10s %15s %9s\n", "round", "plan_round ms", "commits", "commit ms", "read_intent ms", "repo KB")
+	for _, r := range rounds {
+		fmt.Fprintf(&sb, "%8s %13.1f %8d %10.1f %15.1f %9.0f\n", r.ID, ms(r.Plan), r.Commits, ms(r.Commit), ms(r.ReadIntent), r.RepoKB)
+	}
+	return sb.String()
+}
+
+func yearLesson(month int) string {
+	return fmt.Sprintf("round 2026-%02d: the canary's initramfs took %d s longer", month, 30+month)
+}
+
+// Twelve monthly rounds in one intent repository: each round's record
+// lands under its own rounds/<id>/ (journal, state, plan, report), no
+// round's files change once it is closed, and each round's lesson is read
+// by the next (yearOfRounds checks read_intent before each plan_round).
+// About 40 s on the loaded 2-core machine (12 rounds of 5 windows).
+func TestTwelveRoundsInOneRepository(t *testing.T) {
+	f, rounds := yearOfRounds(t, 5)
+	// The last round's branch holds the year: every round's directory as
+	// it was committed when that round closed.
+	branch := f.workBranch(rounds[len(rounds)-1].ID)
+	for _, r := range rounds {
+		files := gitRun(t, f.repo, "ls-tree", "--name-only", branch+":rounds/"+r.ID)
+		for _, want := range []string{round.JournalFile, round.StateFile, round.ReportFile, fleetPlanFile} {
+			if !slices.Contains(strings.Fields(files), want) {
+				t.Errorf("round %s: %s not committed under rounds/%s/: %s", r.ID, want, r.ID, files)
+			}
+		}
+		if now := strings.TrimSpace(gitRun(t, f.repo, "rev-parse", branch+":rounds/"+r.ID)); now != r.Tree {
+			t.Errorf("round %s's committed files changed after it closed (tree %s, then %s)", r.ID, r.Tree, now)
+		}
+		st, _, err := round.ReadState(filepath.Join(f.repo, "rounds", r.ID))
+		if err != nil || !st.Closed || st.RoundID != r.ID {
+			t.Errorf("round %s: closed %v, id %q (%v)", r.ID, st != nil && st.Closed, st.RoundID, err)
+		}
+	}
+	t.Logf("twelve rounds of 5 nodes (load %s)\n%s", loadAvg(), yearTable(rounds))
+}
+
+// BenchmarkTwelveRounds prints, for twelve monthly rounds of
+// MCP_PATCH_YEAR_NODES nodes (default 5) in one intent repository, what
+// plan_round, the round's commits and read_intent took and how big the
+// repository is after each.
+func BenchmarkTwelveRounds(b *testing.B) {
+	n := 5
+	if v := os.Getenv("MCP_PATCH_YEAR_NODES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 5 {
+			b.Fatalf("MCP_PATCH_YEAR_NODES=%q: want a number of nodes ≥ 5", v)
+		}
+	}
+	for b.Loop() {
+		_, rounds := yearOfRounds(b, n)
+		b.Logf("twelve rounds of %d nodes (load %s)\n%s", n, loadAvg(), yearTable(rounds))
+		last := rounds[len(rounds)-1]
+		b.ReportMetric(last.RepoKB, "KB/repo-after-12")
+		b.ReportMetric(ms(last.Commit)/float64(last.Commits), "ms/commit-round-12")
+	}
+}
