@@ -108,8 +108,9 @@ fi
 
 # The lab VM image (debootstrap, two kernels, a first boot under QEMU):
 # mostly downloads and dpkg, so it runs beside the control-plane build.
-# Only with MCP_PATCH_VM=1, as scripts/test.sh's real-VM phase.
-if ! $demo && [ "${MCP_PATCH_VM:-0}" = 1 ] && [ -x scripts/build-vm-image.sh ]; then
+# Not for the demo, nor with MCP_PATCH_VM=0 (scripts/test.sh then skips its
+# real-VM phase).
+if ! $demo && [ "${MCP_PATCH_VM:-1}" != 0 ] && [ -x scripts/build-vm-image.sh ]; then
 	echo "setup: lab VM image (built once, then cached)"
 	t=$(date +%s)
 	as_root=""
