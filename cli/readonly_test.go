@@ -45,32 +45,52 @@ func plannedRepo(t testing.TB) string {
 	return repo
 }
 
-// repoFiles is every file of the working copy (outside .git) with its
-// bytes, and git's status of it.
+// repoFiles is every file of the repository, .git included, with its
+// bytes and mode, and git's status of it (read without refreshing the
+// index, so that looking writes nothing either).
 func repoFiles(t *testing.T, repo string) string {
 	t.Helper()
+	b := treeFiles(t, repo)
+	cmd := exec.Command("git", "status", "--porcelain", "--untracked-files=all")
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "GIT_OPTIONAL_LOCKS=0", "GIT_CONFIG_GLOBAL=/dev/null")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git status: %v\n%s", err, out)
+	}
+	return b + "status:" + string(out)
+}
+
+// treeFiles is every entry under dir with its mode and, for a file, its
+// bytes ("" for a directory that does not exist).
+func treeFiles(t *testing.T, dir string) string {
+	t.Helper()
 	var b strings.Builder
-	err := filepath.WalkDir(repo, func(p string, e fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) && p == dir {
+			return filepath.SkipAll
+		}
 		if err != nil {
 			return err
 		}
-		if e.IsDir() && e.Name() == ".git" {
-			return filepath.SkipDir
+		info, err := e.Info()
+		if err != nil {
+			return err
 		}
-		if e.IsDir() {
+		if !e.Type().IsRegular() {
+			fmt.Fprintf(&b, "%s %s\n", strings.TrimPrefix(p, dir), info.Mode())
 			return nil
 		}
 		data, err := os.ReadFile(p)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "%s %d %x\n", strings.TrimPrefix(p, repo), len(data), data)
+		fmt.Fprintf(&b, "%s %s %d %x\n", strings.TrimPrefix(p, dir), info.Mode(), len(data), data)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.WriteString("status:" + git(t, repo, "status", "--porcelain", "--untracked-files=all"))
 	return b.String()
 }
 
@@ -110,9 +130,16 @@ func TestReadOnlyCLIFirstCallWritesNothing(t *testing.T) {
 		t.Fatalf("only %d read-only tools: %v", len(calls), calls)
 	}
 	for _, mode := range [][]string{{"--read-only"}, nil} {
+		// One state directory for every --read-only call, with a file in it:
+		// it stays byte-identical (the audit of reads goes to the log).
+		state := t.TempDir()
+		if err := os.WriteFile(filepath.Join(state, "audit.jsonl"), []byte("{\"tool\":\"earlier\"}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		stateBefore := treeFiles(t, state)
 		for name, args := range calls {
 			b, _ := json.Marshal(args)
-			argv := append([]string{"--intent-repo", repo, "--state-dir", t.TempDir(), "--kubeconfig", filepath.Join(t.TempDir(), "none")}, mode...)
+			argv := append([]string{"--intent-repo", repo, "--state-dir", state, "--kubeconfig", filepath.Join(t.TempDir(), "none")}, mode...)
 			cmd := exec.Command(binary, append(argv, "tool", name, "--json", string(b))...)
 			cmd.Env = append(os.Environ(), "KUBECONFIG=", "SSH_AUTH_SOCK=")
 			out, err := cmd.CombinedOutput()
@@ -123,6 +150,10 @@ func TestReadOnlyCLIFirstCallWritesNothing(t *testing.T) {
 			if after := repoFiles(t, repo); after != before {
 				t.Fatalf("%s %v as a process's first call changed the intent repository:\n%s\noutput: %.600s",
 					name, mode, diffLines(before, after), out)
+			}
+			if after := treeFiles(t, state); mode != nil && after != stateBefore {
+				t.Fatalf("%s %v as a process's first call wrote into the state directory:\n%s\noutput: %.600s",
+					name, mode, diffLines(stateBefore, after), out)
 			}
 		}
 	}
@@ -140,8 +171,10 @@ func TestReadOnlyMCPFirstCallWritesNothing(t *testing.T) {
 	repo := plannedRepo(t)
 	before := repoFiles(t, repo)
 	for _, mode := range [][]string{{"--read-only"}, nil} {
+		state := t.TempDir()
+		stateBefore := treeFiles(t, state)
 		for name, args := range readOnlyCalls() {
-			argv := append([]string{"serve", "--intent-repo", repo, "--state-dir", t.TempDir(), "--kubeconfig", filepath.Join(t.TempDir(), "none")}, mode...)
+			argv := append([]string{"serve", "--intent-repo", repo, "--state-dir", state, "--kubeconfig", filepath.Join(t.TempDir(), "none")}, mode...)
 			cmd := exec.Command(binary, argv...)
 			cmd.Env = append(os.Environ(), "KUBECONFIG=", "SSH_AUTH_SOCK=")
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -158,6 +191,9 @@ func TestReadOnlyMCPFirstCallWritesNothing(t *testing.T) {
 			}
 			if after := repoFiles(t, repo); after != before {
 				t.Fatalf("%s %v as a server's first call changed the intent repository:\n%s", name, mode, diffLines(before, after))
+			}
+			if after := treeFiles(t, state); mode != nil && after != stateBefore {
+				t.Fatalf("%s %v as a server's first call wrote into the state directory:\n%s", name, mode, diffLines(stateBefore, after))
 			}
 		}
 	}

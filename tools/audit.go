@@ -3,12 +3,14 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 
+	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/round"
 )
 
@@ -19,10 +21,21 @@ var spillMu sync.Mutex
 // no round is open, into audit.jsonl in the server's state directory. A
 // read-only call's record always goes to the state directory: a read-only
 // tool changes nothing in the intent repository, not even its audit log.
+// A --read-only process writes nothing anywhere: its calls (all reads)
+// are audited on the structured log instead.
 func (d *Deps) RecordAudit(ctx context.Context, rec AuditRecord) {
 	decision := round.Allowed
 	if rec.Status == StatusRefused || rec.Status == StatusApprovalRequired {
 		decision = round.Refused
+	}
+	if d.Mode == config.ModeReadOnly {
+		if d.Log == nil {
+			return
+		}
+		d.Log.LogAttrs(ctx, slog.LevelInfo, "audit", slog.String("tool", rec.Tool), slog.String("kind", rec.Kind),
+			slog.String("node", round.AuditText(rec.Node, nil, 253)), slog.String("args_digest", rec.ArgsDigest),
+			slog.String("status", string(rec.Status)), slog.String("decision", string(decision)))
+		return
 	}
 	if d.Book != nil && !d.Book.ReadOnly && rec.Kind != ReadOnly.String() {
 		if id := d.Book.CurrentID(); id != "" {

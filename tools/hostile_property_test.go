@@ -2,9 +2,12 @@ package tools
 
 import (
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,54 +19,193 @@ import (
 
 // TestHostileAgentActsOnlyUnderSignatures is a scripted agent that holds
 // the MCP tools and write access to the intent repository's working copy,
-// but no signing key, on the fleet rig (a signed plan, three nodes). Over
-// random sequences it calls every destructive tool on every node bare,
-// with approvals it saw signed (replayed, or for another tool or node),
-// after writing plan and window entries into plan-signatures.json, after
-// editing plan.json and nodes.json, after forging journal records of a
-// step in flight, and asks for statements whose summary it rewrote; now
-// and then a person signs a request the agent obtained, and the hosts
-// move on (installs finish, reboots come back). It counts every
-// destructive host and cluster action (apt started, trial boot prepared,
-// promote, fallback drill armed, autoremove, a cordon) per tool and node
-// against the person's signatures for that tool and node: none may
-// exceed them.
+// but no signing key, on the fleet rig (a signed plan, three nodes
+// through preflight). Over seeded random sequences, each on a fresh copy
+// of that rig (fleet.fork), it calls every destructive tool on every node
+// bare, with approvals it saw signed (replayed, on another node, for
+// another tool, a window approval's steps again), after writing plan and
+// window entries into plan-signatures.json, after editing plan.json,
+// nodes.json, the round's journal and state.json, after forging journal
+// records of a step in flight, and asks for statements whose summary it
+// rewrote or uses a statement signed for an earlier stop; now and then a
+// person signs a request the agent obtained (a step's, a whole window's,
+// a resume), and the hosts move on (installs finish or fail, reboots come
+// back). It counts every destructive host and cluster action (apt
+// started, trial boot prepared, promote, fallback drill armed, a cordon)
+// per tool and node against the person's signatures for that tool and
+// node: none may exceed them, and a statement is accepted only for the
+// stop it was signed at, once. A failure prints the seed and the shortest
+// sequence found that still breaks it.
+//
+// MCP_PATCH_HOSTILE_SEQUENCES sets how many sequences run (default 10);
+// MCP_PATCH_HOSTILE_SEED runs the one sequence of that seed.
 func TestHostileAgentActsOnlyUnderSignatures(t *testing.T) {
-	const episodes, ops = 2, 300
-	start := time.Now()
-	totals := map[string]int{}
-	actions, signatures := 0, 0
-	for ep := range episodes {
-		a, s := hostileEpisode(t, mrand.New(mrand.NewPCG(20261203, uint64(ep))), ops, totals)
-		actions += a
-		signatures += s
+	sequences, first := 10, uint64(0)
+	if v := os.Getenv("MCP_PATCH_HOSTILE_SEQUENCES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("MCP_PATCH_HOSTILE_SEQUENCES=%q: want a positive count", v)
+		}
+		sequences = n
 	}
-	t.Logf("hostile agent: %d episodes, %d operations by kind %v; %d destructive actions, all under %d person signatures; %s",
-		episodes, episodes*ops, totals, actions, signatures, time.Since(start).Round(time.Millisecond))
-	fmt.Printf("hostile agent: %d operations, %d destructive actions, 0 without a matching signature (%s)\n",
-		episodes*ops, actions, time.Since(start).Round(time.Second))
+	if v := os.Getenv("MCP_PATCH_HOSTILE_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("MCP_PATCH_HOSTILE_SEED=%q: want a seed", v)
+		}
+		sequences, first = 1, n
+	}
+	start := time.Now()
+	base := newFleet(t)
+	base.signInProcess()
+	base.planned()
+	for _, n := range hostileNodes {
+		base.preflight(n)
+	}
+	setup := time.Since(start)
+	totals := map[string]int{}
+	var actions, signatures, ops int
+	for s := range sequences {
+		seed := first + uint64(s)
+		seq := hostileSequence(seed)
+		ops += len(seq)
+		res := runHostile(t, base, seq)
+		if res.violation != "" {
+			short := shrinkHostile(t, base, seq[:res.at+1])
+			t.Fatalf("seed %d (rerun: MCP_PATCH_HOSTILE_SEED=%d): op %d: %s\nshortest sequence found (%d ops) that still breaks it:\n%s",
+				seed, seed, res.at, res.violation, len(short), formatHostile(short))
+		}
+		actions += res.actions
+		signatures += res.signed
+		for k, c := range res.kinds {
+			totals[k] += c
+		}
+	}
+	elapsed := time.Since(start)
+	t.Logf("hostile agent: %d sequences, %d operations by kind %v; %d destructive actions, all under %d person signatures; setup %s, all %s",
+		sequences, ops, totals, actions, signatures, setup.Round(time.Millisecond), elapsed.Round(time.Millisecond))
+	fmt.Printf("hostile agent: %d sequences, %d operations, %d destructive actions, 0 without a matching signature (%s)\n",
+		sequences, ops, actions, elapsed.Round(time.Second))
+	if actions == 0 {
+		t.Fatal("no destructive action ran under any signature: the sequences never reached the steps they attack")
+	}
 }
 
-var hostileTools = []string{"drain_node", "install_updates", "trial_boot", "promote_kernel", "fallback_drill"}
+var (
+	hostileTools = []string{"drain_node", "install_updates", "trial_boot", "promote_kernel", "fallback_drill"}
+	hostileNodes = []string{"cp-1", "gpu-1", "gpu-2"}
+)
 
-func hostileEpisode(t *testing.T, r *mrand.Rand, ops int, kinds map[string]int) (actions, signed int) {
-	f := newFleet(t)
-	f.planned()
-	nodes := []string{"cp-1", "gpu-1", "gpu-2"}
-	for _, n := range nodes {
-		f.preflight(n)
+// hostileKinds are the operations, by name; a sequence is a list of them
+// with their picks.
+var hostileKinds = []string{
+	"bare call", "bare call again", "replayed approval", "approval on another node", "approval for another tool",
+	"hand-written signatures", "plan.json edited", "nodes.json edited", "journal edited", "state.json edited",
+	"forged journal start", "statement with a rewritten summary", "statement from another stop",
+	"the person signs a step", "the person signs a window", "the person signs a resume",
+	"the hosts move on", "an install fails", "write tools",
+}
+
+// hostileOp is one operation of a sequence: its kind and the random
+// picks it uses (tool, node, and a number for anything else).
+type hostileOp struct {
+	Kind       int
+	Tool, Node string
+	Pick       int
+}
+
+func (o hostileOp) String() string {
+	return fmt.Sprintf("%s %s %s pick=%d", hostileKinds[o.Kind], o.Tool, o.Node, o.Pick)
+}
+
+// hostileSequence is seed's sequence: 20 to 40 operations.
+func hostileSequence(seed uint64) []hostileOp {
+	r := mrand.New(mrand.NewPCG(20261203, seed))
+	seq := make([]hostileOp, 20+r.IntN(21))
+	// Every sequence opens the round's first window as the agent would
+	// (a bare drain of the control-plane node, and the person signs it),
+	// so that what follows attacks steps that can run.
+	seq[0] = hostileOp{Kind: slices.Index(hostileKinds, "bare call"), Tool: "drain_node", Node: "cp-1"}
+	seq[1] = hostileOp{Kind: slices.Index(hostileKinds, "the person signs a step"), Tool: "drain_node", Node: "cp-1"}
+	for i := 2; i < len(seq); i++ {
+		seq[i] = hostileOp{Kind: r.IntN(len(hostileKinds)), Tool: hostileTools[r.IntN(len(hostileTools))],
+			Node: hostileNodes[r.IntN(len(hostileNodes))], Pick: r.IntN(1 << 20)}
 	}
+	return seq
+}
+
+func formatHostile(seq []hostileOp) string {
+	var b strings.Builder
+	for i, o := range seq {
+		fmt.Fprintf(&b, "  %d: %s\n", i, o)
+	}
+	return b.String()
+}
+
+// shrinkHostile is a shortest sequence found that still breaks the
+// property: each operation dropped in turn where the rest still fails.
+func shrinkHostile(t *testing.T, base *fleet, seq []hostileOp) []hostileOp {
+	for i := len(seq) - 2; i >= 0; i-- {
+		try := append(append([]hostileOp{}, seq[:i]...), seq[i+1:]...)
+		if res := runHostile(t, base, try); res.violation != "" {
+			seq = try[:res.at+1]
+			if i > len(seq)-1 {
+				i = len(seq) - 1
+			}
+		}
+	}
+	return seq
+}
+
+type hostileResult struct {
+	violation       string
+	at              int
+	actions, signed int
+	kinds           map[string]int
+}
+
+// windowSteps are the steps one window signature covers on node, as the
+// intent sizes it (GPU servers per window, the canary's drill with them),
+// not as any file the agent can write says.
+func windowSteps(node string) []string {
+	if node == "cp-1" {
+		return nil
+	}
+	steps := []string{"drain_node", "install_updates", "trial_boot", "promote_kernel"}
+	if node == "gpu-1" {
+		steps = append(steps, "fallback_drill")
+	}
+	return steps
+}
+
+// runHostile runs seq on a fresh copy of base and says the first
+// violation.
+func runHostile(t *testing.T, base *fleet, seq []hostileOp) (res hostileResult) {
+	t.Helper()
+	f := base.fork(t)
+	res.kinds = map[string]int{}
 	roundDir := filepath.Join(f.repo, "rounds", fRound)
-	// What the person signed, per tool and node, and approvals the agent
-	// holds (each used once by the person's intent; the agent replays).
-	sigs := map[string]int{}
-	var held []string
-	requests := map[string]*Result{} // the last approval request per tool/node
+	sigs := map[string]int{} // what the person signed, per tool/node
+	var held []string        // approvals the agent saw signed
+	requests := map[string]*Result{}
 	drainDigests := map[string]string{}
 	cordoned := map[string]bool{}
+	// Statements: the stop each was signed at, and whether it was used.
+	type statement struct {
+		text, stop string
+		used       bool
+	}
+	var statements []*statement
+	stopOf := func() string {
+		st := f.state()
+		if st.Stop == nil {
+			return ""
+		}
+		return fmt.Sprintf("%s/%s/%d", st.Stop.Step, st.Stop.Node, len(st.Failures))
+	}
 	count := func() map[string]int {
 		got := map[string]int{}
-		for _, n := range nodes {
+		for _, n := range hostileNodes {
 			h := f.host(n)
 			got["install_updates/"+n] = h.Count("install")
 			got["trial_boot/"+n] = h.Count("prepare")
@@ -72,150 +214,204 @@ func hostileEpisode(t *testing.T, r *mrand.Rand, ops int, kinds map[string]int) 
 		}
 		return got
 	}
-	check := func(i int, kind string) {
-		t.Helper()
-		for _, n := range nodes {
+	check := func() string {
+		for _, n := range hostileNodes {
 			if u := f.node(n).Spec.Unschedulable; u && !cordoned[n] {
 				cordoned[n] = true
-				actions++
+				res.actions++
 				if sigs["drain_node/"+n] == 0 {
-					t.Fatalf("op %d (%s): %s was cordoned without a person's signature", i, kind, n)
+					return n + " was cordoned without a person's signature"
 				}
+				sigs["drain_node/"+n]--
 			} else if !u {
 				cordoned[n] = false
 			}
 		}
 		for k, c := range count() {
 			if c > sigs[k] {
-				t.Fatalf("op %d (%s): %s acted %d times under %d signatures", i, kind, k, c, sigs[k])
+				return fmt.Sprintf("%s acted %d times under %d signatures", k, c, sigs[k])
 			}
 		}
+		return ""
 	}
-	pick := func(xs []string) string { return xs[r.IntN(len(xs))] }
 	call := func(tool, node, approval string) *Result {
 		args := map[string]any{"node": node}
 		if approval != "" {
 			args["approval"] = approval
 		}
-		_, res := f.call(tool, args)
-		if res.Status == StatusApprovalRequired && approval == "" {
-			requests[tool+"/"+node] = res
+		_, r := f.call(tool, args)
+		if r.Status == StatusApprovalRequired && approval == "" && r.Approval != nil {
+			requests[tool+"/"+node] = r
 			if tool == "drain_node" {
-				drainDigests[node] = requestDigest(t, res)
+				drainDigests[node] = requestDigest(t, r)
 			}
 		}
-		return res
+		return r
 	}
 	restore := func(name string, b []byte) {
 		if err := os.WriteFile(filepath.Join(roundDir, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i := range ops {
-		tool, node := pick(hostileTools), pick(nodes)
-		var kind string
-		switch k := r.IntN(12); k {
-		case 0, 1:
-			kind = "bare call"
+	// editWhile writes edit(b) into the round file name, calls, and puts
+	// the file back (the agent covers its tracks).
+	editWhile := func(name string, edit func(string) string, tool, node string) {
+		b, err := os.ReadFile(filepath.Join(roundDir, name))
+		if err != nil {
+			return
+		}
+		restore(name, []byte(edit(string(b))))
+		call(tool, node, "")
+		restore(name, b)
+	}
+	heldPick := func(p int) string { return held[p%len(held)] }
+	for i, op := range seq {
+		tool, node := op.Tool, op.Node
+		kind := hostileKinds[op.Kind]
+		switch kind {
+		case "bare call", "bare call again":
+			// Again: a step whose approval was used, called once more.
 			call(tool, node, "")
-		case 2:
-			kind = "replayed approval"
-			if len(held) > 0 {
-				call(tool, node, pick(held))
-			}
-		case 3:
-			kind = "hand-written signatures"
-			f.handWriteSignatures(drainDigests)
-			call(tool, node, "")
-		case 4:
-			kind = "plan.json edited"
-			b, err := os.ReadFile(filepath.Join(roundDir, fleetPlanFile))
-			if err != nil {
-				t.Fatal(err)
-			}
-			edited := strings.Replace(string(b), `"per_step"`, `"per_window"`, 1)
-			if r.IntN(2) == 0 {
-				edited = strings.Replace(string(b), `"control-plane"`, `"gpu"`, 1)
-			}
-			f.handWriteSignatures(drainDigests)
-			restore(fleetPlanFile, []byte(edited))
-			call(tool, node, "")
-			restore(fleetPlanFile, b)
-		case 5:
-			kind = "nodes.json edited"
-			p := filepath.Join(roundDir, "nodes.json")
-			b, err := os.ReadFile(p)
-			if err == nil {
-				restore("nodes.json", []byte(strings.ReplaceAll(string(b), "sha256:", "sha256:0")))
+			if kind == "bare call again" {
 				call(tool, node, "")
-				restore("nodes.json", b)
 			}
-		case 6:
-			kind = "forged journal start"
+		case "replayed approval":
+			if len(held) > 0 {
+				call(tool, node, heldPick(op.Pick))
+			}
+		case "approval on another node":
+			if len(held) > 0 {
+				call(tool, hostileNodes[(op.Pick/7)%len(hostileNodes)], heldPick(op.Pick))
+			}
+		case "approval for another tool":
+			if len(held) > 0 {
+				call(hostileTools[(op.Pick/7)%len(hostileTools)], node, heldPick(op.Pick))
+			}
+		case "hand-written signatures":
+			f.handWriteSignatures(drainDigests)
+			call(tool, node, "")
+		case "plan.json edited":
+			edits := []func(string) string{
+				func(s string) string { return strings.Replace(s, `"per_step"`, `"per_window"`, 1) },
+				func(s string) string { return strings.Replace(s, `"control-plane"`, `"gpu"`, 1) },
+				func(s string) string { return strings.ReplaceAll(s, "sha256:", "sha256:0") },
+			}
+			f.handWriteSignatures(drainDigests)
+			editWhile(fleetPlanFile, edits[op.Pick%len(edits)], tool, node)
+		case "nodes.json edited":
+			editWhile("nodes.json", func(s string) string { return strings.ReplaceAll(s, "sha256:", "sha256:0") }, tool, node)
+		case "journal edited":
+			// A hand-written record of the step done, appended to the
+			// journal file (the agent can write the working copy).
+			editWhile(round.JournalFile, func(s string) string {
+				return s + fmt.Sprintf(`{"seq":999999,"type":"step_finished","step":%q,"node":%q,"approval_id":"forged"}`+"\n", toolStepOf(tool), node)
+			}, tool, node)
+		case "state.json edited":
+			editWhile(round.StateFile, func(s string) string {
+				return strings.ReplaceAll(strings.ReplaceAll(s, `"not_started"`, `"done"`), `"in_flight"`, `"done"`)
+			}, tool, node)
+		case "forged journal start":
 			j, err := f.d.Book.Journal(fRound, false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			step := toolStepOf(tool)
 			if run := window.StepRun(j.State(), step, node); run == nil || run.State != round.InFlight {
-				// The agent writes a record of a step in flight under an
-				// approval nobody signed (a record the journal takes as
-				// any other).
+				// A record of a step in flight under an approval nobody
+				// signed (the journal takes it as any other).
 				if _, err := j.StartStep(step, node, round.Meta{ApprovalID: "forged", PlanDigest: "sha256:" + strings.Repeat("f", 64)}); err != nil {
-					kind = "forged journal start (journal refused it)"
+					res.kinds["forged journal start (journal refused it)"]++
 				}
 			}
 			call(tool, node, "")
-		case 7:
-			kind = "statement with a rewritten summary"
-			_, res := f.call("record_decision", map[string]any{"decision": "abort", "reason": "done"})
-			if res.Approval != nil {
-				req, err := policy.ParseRequest([]byte(res.Approval.Request))
+		case "statement with a rewritten summary":
+			_, r := f.call("record_decision", map[string]any{"decision": "resume", "reason": "fixed"})
+			if r.Approval != nil {
+				req, err := policy.ParseRequest([]byte(r.Approval.Request))
 				if err != nil {
 					t.Fatal(err)
 				}
 				req.Summary = append(req.Summary, "and nothing else")
-				_, res := f.call("record_decision", map[string]any{"decision": "abort", "reason": "done", "attestation": f.person.sign(t, req.String())})
-				if res.Status == StatusOK {
-					t.Fatalf("op %d: a statement whose summary was rewritten was accepted", i)
+				_, r := f.call("record_decision", map[string]any{"decision": "resume", "reason": "fixed", "attestation": f.person.sign(t, req.String())})
+				if r.Status == StatusOK {
+					return hostileResult{violation: "a statement whose summary was rewritten was accepted", at: i}
 				}
 			}
-		case 8:
-			kind = "approval for another step"
-			if len(held) > 0 {
-				call(pick(hostileTools), pick(nodes), pick(held))
+		case "statement from another stop", "the person signs a resume":
+			if kind == "the person signs a resume" {
+				_, r := f.call("record_decision", map[string]any{"decision": "resume", "reason": "fixed"})
+				if r.Approval != nil {
+					res.signed++
+					statements = append(statements, &statement{text: f.person.sign(t, r.Approval.Request), stop: stopOf()})
+				}
 			}
-		case 9:
-			kind = "the person signs"
-			for key, res := range requests { // any request the agent holds
-				tool, node, _ = strings.Cut(key, "/")
-				a := f.person.sign(t, res.Approval.Request)
-				held = append(held, a)
-				sigs[key]++
-				signed++
-				call(tool, node, a)
-				delete(requests, key)
+			if len(statements) == 0 {
 				break
 			}
-		case 10:
-			kind = "the hosts move on"
+			s := statements[op.Pick%len(statements)]
+			now := stopOf()
+			_, r := f.call("record_decision", map[string]any{"decision": "resume", "reason": "fixed", "attestation": s.text})
+			if r.Status == StatusOK {
+				if s.used || s.stop != now || now == "" {
+					return hostileResult{violation: fmt.Sprintf("a resume statement signed at stop %q (used %v) was accepted at stop %q", s.stop, s.used, now), at: i}
+				}
+				s.used = true
+			}
+		case "the person signs a step":
+			// The request for this tool and node, or else any the agent holds.
+			keys := slices.Sorted(maps.Keys(requests))
+			if _, ok := requests[tool+"/"+node]; !ok && len(keys) > 0 {
+				tool, node, _ = strings.Cut(keys[op.Pick%len(keys)], "/")
+			}
+			for _, key := range []string{tool + "/" + node} {
+				r, ok := requests[key]
+				if !ok {
+					break
+				}
+				a := f.person.sign(t, r.Approval.Request)
+				held = append(held, a)
+				sigs[key]++
+				res.signed++
+				call(tool, node, a)
+				delete(requests, key)
+			}
+		case "the person signs a window":
+			_, r := f.call("approve_window", map[string]any{"node": node})
+			if r.Status == StatusApprovalRequired && r.Approval != nil {
+				a := f.person.sign(t, r.Approval.Request)
+				held = append(held, a)
+				res.signed++
+				for _, s := range windowSteps(node) {
+					sigs[s+"/"+node]++
+				}
+				f.call("approve_window", map[string]any{"node": node, "approval": a})
+			}
+		case "the hosts move on":
 			h := f.host(node)
 			h.InstallState = "finished"
-			if r.IntN(2) == 0 {
-				h.Boot(false)
+			if op.Pick%2 == 0 {
+				h.Boot(op.Pick%3 == 0)
 			}
 			f.advance(time.Minute)
-		case 11:
-			kind = "write tools"
-			f.call(pick([]string{"record_verification", "uncordon_node", "close_window", "record_inspection", "record_simulation"}), map[string]any{"node": node})
+		case "an install fails":
+			h := f.host(node)
+			h.InstallState, h.ExitCode = "finished", 100
+			call("install_updates", node, "")
+			h.ExitCode = 0
+		case "write tools":
+			w := []string{"record_verification", "uncordon_node", "close_window", "record_inspection", "record_simulation"}
+			f.call(w[op.Pick%len(w)], map[string]any{"node": node})
 		}
-		kinds[kind]++
-		check(i, kind)
+		res.kinds[kind]++
+		if v := check(); v != "" {
+			res.violation, res.at = kind+": "+v, i
+			return res
+		}
 	}
 	for _, c := range count() {
-		actions += c
+		res.actions += c
 	}
-	return actions, signed
+	return res
 }
 
 // toolStepOf is the journal step a destructive tool runs.
