@@ -78,17 +78,26 @@ func checkConsistent(t *testing.T, j *Journal) {
 	}
 }
 
+// readStateFile decodes dir's state.json.
+func readStateFile(dir string) (State, error) {
+	var st State
+	b, err := os.ReadFile(filepath.Join(dir, StateFile))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("state.json is not whole: %w", err)
+	}
+	return st, nil
+}
+
 // snapshotMatches reports whether state.json is the state the first
 // last_seq records of the journal bytes data make (a snapshot of a
 // prefix: it may lag the journal, never say something it does not).
 func snapshotMatches(dir string, data []byte) error {
-	b, err := os.ReadFile(filepath.Join(dir, StateFile))
+	file, err := readStateFile(dir)
 	if err != nil {
 		return err
-	}
-	var file State
-	if err := json.Unmarshal(b, &file); err != nil {
-		return fmt.Errorf("state.json is not whole: %w", err)
 	}
 	sc, err := scanLines(data)
 	if err != nil {
@@ -706,12 +715,8 @@ func TestJournalSnapshotWritesStayProportionalToTheJournal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st State
-		b, err := os.ReadFile(filepath.Join(dir, StateFile))
+		st, err := readStateFile(dir)
 		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, &st); err != nil {
 			t.Fatal(err)
 		}
 		if st.LastSeq != lastSeq {
@@ -733,12 +738,8 @@ func TestJournalSnapshotWritesStayProportionalToTheJournal(t *testing.T) {
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var st State
-	b, err := os.ReadFile(filepath.Join(dir, StateFile))
+	st, err := readStateFile(dir)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatal(err)
 	}
 	if st.LastSeq != last {

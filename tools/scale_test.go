@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -41,13 +40,7 @@ import (
 func newScaleFleet(tb testing.TB, n int) (*fleet, []string) {
 	tb.Helper()
 	f := newFleet(tb)
-	pem, err := os.ReadFile(f.person.key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if f.person.mem, err = ssh.ParsePrivateKey(pem); err != nil {
-		tb.Fatal(err)
-	}
+	f.signInProcess()
 
 	names := scaleNodeNames(n)
 	objs := make([]runtime.Object, 0, 2*n)
