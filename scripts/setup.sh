@@ -11,6 +11,9 @@
 #   MCP_PATCH_SETUP_CONTROLPLANE=later scripts/setup.sh --demo
 #                             the same without the control plane (demo.sh
 #                             builds it after mcp-patch)
+#   MCP_PATCH_SETUP_VM=later scripts/setup.sh
+#                             everything but the lab VM image (scripts/test.sh
+#                             builds it beside go test, before its real-VM phase)
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -110,7 +113,7 @@ fi
 # mostly downloads and dpkg, so it runs beside the control-plane build.
 # Not for the demo, nor with MCP_PATCH_VM=0 (scripts/test.sh then skips its
 # real-VM phase).
-if ! $demo && [ "${MCP_PATCH_VM:-1}" != 0 ] && [ -x scripts/build-vm-image.sh ]; then
+if ! $demo && [ "${MCP_PATCH_VM:-1}" != 0 ] && [ "${MCP_PATCH_SETUP_VM:-}" != later ] && [ -x scripts/build-vm-image.sh ]; then
 	echo "setup: lab VM image (built once, then cached)"
 	t=$(date +%s)
 	as_root=""
