@@ -22,7 +22,6 @@ import (
 // from the journal: the round reaches the soak with every window closed,
 // never two windows open at once, and no node left cordoned.
 func TestKillServerAnywhere(t *testing.T) {
-	t.Parallel()
 	l := upLab(t, Options{ControlPlanes: 2, Canary: 1, GPUServers: 0, GateSettle: 30 * time.Second})
 	bin := filepath.Join(t.TempDir(), "mcp-patch")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/mcp-patch/mcp-patch/cmd/mcp-patch").CombinedOutput(); err != nil {

@@ -23,7 +23,6 @@ import (
 // cordoned. The faults that are not regressions (an SSH drop mid-install, every GPU
 // allocated) must let the round close.
 func TestFaultCatalogue(t *testing.T) {
-	t.Parallel()
 	cases := []faultCase{
 		{fault: "apt-would-remove", node: "cp-1", stopStep: "simulate", stopNode: "cp-1", reason: "remove"},
 		{fault: "package-not-held", node: "cp-1", stopStep: "simulate", stopNode: "cp-1", reason: "not held"},

@@ -33,11 +33,7 @@ func (w tw) Write(p []byte) (int, error) {
 // this package has finished with when one is idle (Reset returns it to
 // its state after start and makes the rest anew), else on a new one. The
 // test's lab is parked (fleet, workloads and the rest stopped) when it
-// ends; TestMain closes the control planes. Every top-level test of this
-// package that starts a lab calls t.Parallel: a lab mostly waits (reboots,
-// a red gate's settle time, a drain waiting for its job), so go test's
-// -parallel labs (2 on 2 cores) run beside the fault catalogue's own three
-// instead of after it.
+// ends; TestMain closes the control planes.
 func upLab(t *testing.T, opts Options) *Lab {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -141,7 +137,6 @@ func (p *labPool) closeAll() error {
 // client, and checks what it left: every node on the new kernel, the
 // report and timeline committed, every window closed.
 func TestDemoRound(t *testing.T) {
-	t.Parallel()
 	l := upLab(t, Options{ControlPlanes: 3, Canary: 1, GPUServers: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

@@ -16,7 +16,6 @@ var errStopAgent = errors.New("the test takes over")
 // replan_node re-plans the node, sign_plan asks a person to sign only
 // the install that changed, and the install then moves the new set.
 func TestDriftAfterTheSignedPlan(t *testing.T) {
-	t.Parallel()
 	l := upLab(t, Options{ControlPlanes: 2, Canary: 1, GPUServers: 0, DrainTimeoutMinutes: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

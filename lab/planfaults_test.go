@@ -21,7 +21,6 @@ import (
 // blocker, cordon nothing, and leave the intent repository clean after
 // its commit, its own audit record in it.
 func TestPlanTimeFaults(t *testing.T) {
-	t.Parallel()
 	l := upLab(t, Options{ControlPlanes: 2, Canary: 1, GPUServers: 2, DrainTimeoutMinutes: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -29,7 +29,6 @@ import (
 // its start is recorded before it, and the failure says the node was left
 // cordoned.
 func TestRoundWithoutEvictPermission(t *testing.T) {
-	t.Parallel()
 	l := upLab(t, Options{ControlPlanes: 2, Canary: 1, GPUServers: 0,
 		RebootTimeout: 15 * time.Second, GateSettle: 30 * time.Second, DrainTimeoutMinutes: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -176,7 +175,6 @@ func drainRecords(t *testing.T, l *Lab, node string) (started bool, failed strin
 // the start, plan_round's server-side dry-run eviction (the drain preview)
 // refuses the plan, naming the permission, before any node is cordoned.
 func TestPlanWithoutEvictPermission(t *testing.T) {
-	t.Parallel()
 	l := upLab(t, Options{ControlPlanes: 2, Canary: 1, GPUServers: 0,
 		RBACRules: rbac.Without(rbac.Rules, "", "pods/eviction", "create")})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

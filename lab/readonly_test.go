@@ -24,7 +24,6 @@ import (
 // (refs and working tree) and the window Lease's holder stay exactly as
 // they were, and the round is never stopped by them.
 func TestReadOnlySweep(t *testing.T) {
-	t.Parallel()
 	l := upLab(t, Options{ControlPlanes: 3, Canary: 1, GPUServers: 0}) // three: a single Postgres instance blocks the drain
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()

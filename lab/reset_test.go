@@ -23,7 +23,6 @@ import (
 // directory.
 // The package's other lab tests rely on this: they run on reset labs.
 func TestResetStartsTheLabAnew(t *testing.T) {
-	t.Parallel()
 	opts := Options{ControlPlanes: 2, Canary: 1, GPUServers: 0}
 	l := upLab(t, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

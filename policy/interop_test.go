@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -158,9 +159,14 @@ func startAgent(t *testing.T) string {
 			<-done
 		}
 	})
+	// The socket file appears at bind, before the agent listens: wait until a
+	// connection is accepted, not for the file.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := os.Stat(sock); err == nil {
+		if c, err := net.Dial("unix", sock); err == nil {
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
 			return sock
 		}
 		select {
@@ -169,7 +175,7 @@ func startAgent(t *testing.T) string {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("ssh-agent socket %s did not appear in 10s", sock)
+			t.Fatalf("ssh-agent socket %s accepted no connection in 10s", sock)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
