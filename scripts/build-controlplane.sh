@@ -2,7 +2,7 @@
 # build-controlplane.sh — build the lab's Kubernetes control plane once.
 #
 # Puts etcd, etcdctl, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl and kwok into
+# kube-scheduler and kwok (and, with --kubectl, kubectl) into
 #
 #   ${MCP_PATCH_CACHE:-$HOME/.cache/mcp-patch}/controlplane/<key>/bin
 #
@@ -15,7 +15,11 @@
 # lab/controlplane/kube with the build flags of a plain `go build` (so the
 # packages it shares with mcp-patch come from the Go build cache when
 # mcp-patch was built first). kwok's stage files (node and pod lifecycle) go
-# to <key>/stages.
+# to <key>/stages. kubectl (lab/controlplane/kube/kubectl) is left out of
+# that binary: only the tests run it, so the demo's first run does not
+# compile its packages; --kubectl adds it to a set, building the set first
+# when it is not there (the test set-up asks for it; lab/cluster builds it
+# the first time a test runs Cluster.Kubectl).
 # <key> is a hash of the pinning modules (go.mod, go.sum, *.go) and of
 # $recipe below, so a second run with the same pins is instant, and changing
 # a pin builds a new set beside the old one. Only the Go module proxy and a
@@ -28,6 +32,8 @@
 #                sh scripts/build-controlplane.sh --prefetch
 #                  (fetch etcd and the Kubernetes modules, compile nothing:
 #                  scripts/demo.sh runs it while mcp-patch compiles)
+#                sh scripts/build-controlplane.sh --kubectl
+#                  (the set and kubectl in it)
 # Progress goes to stderr; the last line on stdout is the bin directory.
 # MCP_PATCH_ETCD=source builds etcd from source even when the package can
 # be had; MCP_PATCH_DEBIAN_MIRROR (default http://deb.debian.org/debian)
@@ -39,7 +45,7 @@ set -eu
 
 # Bump recipe when a change here changes what gets built (flags, binaries,
 # stages); editing comments or messages must not cost a rebuild.
-recipe=3
+recipe=4
 
 # etcd from Debian 13: the packages, their version and the sha256 of what
 # lands in the cache (the .debs are verified by apt against trixie's signed
@@ -53,13 +59,14 @@ etcd_deb_sha256_etcdctl=d40ab46650d11e94cec58d1f4c5dfbaed621e7893e9b086529b56e2d
 say() { printf 'build-controlplane: %s\n' "$*" >&2; }
 
 main() {
-	cached_only=false prefetch=false
+	cached_only=false prefetch=false with_kubectl=false
 	case ${1:-} in
 	--cached-only) cached_only=true ;;
 	--prefetch) prefetch=true ;;
+	--kubectl) with_kubectl=true ;;
 	"") ;;
 	*)
-		printf 'usage: %s [--cached-only | --prefetch]\n' "$0" >&2
+		printf 'usage: %s [--cached-only | --prefetch | --kubectl]\n' "$0" >&2
 		exit 2
 		;;
 	esac
@@ -87,7 +94,7 @@ main() {
 	# depend on the pins).
 	debian_etcd=$cache/etcd-debian-$etcd_deb_version
 
-	if built "$dest"; then
+	if set_ready "$dest"; then
 		say "cached: $dest"
 		printf '%s\n' "$dest/bin"
 		exit 0
@@ -111,14 +118,14 @@ main() {
 		export MCP_PATCH_CONTROLPLANE_LOCKED
 		exec flock "$cache/.lock" sh "$self" "$@"
 	fi
-	if built "$dest"; then
+	if set_ready "$dest"; then
 		say "cached (built meanwhile): $dest"
 		printf '%s\n' "$dest/bin"
 		exit 0
 	fi
 	# Under the lock, a leftover build directory is from a killed build.
 	if [ -n "${MCP_PATCH_CONTROLPLANE_LOCKED:-}" ]; then
-		for stale in "$cache"/.build-* "$cache"/.etcd-debian-*; do
+		for stale in "$cache"/.build-* "$cache"/.etcd-debian-* "$dest"/bin/.kubectl-* "$dest"/.kubectl-*.log; do
 			[ -e "$stale" ] || continue
 			say "removing the remains of an interrupted build: $stale"
 			rm -rf "$stale"
@@ -145,11 +152,6 @@ main() {
 		exit 0
 	fi
 
-	work=$cache/.build-$key-$$
-	trap 'rm -rf "$work"' EXIT INT TERM
-	rm -rf "$work"
-	mkdir -p "$work/bin" "$work/stages"
-
 	# Versions come from the pins, so bumping a pin restamps the binaries.
 	kube_version=$(cd "$src/kube" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 	kube_minor=$(printf '%s\n' "$kube_version" | cut -d. -f2)
@@ -158,6 +160,18 @@ main() {
 	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 		ld_kube="$ld_kube -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$kube_minor -X $pkg.gitTreeState=clean"
 	done
+
+	# The set is there and only kubectl is missing.
+	if built "$dest"; then
+		build_kubectl
+		printf '%s\n' "$dest/bin"
+		exit 0
+	fi
+
+	work=$cache/.build-$key-$$
+	trap 'rm -rf "$work"' EXIT INT TERM
+	rm -rf "$work"
+	mkdir -p "$work/bin" "$work/stages"
 
 	start=$(date +%s)
 	say "key $key; building into $dest"
@@ -180,7 +194,7 @@ main() {
 		etcd_version="$(cd "$src/etcd" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3) (built from source)"
 		builds="etcd kube-controlplane"
 	fi
-	say "etcd $etcd_version; Kubernetes $kube_version with kwok $kwok_version (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok)"
+	say "etcd $etcd_version; Kubernetes $kube_version with kwok $kwok_version (kube-apiserver, kube-controller-manager, kube-scheduler, kwok)"
 
 	# bin/kube-controlplane is one multi-call binary (the Kubernetes programs
 	# link to it), linked once; it picks its program by the name it was
@@ -205,7 +219,7 @@ main() {
 		fi
 	done
 	[ "$etcd_from" = debian ] || ln -s etcd "$work/bin/etcdctl"
-	for name in kube-apiserver kube-controller-manager kube-scheduler kubectl kwok; do
+	for name in kube-apiserver kube-controller-manager kube-scheduler kwok; do
 		ln -s kube-controlplane "$work/bin/$name"
 	done
 	# Figures for the next build's estimate: seconds and packages compiled.
@@ -247,7 +261,32 @@ main() {
 		say "$(grep "^binary $name " "$dest/BUILD-INFO" | awk '{printf "%s: %ss, %s packages compiled, %s of %s from the build cache", $2, $4, $6, $9, $8}' | tr -d '(')"
 	done
 	say "built in $(($(date +%s) - start))s: $(du -shL "$dest/bin" | cut -f1) in $dest/bin"
+	$with_kubectl && build_kubectl
 	printf '%s\n' "$dest/bin"
+}
+
+# build_kubectl adds kubectl to the built set $dest: its own binary, from
+# lab/controlplane/kube/kubectl, with the control plane's flags (most of its
+# packages come from the build cache when the set was built on this
+# machine), linked under a temporary name and moved into place.
+build_kubectl() {
+	[ -x "$dest/bin/kubectl" ] && return 0
+	t0=$(date +%s)
+	say "kubectl: building it into $dest/bin (only the tests run it)"
+	tmp_bin=$dest/bin/.kubectl-$$
+	log=$dest/.kubectl-$$.log
+	rc=0
+	(cd "$src/kube/kubectl" && go build -v -ldflags="$ld_kube" -o "$tmp_bin" .) >"$log" 2>&1 || rc=$?
+	if [ "$rc" -ne 0 ]; then
+		say "kubectl failed (exit $rc); the last lines of its build log:"
+		grep -v -e '^go: downloading' -e '^[a-zA-Z0-9._~/-]*$' "$log" | tail -n 40 >&2 || true
+		rm -f "$tmp_bin" "$log"
+		exit 1
+	fi
+	n=$(grep -c '^[a-zA-Z0-9._~/-]*$' "$log") || true
+	rm -f "$log"
+	mv "$tmp_bin" "$dest/bin/kubectl"
+	say "kubectl: ${n:-0} packages compiled, built in $(($(date +%s) - t0))s"
 }
 
 # fetch_debian_etcd leaves Debian's etcd and etcdctl, verified, in
@@ -442,6 +481,11 @@ fmt_secs() {
 # and the directory is moved into place whole).
 built() {
 	[ -x "$1/bin/kube-apiserver" ] && [ -f "$1/COMPLETE" ]
+}
+
+# set_ready DIR: DIR is built and, with --kubectl, holds kubectl too.
+set_ready() {
+	built "$1" && { ! $with_kubectl || [ -x "$1/bin/kubectl" ]; }
 }
 
 main "$@"

@@ -44,7 +44,7 @@ if [ -x scripts/build-controlplane.sh ] && [ "${MCP_PATCH_SETUP_CONTROLPLANE:-}"
 			echo "setup: mcp-patch's packages first (the control plane shares them)"
 			go build ./cmd/mcp-patch ./lab/cmd/lab-host
 		fi
-		scripts/build-controlplane.sh
+		scripts/build-controlplane.sh --kubectl
 	) &
 	cp_pid=$!
 fi

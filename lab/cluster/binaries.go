@@ -35,7 +35,9 @@ const buildTimeout = 40 * time.Minute
 // RequiredBinaries are the executables a Binaries directory must hold. The
 // build script makes them links to two multi-call binaries (etcd and
 // kube-controlplane) that pick the program by the name they are run under.
-var RequiredBinaries = []string{"etcd", "etcdctl", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"}
+// kubectl is not among them: only tests run it (Cluster.Kubectl), and it is
+// built into the same directory when first asked for (Kubectl).
+var RequiredBinaries = []string{"etcd", "etcdctl", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
 
 // Binaries is a directory of control-plane executables built by
 // scripts/build-controlplane.sh.
@@ -90,7 +92,7 @@ func FindBinaries(ctx context.Context, logger *slog.Logger) (Binaries, error) {
 	if dir := os.Getenv(EnvBinDir); dir != "" {
 		bins = Binaries{Dir: dir}
 	} else {
-		dir, err := runEmbeddedBuild(ctx, logger, false)
+		dir, err := runEmbeddedBuild(ctx, logger, buildSet)
 		if err != nil {
 			return Binaries{}, err
 		}
@@ -117,7 +119,7 @@ func CachedBinaries(ctx context.Context) (Binaries, error) {
 	}
 	bins := Binaries{Dir: os.Getenv(EnvBinDir)}
 	if bins.Dir == "" {
-		dir, err := runEmbeddedBuild(ctx, slog.New(slog.DiscardHandler), true)
+		dir, err := runEmbeddedBuild(ctx, slog.New(slog.DiscardHandler), buildCachedOnly)
 		if err != nil {
 			return Binaries{}, err
 		}
@@ -134,9 +136,52 @@ func CachedBinaries(ctx context.Context) (Binaries, error) {
 // nothing is cached.
 const notBuiltExit = 3
 
+// buildMode is what the build script is asked for: its argument.
+type buildMode string
+
+const (
+	buildSet        buildMode = ""              // the set, built when not cached
+	buildCachedOnly buildMode = "--cached-only" // the set when cached, else ErrNotBuilt
+	buildKubectl    buildMode = "--kubectl"     // the set with kubectl in it
+)
+
+var kubectlMu sync.Mutex
+
+// Kubectl returns the path of kubectl beside the control plane in b,
+// building it into b's directory the first time (a minute or so when the
+// control plane was built on this machine: most of its packages are in the
+// Go build cache; the build script's lock makes parallel callers wait for
+// one build). With $MCP_PATCH_CONTROLPLANE_BIN the directory must hold it
+// already. The build's progress lines go to logger.
+func Kubectl(ctx context.Context, logger *slog.Logger, b Binaries) (string, error) {
+	kubectlMu.Lock()
+	defer kubectlMu.Unlock()
+	p := b.Path("kubectl")
+	if info, err := os.Stat(p); err == nil && info.Mode()&0o111 != 0 {
+		return p, nil
+	}
+	if os.Getenv(EnvBinDir) != "" {
+		return "", fmt.Errorf("kubectl: not in %s ($%s): build it with sh scripts/build-controlplane.sh --kubectl and point $%s at that set", b.Dir, EnvBinDir, EnvBinDir)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	dir, err := runEmbeddedBuild(ctx, logger, buildKubectl)
+	if err != nil {
+		return "", fmt.Errorf("kubectl: %w", err)
+	}
+	if dir != b.Dir {
+		return "", fmt.Errorf("kubectl: the build script built into %s, not the control plane's %s (the pins changed since it started?)", dir, b.Dir)
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("kubectl: the build script left none in %s: %w", b.Dir, err)
+	}
+	return p, nil
+}
+
 // runEmbeddedBuild runs the build script this binary carries on the pins
 // it carries, from a temporary copy that it removes afterwards.
-func runEmbeddedBuild(ctx context.Context, logger *slog.Logger, cachedOnly bool) (dir string, err error) {
+func runEmbeddedBuild(ctx context.Context, logger *slog.Logger, mode buildMode) (dir string, err error) {
 	root, err := writeBuildTree()
 	if err != nil {
 		return "", err
@@ -146,18 +191,19 @@ func runEmbeddedBuild(ctx context.Context, logger *slog.Logger, cachedOnly bool)
 			err = fmt.Errorf("build control plane: remove %s: %w", root, rmErr)
 		}
 	}()
-	return runBuildScript(ctx, logger, root, cachedOnly)
+	return runBuildScript(ctx, logger, root, mode)
 }
 
 // runBuildScript runs the build script and returns the bin directory it
-// prints last. Its stderr lines are logged as they come. With cachedOnly the
-// script builds nothing and a missing build is ErrNotBuilt.
-func runBuildScript(ctx context.Context, logger *slog.Logger, root string, cachedOnly bool) (string, error) {
+// prints last. Its stderr lines are logged as they come. With
+// buildCachedOnly the script builds nothing and a missing build is
+// ErrNotBuilt.
+func runBuildScript(ctx context.Context, logger *slog.Logger, root string, mode buildMode) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
 	args := []string{filepath.Join(root, buildScript)}
-	if cachedOnly {
-		args = append(args, "--cached-only")
+	if mode != buildSet {
+		args = append(args, string(mode))
 	}
 	cmd := exec.CommandContext(ctx, "sh", args...)
 	cmd.Dir = root
@@ -187,7 +233,7 @@ func runBuildScript(ctx context.Context, logger *slog.Logger, root string, cache
 	_, _ = io.Copy(io.Discard, stderr)
 	if err := cmd.Wait(); err != nil {
 		var exit *exec.ExitError
-		if cachedOnly && errors.As(err, &exit) && exit.ExitCode() == notBuiltExit {
+		if mode == buildCachedOnly && errors.As(err, &exit) && exit.ExitCode() == notBuiltExit {
 			return "", ErrNotBuilt
 		}
 		return "", fmt.Errorf("build control plane with %s: %w\n%s", buildScript, err, strings.Join(lastLines, "\n"))

@@ -685,9 +685,13 @@ func (c *Cluster) WaitNodeReady(ctx context.Context, name string) error {
 }
 
 // Kubectl runs the cluster's kubectl against the admin kubeconfig and
-// returns its combined output.
+// returns its combined output; the first call may build kubectl (Kubectl).
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, c.Binaries.Path("kubectl"), append([]string{"--kubeconfig=" + c.Kubeconfig}, args...)...)
+	bin, err := Kubectl(ctx, c.logger, c.Binaries)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig=" + c.Kubeconfig}, args...)...)
 	cmd.Env = append(os.Environ(), "HOME="+c.Dir)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -57,8 +57,8 @@ func TestPinsAreCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(want) != 6 {
-		t.Errorf("lab/controlplane has %d hashed files, want go.mod, go.sum and main.go of etcd and kube", len(want))
+	if len(want) != 7 {
+		t.Errorf("lab/controlplane has %d hashed files, want go.mod, go.sum and main.go of etcd and kube, and kube/kubectl/main.go", len(want))
 	}
 	for name := range want {
 		if got[name] != want[name] {
@@ -138,7 +138,7 @@ func TestEmbeddedBuildUsesTheCloneKey(t *testing.T) {
 		t.Fatalf("the tree's script exit %d on an empty cache, want %d", code, notBuiltExit)
 	}
 	var logs logLines
-	if _, err := runEmbeddedBuild(t.Context(), logs.logger(), true); !errors.Is(err, ErrNotBuilt) {
+	if _, err := runEmbeddedBuild(t.Context(), logs.logger(), buildCachedOnly); !errors.Is(err, ErrNotBuilt) {
 		t.Fatalf("embedded build on an empty cache: %v, want ErrNotBuilt", err)
 	}
 	if d := cmp.Diff(cloneDir, logs.keyedDir(t)); d != "" {
@@ -164,7 +164,7 @@ func TestEmbeddedBuildUsesTheCloneKey(t *testing.T) {
 	t.Setenv("PATH", pathWithout(t, "go"))
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	got, err := runEmbeddedBuild(t.Context(), slog.New(slog.DiscardHandler), true)
+	got, err := runEmbeddedBuild(t.Context(), slog.New(slog.DiscardHandler), buildCachedOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestEmbeddedBuildFindsTheRealCache(t *testing.T) {
 	if err != nil && !errors.As(err, &exit) {
 		t.Fatal(err)
 	}
-	got, embErr := runEmbeddedBuild(t.Context(), slog.New(slog.DiscardHandler), true)
+	got, embErr := runEmbeddedBuild(t.Context(), slog.New(slog.DiscardHandler), buildCachedOnly)
 	switch code := cmd.ProcessState.ExitCode(); {
 	case code == notBuiltExit:
 		if !errors.Is(embErr, ErrNotBuilt) {

@@ -1,10 +1,11 @@
 // Command kube-controlplane is the lab's kube-apiserver,
-// kube-controller-manager, kube-scheduler, kubectl and kwok in one binary,
-// built from the modules this module pins. Linking one binary instead of five
-// saves most of the link time and disk of a first build; the build script
-// links each name in bin/ to it, and the binary picks the program by the name
-// it was invoked under (or by its first argument: `kube-controlplane
-// kube-apiserver --help`).
+// kube-controller-manager, kube-scheduler and kwok in one binary, built from
+// the modules this module pins. Linking one binary instead of four saves
+// most of the link time and disk of a first build; the build script links
+// each name in bin/ to it, and the binary picks the program by the name it
+// was invoked under (or by its first argument: `kube-controlplane
+// kube-apiserver --help`). kubectl, which only the tests run, is its own
+// binary (./kubectl), built when first asked for.
 package main
 
 import (
@@ -16,12 +17,9 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/component-base/cli"
-	"k8s.io/component-base/logs"
 	_ "k8s.io/component-base/logs/json/register"          // JSON log format, as in the upstream mains
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics, as in the upstream mains
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric, as in the upstream mains
-	kubectl "k8s.io/kubectl/pkg/cmd"
-	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
@@ -38,7 +36,6 @@ var programs = map[string]func() int{
 	"kube-apiserver":          func() int { return cli.Run(apiserver.NewAPIServerCommand()) },
 	"kube-controller-manager": func() int { return cli.Run(controllermanager.NewControllerManagerCommand()) },
 	"kube-scheduler":          func() int { return cli.Run(scheduler.NewSchedulerCommand()) },
-	"kubectl":                 runKubectl,
 	"kwok":                    runKwok,
 }
 
@@ -59,18 +56,6 @@ func main() {
 		os.Exit(2)
 	}
 	os.Exit(run())
-}
-
-// runKubectl is the upstream kubectl main.
-func runKubectl() int {
-	if _, err := logs.GlogSetter(kubectl.GetLogVerbosity(os.Args)); err != nil {
-		fmt.Fprintln(os.Stderr, "kubectl:", err)
-	}
-	if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {
-		kubectlutil.CheckErr(err)
-		return 1
-	}
-	return 0
 }
 
 // runKwok is the upstream kwok main.
