@@ -502,7 +502,7 @@ func (r *Repo) checkTouchedClean(base *object.Tree, idx *index.Index, plan commi
 	}
 	defer root.Close()
 	for _, p := range plan.touched {
-		_, treeHash, treeErr := blobText(base, p)
+		treeHash, _, treeErr := blobEntry(base, p)
 		inTree := treeErr == nil
 		if treeErr != nil && !errors.Is(treeErr, object.ErrFileNotFound) {
 			return treeErr
@@ -536,8 +536,8 @@ func (r *Repo) checkTouchedClean(base *object.Tree, idx *index.Index, plan commi
 // fileMode keeps a tracked file's mode; a new file is executable when it is
 // on disk.
 func (r *Repo) fileMode(base *object.Tree, p string) filemode.FileMode {
-	if f, err := base.File(p); err == nil {
-		return f.Mode
+	if _, mode, err := blobEntry(base, p); err == nil {
+		return mode
 	}
 	if fi, err := os.Lstat(filepath.Join(r.root, filepath.FromSlash(p))); err == nil && fi.Mode().Perm()&0o111 != 0 {
 		return filemode.Executable
@@ -783,6 +783,19 @@ func writeTree(s storer.EncodedObjectStorer, base *object.Tree, changes map[stri
 		return plumbing.ZeroHash, err
 	}
 	return s.SetEncodedObject(obj)
+}
+
+// blobEntry is a file's blob hash and mode in the tree, from the tree
+// alone (the blob is not read: a round's journal is megabytes); a file the
+// tree lacks (or holds as a folder) is object.ErrFileNotFound.
+func blobEntry(t *object.Tree, p string) (plumbing.Hash, filemode.FileMode, error) {
+	e, err := t.FindEntry(p)
+	if err != nil || !e.Mode.IsFile() {
+		// A folder (or a submodule) is no file of the tree, as Tree.File
+		// has it.
+		return plumbing.ZeroHash, 0, object.ErrFileNotFound
+	}
+	return e.Hash, e.Mode, nil
 }
 
 // blobText returns a file of the tree and its blob hash; a file the tree

@@ -317,6 +317,35 @@ func (j *Journal) State() *State {
 	return j.state.Clone()
 }
 
+// Closed says whether the round is closed, without copying the state.
+func (j *Journal) Closed() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.refreshView()
+	return j.state.Closed
+}
+
+// StepRun returns a copy of the run of step on node (node "" for a round
+// step), or nil: the copy of one run, not of the whole state (State's
+// cost grows with the round's windows).
+func (j *Journal) StepRun(step Step, node string) *StepRun {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.refreshView()
+	var r *StepRun
+	if node == "" {
+		r = j.state.RoundSteps[step]
+	} else if n := j.state.Node(node); n != nil {
+		r = n.Steps[step]
+	}
+	if r == nil {
+		return nil
+	}
+	c := *r
+	c.Attempts = slices.Clone(r.Attempts)
+	return &c
+}
+
 // Hold runs fn with the journal's lock held: no record is appended while
 // it runs, so a commit of the round's files takes journal.jsonl whole and
 // state.json as the snapshot of one of its prefixes (never a record the

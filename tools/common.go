@@ -184,15 +184,7 @@ func (s *session) stepRun(step round.Step, node string) *round.StepRun {
 	if s == nil {
 		return nil
 	}
-	st := s.j.State()
-	if node == "" {
-		return st.RoundSteps[step]
-	}
-	n := st.Node(node)
-	if n == nil {
-		return nil
-	}
-	return n.Steps[step]
+	return s.j.StepRun(step, node)
 }
 
 func (s *session) inFlight(step round.Step, node string) bool {

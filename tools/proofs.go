@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -107,6 +108,14 @@ func (d *Deps) keepProof(roundID string, p proof) error {
 // proofs reads the round's kept approvals in the order they were kept. A
 // torn last line (a crash while appending) belongs to an approval that was
 // never consumed and is left out; any other damage is an error.
+//
+// The file only grows (keepProof appends), so what was decoded once is
+// kept (proofIndex) and a later call decodes only the lines appended
+// since: a step's cost does not grow with the round's length. The kept
+// entries are only what the file said; every decision verifies their
+// signatures again (reverify). A file that is not the one decoded (another
+// inode, shorter, or its bytes before the decoded end changed) is decoded
+// again from the start.
 func (d *Deps) proofs(roundID string) ([]proof, error) {
 	path, err := d.proofFile(roundID)
 	if err != nil {
@@ -120,27 +129,90 @@ func (d *Deps) proofs(roundID string) ([]proof, error) {
 		return nil, fmt.Errorf("read the kept signatures: %w", err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxProofFile+1))
-	if err != nil {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, fmt.Errorf("read the kept signatures: %w", err)
 	}
-	if len(b) > maxProofFile {
+	if st.Size > maxProofFile {
 		return nil, fmt.Errorf("read the kept signatures: %s is larger than %d bytes", path, maxProofFile)
 	}
-	if i := bytes.LastIndexByte(b, '\n'); i+1 < len(b) {
-		b = b[:i+1]
+	proofIndexMu.Lock()
+	defer proofIndexMu.Unlock()
+	ix := proofIndexes[path]
+	if ix == nil || !ix.continues(f, st) {
+		ix = &proofIndex{dev: uint64(st.Dev), ino: st.Ino}
 	}
-	var out []proof
+	if err := ix.readFrom(f, path); err != nil {
+		delete(proofIndexes, path)
+		return nil, err
+	}
+	proofIndexes[path] = ix
+	return ix.proofs[:len(ix.proofs):len(ix.proofs)], nil
+}
+
+// proofIndex is what proofs decoded of one proof file: the entries of its
+// first size bytes (whole lines), and the last bytes of those, to tell the
+// same file grown from one rewritten.
+type proofIndex struct {
+	dev, ino uint64
+	size     int64
+	tail     []byte
+	proofs   []proof
+}
+
+// proofTail is how many bytes before the decoded end must be unchanged.
+const proofTail = 512
+
+var (
+	proofIndexMu sync.Mutex
+	proofIndexes = map[string]*proofIndex{}
+)
+
+// continues says whether f (with stat st) is the file ix decoded, grown
+// or as it was.
+func (ix *proofIndex) continues(f *os.File, st syscall.Stat_t) bool {
+	if uint64(st.Dev) != ix.dev || st.Ino != ix.ino || st.Size < ix.size {
+		return false
+	}
+	got := make([]byte, len(ix.tail))
+	if _, err := f.ReadAt(got, ix.size-int64(len(got))); err != nil {
+		return false
+	}
+	return bytes.Equal(got, ix.tail)
+}
+
+// readFrom decodes the whole lines of f after ix.size and adds them.
+func (ix *proofIndex) readFrom(f *os.File, path string) error {
+	b, err := io.ReadAll(io.NewSectionReader(f, ix.size, maxProofFile+1-ix.size))
+	if err != nil {
+		return fmt.Errorf("read the kept signatures: %w", err)
+	}
+	if ix.size+int64(len(b)) > maxProofFile {
+		return fmt.Errorf("read the kept signatures: %s is larger than %d bytes", path, maxProofFile)
+	}
+	b = b[:bytes.LastIndexByte(b, '\n')+1]
+	if len(b) == 0 {
+		return nil
+	}
+	line := 1 + len(ix.proofs)
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 64<<10), maxProofFile)
-	for n := 1; sc.Scan(); n++ {
+	for ; sc.Scan(); line++ {
 		var p proof
 		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
-			return nil, fmt.Errorf("read the kept signatures: %s line %d: %w", path, n, err)
+			return fmt.Errorf("read the kept signatures: %s line %d: %w", path, line, err)
 		}
-		out = append(out, p)
+		ix.proofs = append(ix.proofs, p)
 	}
-	return out, sc.Err()
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read the kept signatures: %w", err)
+	}
+	ix.size += int64(len(b))
+	keep := min(int64(proofTail), ix.size)
+	// The tail ends the decoded part: from b, or from b and the earlier tail.
+	joined := append(slices.Clone(ix.tail), b...)
+	ix.tail = slices.Clone(joined[int64(len(joined))-keep:])
+	return nil
 }
 
 // standing is a kept approval whose signature verified again just now.

@@ -38,6 +38,14 @@ type RoundBook struct {
 	// headers is each round's last decoded plan header, by the sha256 of
 	// the plan.json bytes it was decoded from.
 	headers map[string]cachedHeader
+	// plans is each round's last decoded plan, likewise (signedPlan's,
+	// shared and never written).
+	plans map[string]cachedPlan
+}
+
+type cachedPlan struct {
+	sum [sha256.Size]byte
+	f   plan.Fleet
 }
 
 type cachedHeader struct {
@@ -73,6 +81,29 @@ func (b *RoundBook) keepHeader(id string, sum [sha256.Size]byte, h plan.Header) 
 		b.headers = map[string]cachedHeader{}
 	}
 	b.headers[id] = cachedHeader{sum: sum, h: cloneHeader(h)}
+}
+
+// sharedPlan is round id's plan decoded from plan.json bytes whose sha256
+// is sum, if it is the one kept. It is shared: the caller only reads it.
+func (b *RoundBook) sharedPlan(id string, sum [sha256.Size]byte) (plan.Fleet, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c, ok := b.plans[id]
+	if !ok || c.sum != sum {
+		return plan.Fleet{}, false
+	}
+	return c.f, true
+}
+
+// keepPlan keeps round id's plan, decoded from bytes whose sha256 is sum
+// (one per round: the last).
+func (b *RoundBook) keepPlan(id string, sum [sha256.Size]byte, f plan.Fleet) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.plans == nil {
+		b.plans = map[string]cachedPlan{}
+	}
+	b.plans[id] = cachedPlan{sum: sum, f: f}
 }
 
 // NewRoundBook returns a book over an intent repository working copy.
@@ -195,17 +226,17 @@ func (b *RoundBook) OpenRounds() ([]string, error) {
 		b.mu.Lock()
 		j, held := b.open[e.Name()]
 		b.mu.Unlock()
-		var st *round.State
+		var closed bool
 		if held {
-			st = j.State()
+			closed = j.Closed()
 		} else {
 			s, _, err := round.ReadState(b.dir(e.Name()))
 			if err != nil {
 				continue
 			}
-			st = s
+			closed = s.Closed
 		}
-		if !st.Closed {
+		if !closed {
 			ids = append(ids, e.Name())
 		}
 	}

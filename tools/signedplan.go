@@ -80,6 +80,30 @@ func (d *Deps) fleetPlan(id string) (plan.Fleet, bool, error) {
 	return f, true, nil
 }
 
+// fleetPlanShared is fleetPlan decoded (and its digests checked) once per
+// content: a plan.json whose bytes hash as the last decoded one's gives
+// that plan again, shared, so a step's check does not decode the whole
+// fleet's plan. The caller only reads it.
+func (d *Deps) fleetPlanShared(id string) (plan.Fleet, bool, error) {
+	b, err := d.Book.ReadFile(id, fleetPlanFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return plan.Fleet{}, false, nil
+	}
+	if err != nil {
+		return plan.Fleet{}, false, fmt.Errorf("read the plan of round %s: %w", id, err)
+	}
+	sum := sha256.Sum256(b)
+	if f, ok := d.Book.sharedPlan(id, sum); ok {
+		return f, true, nil
+	}
+	f, err := plan.Decode(b)
+	if err != nil {
+		return plan.Fleet{}, false, err
+	}
+	d.Book.keepPlan(id, sum, f)
+	return f, true, nil
+}
+
 // planHeader streams the round's plan.json for what a status needs (the
 // digests, counts, blockers and each node's approval), never holding the
 // whole plan: a 1000-node plan is megabytes. The plan is decoded (and its
@@ -239,13 +263,14 @@ func (d *Deps) planProof(ctx context.Context, roundID string) (standing, bool, e
 	return d.latestProof(ctx, roundID, "sign_plan", window.FleetTarget)
 }
 
-// signedPlan returns the round's reviewed plan once it has no blockers and
+// signedPlan returns the round's reviewed plan (shared: the caller only
+// reads it) once it has no blockers and
 // its digest is the one the round's latest plan signature binds, that
 // signature verified again now; ok is false for a round without a plan
 // document (planned before plans were documents). plan-signatures.json is
 // not asked: it is a report.
 func (d *Deps) signedPlan(ctx context.Context, roundID string) (plan.Fleet, bool, error) {
-	f, ok, err := d.fleetPlan(roundID)
+	f, ok, err := d.fleetPlanShared(roundID)
 	if err != nil {
 		return plan.Fleet{}, false, Refuse("Plan the round again (plan_round): the plan file cannot be trusted.", err.Error(), "nothing was executed")
 	}

@@ -92,6 +92,9 @@ func (f Fleet) DriftInFleet(live Node, steps ...Step) []Change {
 	if !ok {
 		return []Change{{Step: "plan", What: "the node is not in the reviewed plan", Lines: []string{"+ " + live.Node}}}
 	}
+	// The reviewed node's workloads are added to on a slice of its own:
+	// f may be shared (a plan decoded once and kept), never written.
+	reviewed.Drain.Workloads = slices.Clone(reviewed.Drain.Workloads)
 	known := map[string]bool{}
 	for _, w := range reviewed.Drain.Workloads {
 		known[strings.ToLower(w.Key())] = true

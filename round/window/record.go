@@ -64,7 +64,7 @@ func (r *Recorder) emit(kind EventKind, rec round.Record, step round.Step, node 
 
 // InFlight is the step's run when it is in flight, else nil.
 func (r *Recorder) InFlight(step round.Step, node string) *round.StepRun {
-	run := StepRun(r.J.State(), step, node)
+	run := r.J.StepRun(step, node)
 	if run == nil || run.State != round.InFlight {
 		return nil
 	}
