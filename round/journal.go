@@ -105,9 +105,12 @@ type Option func(*Journal)
 // WithClock sets the clock (default time.Now).
 func WithClock(now func() time.Time) Option { return func(j *Journal) { j.clock = now } }
 
-// WithObserver has f called with every record once it is on disk, and a
-// copy of the state it made, while the journal's lock is held: f must not
-// block and must not write to this journal (hand the work to a goroutine).
+// WithObserver has f called with every record once it is on disk, and the
+// state it made, while the journal's lock is held: f must not block and
+// must not write to this journal (hand the work to a goroutine). The state
+// is shared, not a copy: an append makes a new state and never changes one
+// it made before, so f (and whoever it hands the state to) may keep it but
+// only reads it.
 // It is how notifications, metrics and Kubernetes Events follow the round
 // whichever tool recorded the step.
 func WithObserver(f func(Record, *State)) Option { return func(j *Journal) { j.observe = f } }
@@ -553,9 +556,12 @@ func (j *Journal) appendLocked(rec Record) (Record, error) {
 	}
 	j.size += int64(len(line))
 	j.sinceSnap += int64(len(line))
+	// next is never changed from here on (the next append applies to a
+	// copy of it), so the observer shares it instead of a copy of the
+	// whole round's state per record.
 	j.state = next
 	if j.observe != nil {
-		j.observe(rec, next.Clone())
+		j.observe(rec, next)
 	}
 	if snapshotDue(j.sinceSnap, j.snapBytes) {
 		if err := j.writeSnapshot(); err != nil {

@@ -601,6 +601,51 @@ func TestJournalObserverSeesEveryRecordOnDisk(t *testing.T) {
 	}
 }
 
+// The observer shares each state it is given: no later append changes one
+// (each applies to a copy), so what it kept reads the same at the end of
+// the round as when it was handed over.
+func TestJournalObservedStatesNeverChangeLater(t *testing.T) {
+	dir := roundDir(t)
+	type kept struct {
+		st   *State
+		json string
+	}
+	var all []kept
+	j, err := Open(dir, WithClock(newClock().Now), WithObserver(func(r Record, st *State) {
+		b, err := json.Marshal(st)
+		if err != nil {
+			t.Error(err)
+		}
+		all = append(all, kept{st, string(b)})
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	noErr(t)(j.Plan(fleetOrder(t), soak48, Meta{}))
+	noErr(t)(j.StartStep(StepBaseline, "", Meta{}))
+	noErr(t)(j.FinishStep(StepBaseline, "", Meta{}))
+	noErr(t)(j.StartStep(StepInspect, "cp-1", Meta{}))
+	noErr(t)(j.FailStep(StepInspect, "cp-1", Meta{Detail: "unreachable"}))
+	noErr(t)(j.StartRollback("cp-1", Meta{ApprovalID: "ap-1"}))
+	noErr(t)(j.EndRollback("cp-1", OutcomeDone, Meta{Kernel: "6.8.0-40-generic"}))
+	if len(all) < 7 {
+		t.Fatalf("observed %d states", len(all))
+	}
+	for i, k := range all {
+		b, err := json.Marshal(k.st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != k.json {
+			t.Errorf("observed state %d (seq %d) changed after it was handed over", i, k.st.LastSeq)
+		}
+		if k.st.LastSeq != uint64(i+1) {
+			t.Errorf("observed state %d has last seq %d", i, k.st.LastSeq)
+		}
+	}
+}
+
 func TestJournalRollbackWhileStopped(t *testing.T) {
 	dir := roundDir(t)
 	j := openJournal(t, dir, newClock())

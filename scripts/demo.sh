@@ -43,7 +43,7 @@ if scripts/build-controlplane.sh --cached-only >/dev/null 2>&1; then
 	say "control plane: cached; mcp-patch builds (seconds when its build cache is warm), then the lab and the round (about 2-4 minutes)"
 else
 	say "first run: the lab's hosts and their host-side preflight show in about 1-3 minutes (a small build first),"
-	say "then mcp-patch builds (about 5-10 minutes on 2 cores from empty caches) and the control plane (about 10-20 more), then the round"
+	say "then mcp-patch builds (about 2-10 minutes on 2 cores from empty caches) and the control plane (about 4-20 more), then the round"
 	scripts/build-controlplane.sh --prefetch 2>"$tmp/prefetch.log" &
 	pf_pid=$!
 fi
