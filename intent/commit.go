@@ -267,7 +267,7 @@ func (r *Repo) commitFiles(ctx context.Context, message string, paths []string) 
 			if err != nil {
 				return nil, err
 			}
-			if _, h, err := blobText(base, p); err == nil && h == plumbing.ComputeHash(plumbing.BlobObject, data) {
+			if h, _, err := blobEntry(base, p); err == nil && h == plumbing.ComputeHash(plumbing.BlobObject, data) {
 				same++
 			}
 			out[p] = data
@@ -418,9 +418,14 @@ func (r *Repo) commitLocked(ctx context.Context, plan commitPlan) (Commit, *git.
 	changes := map[string]object.TreeEntry{}
 	files := make([]string, 0, len(contents))
 	for p, data := range contents {
-		h, err := writeBlob(repo.Storer, data)
-		if err != nil {
-			return Commit{}, nil, fmt.Errorf("write blob %s: %w", p, err)
+		// A file the branch already holds as it is (a round's plan.json
+		// between re-plans) keeps its blob: it is not compressed and
+		// written again.
+		h := plumbing.ComputeHash(plumbing.BlobObject, data)
+		if old, _, err := blobEntry(baseTree, p); err != nil || old != h {
+			if h, err = writeBlob(repo.Storer, data); err != nil {
+				return Commit{}, nil, fmt.Errorf("write blob %s: %w", p, err)
+			}
 		}
 		changes[p] = object.TreeEntry{Name: path.Base(p), Mode: r.fileMode(baseTree, p), Hash: h}
 		files = append(files, p)
