@@ -335,12 +335,7 @@ func (j *Journal) StepRun(step Step, node string) *StepRun {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.refreshView()
-	var r *StepRun
-	if node == "" {
-		r = j.state.RoundSteps[step]
-	} else if n := j.state.Node(node); n != nil {
-		r = n.Steps[step]
-	}
+	r := j.state.StepRun(step, node)
 	if r == nil {
 		return nil
 	}

@@ -226,6 +226,20 @@ func (s *State) Node(name string) *NodeState {
 	return nil
 }
 
+// StepRun is the run of step on node (node "" for a round step), or nil.
+func (s *State) StepRun(step Step, node string) *StepRun {
+	if s == nil {
+		return nil
+	}
+	if node == "" {
+		return s.RoundSteps[step]
+	}
+	if n := s.Node(node); n != nil {
+		return n.Steps[step]
+	}
+	return nil
+}
+
 // run returns the StepRun of step on node ("" for round-level), or nil.
 func (s *State) run(step Step, node string) *StepRun {
 	if step.NodeStep() {

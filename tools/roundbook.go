@@ -37,20 +37,36 @@ type RoundBook struct {
 	views map[string]*round.Journal
 	// headers is each round's last decoded plan header, by the sha256 of
 	// the plan.json bytes it was decoded from.
-	headers map[string]cachedHeader
+	headers byContent[plan.Header]
 	// plans is each round's last decoded plan, likewise (signedPlan's,
 	// shared and never written).
-	plans map[string]cachedPlan
+	plans byContent[plan.Fleet]
 }
 
-type cachedPlan struct {
+// byContent keeps, per round, one value decoded from plan.json and the
+// sha256 of the bytes it was decoded from (the last). The caller holds
+// the book's lock.
+type byContent[T any] map[string]decoded[T]
+
+type decoded[T any] struct {
 	sum [sha256.Size]byte
-	f   plan.Fleet
+	v   T
 }
 
-type cachedHeader struct {
-	sum [sha256.Size]byte
-	h   plan.Header
+func (m byContent[T]) get(id string, sum [sha256.Size]byte) (T, bool) {
+	c, ok := m[id]
+	if !ok || c.sum != sum {
+		var zero T
+		return zero, false
+	}
+	return c.v, true
+}
+
+func (m *byContent[T]) keep(id string, sum [sha256.Size]byte, v T) {
+	if *m == nil {
+		*m = byContent[T]{}
+	}
+	(*m)[id] = decoded[T]{sum, v}
 }
 
 // cachedHeader is round id's plan header decoded from plan.json bytes
@@ -58,11 +74,11 @@ type cachedHeader struct {
 func (b *RoundBook) cachedHeader(id string, sum [sha256.Size]byte) (plan.Header, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	c, ok := b.headers[id]
-	if !ok || c.sum != sum {
+	h, ok := b.headers.get(id, sum)
+	if !ok {
 		return plan.Header{}, false
 	}
-	return cloneHeader(c.h), true
+	return cloneHeader(h), true
 }
 
 // cloneHeader is h with slices of its own, so that the kept header and a
@@ -77,10 +93,7 @@ func cloneHeader(h plan.Header) plan.Header {
 func (b *RoundBook) keepHeader(id string, sum [sha256.Size]byte, h plan.Header) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.headers == nil {
-		b.headers = map[string]cachedHeader{}
-	}
-	b.headers[id] = cachedHeader{sum: sum, h: cloneHeader(h)}
+	b.headers.keep(id, sum, cloneHeader(h))
 }
 
 // sharedPlan is round id's plan decoded from plan.json bytes whose sha256
@@ -88,11 +101,7 @@ func (b *RoundBook) keepHeader(id string, sum [sha256.Size]byte, h plan.Header) 
 func (b *RoundBook) sharedPlan(id string, sum [sha256.Size]byte) (plan.Fleet, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	c, ok := b.plans[id]
-	if !ok || c.sum != sum {
-		return plan.Fleet{}, false
-	}
-	return c.f, true
+	return b.plans.get(id, sum)
 }
 
 // keepPlan keeps round id's plan, decoded from bytes whose sha256 is sum
@@ -100,10 +109,7 @@ func (b *RoundBook) sharedPlan(id string, sum [sha256.Size]byte) (plan.Fleet, bo
 func (b *RoundBook) keepPlan(id string, sum [sha256.Size]byte, f plan.Fleet) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.plans == nil {
-		b.plans = map[string]cachedPlan{}
-	}
-	b.plans[id] = cachedPlan{sum: sum, f: f}
+	b.plans.keep(id, sum, f)
 }
 
 // NewRoundBook returns a book over an intent repository working copy.

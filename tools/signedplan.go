@@ -66,12 +66,9 @@ func (ps planSignatures) signedFor(digest string) (planSignature, bool) {
 // fleetPlan reads the reviewed plan of a round; ok is false when plan_round
 // has not written one (a round planned before plans were documents).
 func (d *Deps) fleetPlan(id string) (plan.Fleet, bool, error) {
-	b, err := d.Book.ReadFile(id, fleetPlanFile)
-	if errors.Is(err, os.ErrNotExist) {
-		return plan.Fleet{}, false, nil
-	}
-	if err != nil {
-		return plan.Fleet{}, false, fmt.Errorf("read the plan of round %s: %w", id, err)
+	b, ok, err := d.fleetPlanBytes(id)
+	if err != nil || !ok {
+		return plan.Fleet{}, false, err
 	}
 	f, err := plan.Decode(b)
 	if err != nil {
@@ -80,17 +77,27 @@ func (d *Deps) fleetPlan(id string) (plan.Fleet, bool, error) {
 	return f, true, nil
 }
 
+// fleetPlanBytes reads the round's plan.json; ok is false when there is
+// none.
+func (d *Deps) fleetPlanBytes(id string) ([]byte, bool, error) {
+	b, err := d.Book.ReadFile(id, fleetPlanFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read the plan of round %s: %w", id, err)
+	}
+	return b, true, nil
+}
+
 // fleetPlanShared is fleetPlan decoded (and its digests checked) once per
 // content: a plan.json whose bytes hash as the last decoded one's gives
 // that plan again, shared, so a step's check does not decode the whole
 // fleet's plan. The caller only reads it.
 func (d *Deps) fleetPlanShared(id string) (plan.Fleet, bool, error) {
-	b, err := d.Book.ReadFile(id, fleetPlanFile)
-	if errors.Is(err, os.ErrNotExist) {
-		return plan.Fleet{}, false, nil
-	}
-	if err != nil {
-		return plan.Fleet{}, false, fmt.Errorf("read the plan of round %s: %w", id, err)
+	b, ok, err := d.fleetPlanBytes(id)
+	if err != nil || !ok {
+		return plan.Fleet{}, false, err
 	}
 	sum := sha256.Sum256(b)
 	if f, ok := d.Book.sharedPlan(id, sum); ok {
@@ -264,9 +271,9 @@ func (d *Deps) planProof(ctx context.Context, roundID string) (standing, bool, e
 }
 
 // signedPlan returns the round's reviewed plan (shared: the caller only
-// reads it) once it has no blockers and
-// its digest is the one the round's latest plan signature binds, that
-// signature verified again now; ok is false for a round without a plan
+// reads it) once it has no blockers and its digest is the one the round's
+// latest plan signature binds, that signature verified again now; ok is
+// false for a round without a plan
 // document (planned before plans were documents). plan-signatures.json is
 // not asked: it is a report.
 func (d *Deps) signedPlan(ctx context.Context, roundID string) (plan.Fleet, bool, error) {

@@ -73,17 +73,7 @@ func (r *Recorder) InFlight(step round.Step, node string) *round.StepRun {
 
 // StepRun is the run of step on node ("" for round steps), or nil.
 func StepRun(st *round.State, step round.Step, node string) *round.StepRun {
-	if st == nil {
-		return nil
-	}
-	if node == "" {
-		return st.RoundSteps[step]
-	}
-	n := st.Node(node)
-	if n == nil {
-		return nil
-	}
-	return n.Steps[step]
+	return st.StepRun(step, node)
 }
 
 // Start records that an approved step begins, with the approval id, the
