@@ -320,6 +320,17 @@ func (j *Journal) State() *State {
 	return j.state.Clone()
 }
 
+// Shared returns the current state itself, not a copy: the caller only
+// reads it. An append never changes a state it made (it applies the next
+// record to a successor), so what Shared returned stays as it was while
+// the round goes on. Use State for a copy to change.
+func (j *Journal) Shared() *State {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.refreshView()
+	return j.state
+}
+
 // Closed says whether the round is closed, without copying the state.
 func (j *Journal) Closed() bool {
 	j.mu.Lock()
@@ -531,7 +542,7 @@ func (j *Journal) appendLocked(rec Record) (Record, error) {
 	}
 	rec.Seq = j.state.LastSeq + 1
 	rec.Time = j.now()
-	next := j.state.Clone()
+	next := j.state.successor(rec)
 	if err := next.Apply(rec); err != nil {
 		return Record{}, fmt.Errorf("append to round journal %s: %w", j.roundID, err)
 	}

@@ -792,3 +792,62 @@ func TestJournalSnapshotWritesStayProportionalToTheJournal(t *testing.T) {
 	}
 	t.Logf("journal %d bytes, state.json rewrites %d bytes", fi.Size(), stateWritten)
 }
+
+// An append applies its record to a copy that shares what the record
+// cannot change (State.successor). Over a whole scripted round (a canary's
+// panic and resume, a red gate accepted as residual risk and resumed, a
+// VM's hypervisor attestation, the soak and close), every state the
+// chain of shared copies made is, at the end, what it was when it was
+// made, and each is the state a full copy at every record makes.
+func TestSharedCopiesAreTheStatesFullCopiesMake(t *testing.T) {
+	j := scriptedRound(t)
+	data, err := os.ReadFile(filepath.Join(j.Dir(), JournalFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := scanLines(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.records) < 100 {
+		t.Fatalf("the scripted round has %d records", len(sc.records))
+	}
+	type kept struct {
+		st   *State
+		json string
+	}
+	var shared []kept
+	cur, full := NewState(j.RoundID()), NewState(j.RoundID())
+	for _, rec := range sc.records {
+		nx := cur.successor(rec)
+		if err := nx.Apply(rec); err != nil {
+			t.Fatalf("record %d: %v", rec.Seq, err)
+		}
+		full = full.Clone()
+		if err := full.Apply(rec); err != nil {
+			t.Fatalf("record %d (full copy): %v", rec.Seq, err)
+		}
+		a, err := json.Marshal(nx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(a) != string(b) {
+			t.Fatalf("after record %d (%s %s %s) the shared copy differs from the full copy", rec.Seq, rec.Kind, rec.Step, rec.Node)
+		}
+		shared = append(shared, kept{nx, string(a)})
+		cur = nx
+	}
+	for _, k := range shared {
+		b, err := json.Marshal(k.st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != k.json {
+			t.Errorf("the state made at record %d changed later", k.st.LastSeq)
+		}
+	}
+}

@@ -36,7 +36,7 @@ func ApproveWindow() Tool {
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
-		f, ok, err := d.fleetPlan(s.id)
+		f, ok, err := d.fleetPlanShared(s.id)
 		if err != nil || !ok {
 			return ApproveWindowOut{}, Refuse("Call plan_round first: it writes the plan.", "round "+s.id+" has no usable plan document")
 		}

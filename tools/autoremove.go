@@ -80,7 +80,7 @@ func Autoremove() Tool {
 
 func roundNodes(s *session) []string {
 	var nodes []string
-	if p := s.j.State().Plan; p != nil {
+	if p := s.j.Shared().Plan; p != nil {
 		for _, pos := range p.Order.Positions {
 			nodes = append(nodes, pos.Node)
 		}

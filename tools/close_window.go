@@ -58,7 +58,7 @@ func CloseWindow() Tool {
 			}
 			out.Reasons = append([]string{"gate green"}, g.reasons...)
 			out.NextAction = "The next node may start (round_status names it)."
-			if st := s.j.State().Node(in.Node); st != nil && st.Window == round.WindowClosed {
+			if st := s.j.Shared().Node(in.Node); st != nil && st.Window == round.WindowClosed {
 				rel, err := w.Release(ctx, in.Node)
 				out.Reasons = append(out.Reasons, rel...)
 				if err != nil {

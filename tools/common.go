@@ -123,7 +123,7 @@ func (s *session) admit(d *Deps, step round.Step, node string) error {
 	if s == nil {
 		return nil
 	}
-	return ruleRefusal(s.j.State().Admit(step, node, d.now()))
+	return ruleRefusal(s.j.Shared().Admit(step, node, d.now()))
 }
 
 // rec is the round's recorder. The records the tools write outside a
@@ -438,7 +438,7 @@ func (s *session) verifyInput(node, kernel string) steps.VerifyInput {
 		}
 		sort.Strings(vin.ExpectedBonds)
 	}
-	if n := s.j.State().Node(node); n != nil && n.GPU {
+	if n := s.j.Shared().Node(node); n != nil && n.GPU {
 		if g := s.settings.GPU; g != nil {
 			vin.ExpectedRDMAPorts = g.RDMADevices
 		}

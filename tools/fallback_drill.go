@@ -61,7 +61,7 @@ func FallbackDrill() Tool {
 			if err != nil {
 				return "", window.FallbackDrillPlan{}, hostError(in.Node, "inspect before the drill", err)
 			}
-			n := s.j.State().Node(in.Node)
+			n := s.j.Shared().Node(in.Node)
 			plan, err := window.DecideFallbackDrill(in.Node, insp, np.TargetKernel, n != nil && n.Canary, np.DrillPassed, panicSeconds(s))
 			return s.id, plan, err
 		},

@@ -175,7 +175,7 @@ func evaluateGate(ctx context.Context, d *Deps, s *session, node string) (gateRu
 // gatePhase refuses a node's gate before its phase: its window must be
 // open with the kernel promoted. "Not yet" is a refusal, never a failure.
 func gatePhase(s *session, node string) error {
-	n := s.j.State().Node(node)
+	n := s.j.Shared().Node(node)
 	if n == nil {
 		return Refuse("Use a node from the round's order.", node+" is not in this round's order")
 	}
@@ -198,7 +198,7 @@ func stepState(r *round.StepRun) string {
 // window: journaled as the baseline step, written to rounds/<id>/baseline.json.
 // nil when the round has one already.
 func (d *Deps) takeBaseline(ctx context.Context, kc *kube.Clients, s *session) (*gate.Baseline, error) {
-	if s.j.State().BaselineTaken {
+	if s.j.Shared().BaselineTaken {
 		return nil, nil
 	}
 	hc := gate.HealthConfig{}
@@ -229,7 +229,7 @@ func (d *Deps) takeBaseline(ctx context.Context, kc *kube.Clients, s *session) (
 // etcdBeforeControlPlane is window.DecideEtcdBeforeWindow on etcd's health,
 // read only before the window of a control-plane node.
 func (d *Deps) etcdBeforeControlPlane(ctx context.Context, s *session, node string) error {
-	n := s.j.State().Node(node)
+	n := s.j.Shared().Node(node)
 	if n == nil || n.Role != round.RoleControlPlane {
 		return nil
 	}

@@ -37,7 +37,7 @@ func (s *session) maintenance(now time.Time) (maintenance.Schedule, MaintenanceV
 		return maintenance.Schedule{}, MaintenanceView{}, false, err
 	}
 	var closed []time.Duration
-	for _, d := range s.j.State().WindowDurations() {
+	for _, d := range s.j.Shared().WindowDurations() {
 		closed = append(closed, d)
 	}
 	exp := maintenance.ExpectedWindow(closed, s.settings.Maintenance.Estimate())

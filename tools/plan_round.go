@@ -102,7 +102,7 @@ func PlanRound() Tool {
 		p(3, total, "fleet-wide preflight")
 		fl, perr := d.writePlanDocument(ctx, kc, s, preflightInput{round: in.Round, order: order, inv: inv, placement: pl, settings: settings}, p.after(3, total))
 		if perr == nil {
-			out.Plan, perr = d.planStatus(ctx, in.Round)
+			out.Plan, perr = d.planStatus(ctx, in.Round, nil)
 		}
 		// The commit comes last, after every record of this call (the
 		// blockers' stop and the call's own audit record): the intent

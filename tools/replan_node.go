@@ -89,7 +89,7 @@ func ReplanNode() Tool {
 		out := ReplanOut{Changed: changed}
 		if g.Digest == f.Digest {
 			out.Reasons = []string{in.Node + " matches its reviewed plan: nothing changed"}
-			out.Plan, err = d.planStatus(ctx, s.id)
+			out.Plan, err = d.planStatus(ctx, s.id, s.j.Shared())
 			return out, err
 		}
 		if err := d.writeFleetPlan(s.id, g); err != nil {
@@ -101,7 +101,7 @@ func ReplanNode() Tool {
 		}
 		d.commitRoundLast(ctx, s, "re-plan of "+in.Node, func(c string) string { return "plan committed (" + c + ")" },
 			"plan not committed: ", &out.Reasons)
-		if out.Plan, err = d.planStatus(ctx, s.id); err != nil {
+		if out.Plan, err = d.planStatus(ctx, s.id, s.j.Shared()); err != nil {
 			return out, err
 		}
 		out.NextAction = "A person signs only what changed: call sign_plan."

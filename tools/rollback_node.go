@@ -37,7 +37,7 @@ func RollbackNode() Tool {
 			if err != nil {
 				return RollbackOut{}, err
 			}
-			if run := s.j.State().Rollback(in.Node); run == nil || run.State != round.InFlight {
+			if run := s.j.Shared().Rollback(in.Node); run == nil || run.State != round.InFlight {
 				return RollbackOut{}, errNotInFlight
 			}
 			o, err := w.FollowRollback(ctx, rh, in.Node, s.verifyInput(in.Node, ""), func(ctx context.Context) (bool, string) {

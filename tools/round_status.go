@@ -94,7 +94,7 @@ func RoundStatus() Tool {
 		if nc, why := d.planNextCall(ctx, st, out.NextCall); why != "" {
 			out.NextCall, out.NextAction = nc, why
 		}
-		if ps, err := d.planStatus(ctx, st.RoundID); err == nil && ps != nil {
+		if ps, err := d.planStatus(ctx, st.RoundID, st); err == nil && ps != nil {
 			out.Plan = ps
 			out.Reasons = append(out.Reasons, fmt.Sprintf("the plan (revision %d) needs %d signatures (%d with one per step); signed: %v", ps.Revision, ps.Signatures, ps.PerStepSignatures, ps.Signed))
 			out.Reasons = append(out.Reasons, ps.Risks...)

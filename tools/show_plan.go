@@ -50,7 +50,7 @@ func ShowPlan() Tool {
 		if !ok {
 			return ShowPlanOut{}, Refuse("Call plan_round: it runs the fleet-wide preflight and writes the plan.", "round "+id+" has no plan document")
 		}
-		st, err := d.planStatus(ctx, id)
+		st, err := d.planStatus(ctx, id, nil)
 		if err != nil {
 			return ShowPlanOut{}, err
 		}

@@ -57,7 +57,7 @@ func SignPlan() Tool {
 			signed = false
 		}
 		if signed && sp.Digest == f.Digest {
-			st, err := d.planStatus(ctx, s.id)
+			st, err := d.planStatus(ctx, s.id, s.j.Shared())
 			if err != nil {
 				return SignPlanOut{}, err
 			}
@@ -99,7 +99,7 @@ func SignPlan() Tool {
 		out.approvalID = a.ID
 		d.commitRoundLast(ctx, s, "plan signed", func(c string) string { return "signature committed (" + c + ")" },
 			"signature not committed: ", &out.Reasons)
-		if out.Plan, err = d.planStatus(ctx, s.id); err != nil {
+		if out.Plan, err = d.planStatus(ctx, s.id, s.j.Shared()); err != nil {
 			return out, err
 		}
 		out.NextAction = "Call round_status: the first window may start."

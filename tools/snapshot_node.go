@@ -31,7 +31,7 @@ func SnapshotNode() Tool {
 		if s == nil {
 			return snapshotHostOnly(ctx, d, in.Node)
 		}
-		n := s.j.State().Node(in.Node)
+		n := s.j.Shared().Node(in.Node)
 		if n == nil {
 			return SnapshotOut{}, Refuse("Use a node from the round's order.", in.Node+" is not in this round's order")
 		}

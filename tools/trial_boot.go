@@ -65,7 +65,7 @@ func TrialBoot() Tool {
 			if err != nil {
 				return "", window.TrialBootPlan{}, hostError(in.Node, "inspect before the trial boot", err)
 			}
-			n := s.j.State().Node(in.Node)
+			n := s.j.Shared().Node(in.Node)
 			plan, err := window.DecideTrialBoot(in.Node, insp, np.TargetKernel, n != nil && n.GPU, panicSeconds(s))
 			return s.id, plan, err
 		},

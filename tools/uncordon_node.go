@@ -75,7 +75,7 @@ func UncordonNode() Tool {
 			return UncordonOut{}, err
 		}
 		next, call := "promote_kernel this node next.", CallTo("promote_kernel", "node", in.Node)
-		if n := s.j.State().Node(in.Node); n != nil && n.GPU {
+		if n := s.j.Shared().Node(in.Node); n != nil && n.GPU {
 			next, call = "gpu_acceptance this node next.", CallTo("gpu_acceptance", "node", in.Node)
 		}
 		return UncordonOut{Uncordon: &res, Result: Result{Reasons: []string{in.Node + " is schedulable again"}, NextAction: next, NextCall: call}}, nil

@@ -64,7 +64,7 @@ func (d *Deps) window(ctx context.Context, s *session, n need) (*window.Window, 
 // Window.Release), journaled; nothing when rec ended no window. The
 // reasons say what happened.
 func (d *Deps) releaseEnded(ctx context.Context, s *session, rec round.Record) ([]string, error) {
-	node := window.WindowEnded(rec, s.j.State())
+	node := window.WindowEnded(rec, s.j.Shared())
 	if node == "" {
 		return nil, nil
 	}
@@ -291,7 +291,7 @@ func (d *Deps) RetakeWindowLease(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if v.j.State().Current == "" {
+	if v.j.Shared().Current == "" {
 		return "", nil
 	}
 	s, err := d.openSession()

@@ -48,6 +48,8 @@ type Journal interface {
 	EndRollback(node string, outcome round.Outcome, m round.Meta) (round.Record, error)
 	Released(node, detail string) (round.Record, error)
 	State() *round.State
+	// Shared is the state itself, to read only (round.Journal.Shared).
+	Shared() *round.State
 	// StepRun is a copy of one run of the state (State copies all of it).
 	StepRun(step round.Step, node string) *round.StepRun
 	RoundID() string

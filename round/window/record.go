@@ -131,13 +131,13 @@ func (r *Recorder) Finish(step round.Step, node, kernel, detail string) error {
 
 // Fail records that a step in flight failed: the round stops.
 func (r *Recorder) Fail(step round.Step, node, detail string) error {
-	wasStopped := r.J.State().Stop != nil
+	wasStopped := r.J.Shared().Stop != nil
 	rec, err := r.J.FailStep(step, node, round.Meta{Detail: detail})
 	if err != nil {
 		return fmt.Errorf("record %s on %s as failed: %w", step, orRound(node), err)
 	}
 	r.emit(EventFailed, rec, step, node)
-	if !wasStopped && r.J.State().Stop != nil {
+	if !wasStopped && r.J.Shared().Stop != nil {
 		r.emit(EventStopped, rec, step, node)
 	}
 	return nil
@@ -149,7 +149,7 @@ func (r *Recorder) Stop(step round.Step, node, detail string) error {
 	if r.InFlight(step, node) == nil {
 		if _, err := r.J.StartStep(step, node, round.Meta{}); err != nil {
 			var re *round.RuleError
-			if errors.As(err, &re) && r.J.State().Stop != nil {
+			if errors.As(err, &re) && r.J.Shared().Stop != nil {
 				return nil // already stopped: the first failure stands
 			}
 			return fmt.Errorf("record %s on %s as started before its failure: %w", step, orRound(node), err)

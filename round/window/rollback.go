@@ -129,7 +129,7 @@ func (w *Window) StartRollback(ctx context.Context, rh RollbackHost, p RollbackP
 // Bounds.Rollback without the old kernel, the rollback fails.
 func (w *Window) FollowRollback(ctx context.Context, rh RollbackHost, node string, vin steps.VerifyInput,
 	uncordon func(ctx context.Context) (bool, string)) (RollbackOutcome, error) {
-	run := w.Rec.J.State().Rollback(node)
+	run := w.Rec.J.Shared().Rollback(node)
 	if run == nil || run.State != round.InFlight {
 		return RollbackOutcome{}, fmt.Errorf("rollback of %s is not in flight", node)
 	}

@@ -125,7 +125,7 @@ func (w *Window) HoldLease(ctx context.Context, step round.Step, node string) er
 	if !errors.Is(err, ErrLeaseHeld) {
 		return fmt.Errorf("take the window Lease: %w", err)
 	}
-	n := w.Rec.J.State().Node(node)
+	n := w.Rec.J.Shared().Node(node)
 	if n == nil || n.Window != round.WindowOpen {
 		return refuse("Another operator's window is open: wait until it closes (its gate turns green), then call again.", err.Error(), "nothing was executed")
 	}
@@ -143,7 +143,7 @@ func (w *Window) HoldLease(ctx context.Context, step round.Step, node string) er
 // whose window is open; "" and nil when none is (or no Lease is
 // configured).
 func (w *Window) Retake(ctx context.Context) (string, error) {
-	st := w.Rec.J.State()
+	st := w.Rec.J.Shared()
 	if w.Lease == nil || st.Closed || st.Aborted || st.Current == "" {
 		return "", nil
 	}
