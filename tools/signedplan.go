@@ -566,16 +566,16 @@ type PlanStatus struct {
 	SignedBy string `json:"signed_by,omitempty"`
 	// Signatures is what the round needs as the intent sizes approvals;
 	// PerStepSignatures the same with one signature per destructive step.
-	Signatures        int       `json:"signatures"`
-	PerStepSignatures int       `json:"per_step_signatures"`
+	Signatures        int `json:"signatures"`
+	PerStepSignatures int `json:"per_step_signatures"`
 	// WindowsApproved are the nodes whose window is not closed yet and
 	// whose latest window approval verifies now.
-	WindowsApproved   []string  `json:"windows_approved,omitempty"`
-	Blockers          []string  `json:"blockers,omitempty"`
-	Risks             []string  `json:"risks,omitempty"`
-	Summary           []string  `json:"summary"`
-	Files             []string  `json:"files"`
-	signedAt          time.Time `json:"-"`
+	WindowsApproved []string  `json:"windows_approved,omitempty"`
+	Blockers        []string  `json:"blockers,omitempty"`
+	Risks           []string  `json:"risks,omitempty"`
+	Summary         []string  `json:"summary"`
+	Files           []string  `json:"files"`
+	signedAt        time.Time `json:"-"`
 }
 
 func (d *Deps) planStatus(ctx context.Context, id string, st0 *round.State) (*PlanStatus, error) {
