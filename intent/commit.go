@@ -216,15 +216,23 @@ func (r *Repo) recordLesson(ctx context.Context, in LessonInput) (Commit, error)
 // a path has staged changes of its own (someone else's) or the message is
 // empty, and returns ErrNoChange when every file equals the branch's copy.
 func (r *Repo) CommitFiles(ctx context.Context, message string, paths []string) (Commit, error) {
-	c, err := r.commitFiles(ctx, message, paths)
+	return r.CommitFilesSealed(ctx, message, paths, nil)
+}
+
+// CommitFilesSealed is CommitFiles where the paths in sealed (a subset of
+// paths) are files written once and never changed (a round log's sealed
+// segments): one the branch already holds is neither read nor hashed
+// again, so a commit's cost does not grow with the segments before it.
+func (r *Repo) CommitFilesSealed(ctx context.Context, message string, paths, sealed []string) (Commit, error) {
+	c, err := r.commitFiles(ctx, message, paths, sealed)
 	if err != nil {
-		return Commit{}, fmt.Errorf("commit %s: %w", strings.Join(paths, ", "), err)
+		return Commit{}, fmt.Errorf("commit %s: %w", clip(strings.Join(paths, ", "), 600), err)
 	}
 	r.log.InfoContext(ctx, "committed files", "files", c.Files, "commit", c.Hash, "branch", c.Branch)
 	return c, nil
 }
 
-func (r *Repo) commitFiles(ctx context.Context, message string, paths []string) (Commit, error) {
+func (r *Repo) commitFiles(ctx context.Context, message string, paths, sealed []string) (Commit, error) {
 	message = strings.TrimSpace(strings.ReplaceAll(message, "\r\n", "\n"))
 	switch {
 	case message == "":
@@ -244,6 +252,13 @@ func (r *Repo) commitFiles(ctx context.Context, message string, paths []string) 
 		}
 		seen[p] = true
 	}
+	once := map[string]bool{}
+	for _, p := range sealed {
+		if !seen[p] {
+			return Commit{}, fmt.Errorf("%w: sealed path %q is not among the paths", ErrInvalid, p)
+		}
+		once[p] = true
+	}
 	edit := func(base *object.Tree) (map[string][]byte, error) {
 		root, err := os.OpenRoot(r.root)
 		if err != nil {
@@ -253,6 +268,12 @@ func (r *Repo) commitFiles(ctx context.Context, message string, paths []string) 
 		out := map[string][]byte{}
 		same := 0
 		for _, p := range paths {
+			if once[p] {
+				if _, mode, err := blobEntry(base, p); err == nil && mode.IsFile() {
+					same++
+					continue
+				}
+			}
 			fi, err := root.Lstat(p)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, p, err)

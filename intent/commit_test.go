@@ -389,6 +389,49 @@ func TestCommitFiles(t *testing.T) {
 	}
 }
 
+// A sealed segment is committed once: a later commit neither reads it
+// nor stores it again, and a sealed path must be one of the paths.
+func TestCommitFilesSealed(t *testing.T) {
+	ctx := t.Context()
+	dir := newExampleRepo(t)
+	r := openRepo(t, dir, nil)
+	seg := "rounds/2025-11/journal-000001.jsonl"
+	live := "rounds/2025-11/journal.jsonl"
+	writeFile(t, filepath.Join(dir, seg), `{"seq":1,"kind":"session_opened"}`+"\n")
+	writeFile(t, filepath.Join(dir, live), `{"seq":2,"kind":"lesson"}`+"\n")
+	c, err := r.CommitFilesSealed(ctx, "round 2025-11: journal", []string{live, seg}, []string{seg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{seg, live}, c.Files); diff != "" {
+		t.Errorf("first commit's files (-want +got):\n%s", diff)
+	}
+	// The segment's working copy changes behind the server's back; the
+	// next commit takes the live file only and keeps the branch's segment.
+	writeFile(t, filepath.Join(dir, seg), `{"seq":1,"kind":"edited"}`+"\n")
+	writeFile(t, filepath.Join(dir, live), `{"seq":2,"kind":"lesson"}`+"\n"+`{"seq":3,"kind":"lesson"}`+"\n")
+	c2, err := r.CommitFilesSealed(ctx, "round 2025-11: journal", []string{live, seg}, []string{seg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := gitCLI(t, dir, "show", "--name-only", "--format=", c2.Hash); got != live {
+		t.Errorf("second commit holds %q, want the live journal only", got)
+	}
+	if got := gitCLI(t, dir, "show", c2.Hash+":"+seg); got != `{"seq":1,"kind":"session_opened"}` {
+		t.Errorf("the branch's segment is %q, want it as first committed", got)
+	}
+	if _, err := r.CommitFilesSealed(ctx, "again", []string{live, seg}, []string{seg}); !errors.Is(err, ErrNoChange) {
+		t.Errorf("nothing new: err = %v, want ErrNoChange", err)
+	}
+	before := stateOf(t, dir)
+	if _, err := r.CommitFilesSealed(ctx, "m", []string{live}, []string{seg}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("sealed path not among the paths: err = %v, want ErrInvalid", err)
+	}
+	if diff := cmp.Diff(before, stateOf(t, dir)); diff != "" {
+		t.Errorf("a refused commit changed (-before +after):\n%s", diff)
+	}
+}
+
 func TestConcurrentWritesAreSerialised(t *testing.T) {
 	dir := newExampleRepo(t)
 	r := openRepo(t, dir, nil)

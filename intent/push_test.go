@@ -150,6 +150,14 @@ AllowUsers %s
 LogLevel VERBOSE
 `, s.port, filepath.Join(dir, "host_ed25519"), filepath.Join(dir, "sshd.pid"), filepath.Join(dir, "authorized_keys"), u.Username))
 
+	// sshd refuses to start without its privilege separation directory,
+	// which a fresh machine (or container) may not have until the
+	// openssh-server service first ran.
+	if os.Geteuid() == 0 {
+		if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+			t.Fatalf("create /run/sshd: %v", err)
+		}
+	}
 	cmd := exec.Command(sshd, "-D", "-e", "-f", cfg)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

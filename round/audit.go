@@ -263,7 +263,76 @@ func (j *Journal) Audit(e AuditEntry) (AuditRecord, error) {
 	}
 	j.auditSize += int64(len(line))
 	j.auditSeq = rec.Seq
+	if j.segBytes > 0 && j.auditSize >= j.segBytes {
+		j.sealAudit()
+	}
 	return rec, nil
+}
+
+// sealAudit moves the live audit log's lines into its next sealed
+// segment; as sealJournal. j.mu is held.
+func (j *Journal) sealAudit() {
+	undoFailed, err := sealLog(j.dir, j.audit, AuditFile, j.auditSegments+1, j.auditSize)
+	if err != nil {
+		if undoFailed {
+			j.broken = fmt.Errorf("%w; reopen the journal", err)
+		}
+		j.log.Warn("could not seal the live audit log into a segment; it stays live", "round", j.roundID, "err", err)
+		return
+	}
+	j.auditSegments++
+	j.auditSize = 0
+}
+
+// auditStart is where the live audit log starts: the seq of the last
+// sealed line, and whether the live file was emptied because it repeated
+// the last segment (a seal cut off between its two steps).
+type auditStart struct {
+	seq     uint64
+	dropped bool
+}
+
+// openAuditSegments counts the audit log's sealed segments and reads the
+// last line of the last one.
+func (j *Journal) openAuditSegments(f *os.File, path string, live []byte) (auditStart, error) {
+	n, err := segmentCount(j.dir, AuditFile)
+	if err != nil {
+		return auditStart{}, err
+	}
+	j.auditSegments = n
+	if n == 0 {
+		return auditStart{}, nil
+	}
+	name := segmentName(AuditFile, n)
+	last, err := readFile(j.dir, name)
+	if err != nil {
+		return auditStart{}, err
+	}
+	if len(last) == 0 || last[len(last)-1] != '\n' {
+		return auditStart{}, fmt.Errorf("%s: a sealed segment ends in a partial line: segments are written whole and never change", name)
+	}
+	seq, err := lastAuditSeq(last)
+	if err != nil {
+		return auditStart{}, fmt.Errorf("%s: %w", name, err)
+	}
+	dropped, err := dropRepeatedSegment(f, path, live, last)
+	if err != nil {
+		return auditStart{}, err
+	}
+	if dropped {
+		j.log.Warn("the live audit log repeated its last sealed segment (a seal cut off); emptied it", "round", j.roundID, "segment", name)
+	}
+	return auditStart{seq: seq, dropped: dropped}, nil
+}
+
+// lastAuditSeq is the seq of the last line of whole audit lines.
+func lastAuditSeq(data []byte) (uint64, error) {
+	body := bytes.TrimSuffix(data, []byte{'\n'})
+	var rec AuditRecord
+	if err := json.Unmarshal(body[bytes.LastIndexByte(body, '\n')+1:], &rec); err != nil {
+		return 0, fmt.Errorf("last audit line is not a record: %w", err)
+	}
+	return rec.Seq, nil
 }
 
 // openAudit opens audit.jsonl for appending, saving and truncating a torn
@@ -286,7 +355,14 @@ func (j *Journal) openAudit() error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", path, err)
 	}
-	good, last, torn, err := scanAudit(data)
+	prev, err := j.openAuditSegments(f, path, data)
+	if err != nil {
+		return err
+	}
+	if prev.dropped {
+		data = nil
+	}
+	good, last, torn, err := scanAudit(data, prev.seq)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
@@ -311,8 +387,11 @@ func (j *Journal) openAudit() error {
 // scanAudit returns the length of the whole-record prefix, the last seq and
 // a torn last line. A line without its newline is torn here too: audit
 // lines carry no state, so it is simply saved aside.
-func scanAudit(data []byte) (good int, last uint64, torn []byte, err error) {
+// prev is the seq of the record before data (the last sealed one), which
+// is also the last seq when data holds none.
+func scanAudit(data []byte, prev uint64) (good int, last uint64, torn []byte, err error) {
 	pos := 0
+	last = prev
 	for pos < len(data) {
 		end := bytes.IndexByte(data[pos:], '\n')
 		var rec AuditRecord

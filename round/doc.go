@@ -49,6 +49,18 @@
 // writes (read-only calls are audited in the server's state directory) with
 // the digest of its arguments (ArgsDigest), never the arguments.
 //
+// Both logs are sealed in segments: once the live journal.jsonl (or
+// audit.jsonl) holds SegmentBytes, its whole records move as they are into
+// the next numbered segment beside it (journal-000001.jsonl, ...; written
+// whole, then the live file is emptied, under the lock readers take) and
+// never change again. Open, OpenView, ReadState and ReadJournal read the
+// segments in order and then the live file; a missing segment, one that
+// ends mid-record or a live file that overlaps a segment is refused, and a
+// live file that still repeats its last segment (a seal cut off between
+// its two steps) is emptied. A commit of the round's files so stores the
+// live logs and the new segments only, and a window's cost in Git does not
+// grow with its place in the round.
+//
 // # Use
 //
 //	order, err := round.PlanOrder(nodes, placement)   // the tool layer maps inventory in

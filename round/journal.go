@@ -58,11 +58,24 @@ type Journal struct {
 	snapBytes int64
 	sinceSnap int64
 
+	// segments is how many sealed segments the journal has, sealedBytes
+	// their size; auditSegments the audit log's. The live files are
+	// sealed once they hold segBytes (SegmentBytes).
+	segments      int
+	sealedBytes   int64
+	auditSegments int
+	segBytes      int64
+
 	// view: opened by OpenView, it writes nothing and reads the journal
-	// again when it changed (viewMod, size: as last read).
-	view        bool
-	viewMod     time.Time
-	viewRecords int
+	// again when it changed (viewMod, size, viewSegments: as last read);
+	// viewSealed is the state the sealed segments make, kept so that a
+	// refresh reads only the segments sealed since and the live file.
+	view          bool
+	viewMod       time.Time
+	viewRecords   int
+	viewSegments  int
+	viewSealed    *State
+	viewSealedRec int
 
 	// observe is told of every record on disk (WithObserver).
 	observe func(Record, *State)
@@ -135,7 +148,7 @@ func Open(dir string, opts ...Option) (*Journal, error) {
 	if !ValidRoundID(id) {
 		return nil, fmt.Errorf("open round journal %s: directory name %q is not a valid round id", dir, id)
 	}
-	j := &Journal{dir: dir, roundID: id, clock: time.Now, log: slog.New(slog.DiscardHandler)}
+	j := &Journal{dir: dir, roundID: id, clock: time.Now, log: slog.New(slog.DiscardHandler), segBytes: SegmentBytes}
 	for _, o := range opts {
 		o(j)
 	}
@@ -206,10 +219,15 @@ func (j *Journal) open() error {
 	}
 	j.size = int64(sc.good)
 
+	all, err := j.openSegments(f, path, data, &sc)
+	if err != nil {
+		return err
+	}
+
 	snap, snapSize := j.readSnapshot()
 	st := NewState(j.roundID)
-	snapMatches := snap == nil && len(sc.records) == 0
-	for _, rec := range sc.records {
+	snapMatches := snap == nil && len(all.records) == 0
+	for _, rec := range all.records {
 		if err := st.Apply(rec); err != nil {
 			return fmt.Errorf("replay %s: %w", path, err)
 		}
@@ -221,11 +239,11 @@ func (j *Journal) open() error {
 		return fmt.Errorf("journal belongs to round %s, not %s", st.RoundID, j.roundID)
 	}
 	j.state = st
-	j.opened.Records = len(sc.records)
+	j.opened.Records = len(all.records)
 	j.opened.StateFileStale = !snapMatches
 	if snapMatches && snap != nil {
 		j.snapSeq, j.snapBytes = snap.LastSeq, snapSize
-		j.sinceSnap = j.size - snap.journalBytes(sc)
+		j.sinceSnap = j.sealedBytes + j.size - snap.journalBytes(all)
 	}
 	if j.opened.StateFileStale {
 		j.log.Info("state file disagreed with the journal; rebuilt from the journal", "round", j.roundID)
@@ -255,6 +273,45 @@ func (j *Journal) open() error {
 			"round", j.roundID, "node", t.Node, "step", t.Step)
 	}
 	return nil
+}
+
+// openSegments counts and reads the journal's sealed segments, empties a
+// live file that still repeats the last of them (a seal cut off between
+// its two steps), and answers every record, the sealed ones first, with
+// their ends as offsets into the whole journal. j.size is the live file's.
+func (j *Journal) openSegments(f *os.File, path string, data []byte, sc *scanned) (scanned, error) {
+	n, err := segmentCount(j.dir, JournalFile)
+	if err != nil {
+		return scanned{}, err
+	}
+	j.segments = n
+	if n == 0 {
+		return *sc, nil
+	}
+	last, err := readFile(j.dir, segmentName(JournalFile, n))
+	if err != nil {
+		return scanned{}, err
+	}
+	dropped, err := dropRepeatedSegment(f, path, data[:min(sc.good, len(data))], last)
+	if err != nil {
+		return scanned{}, err
+	}
+	if dropped {
+		j.log.Warn("the live journal repeated its last sealed segment (a seal cut off); emptied it", "round", j.roundID, "segment", segmentName(JournalFile, n))
+		*sc = scanned{}
+		j.size = 0
+	}
+	all, err := readSealed(j.dir, 1, n, 0)
+	if err != nil {
+		return scanned{}, err
+	}
+	j.sealedBytes = int64(all.good)
+	for i := range sc.records {
+		all.records = append(all.records, sc.records[i])
+		all.ends = append(all.ends, int(j.sealedBytes)+sc.ends[i])
+	}
+	all.good += sc.good
+	return all, nil
 }
 
 // repairTail saves and truncates a torn last line and completes a last
@@ -575,7 +632,28 @@ func (j *Journal) appendLocked(rec Record) (Record, error) {
 			j.log.Warn("could not write the state snapshot; the journal is intact", "round", j.roundID, "err", err)
 		}
 	}
+	if j.segBytes > 0 && j.size >= j.segBytes {
+		j.sealJournal()
+	}
 	return rec, nil
+}
+
+// sealJournal moves the live journal's records into the next sealed
+// segment. A seal that fails leaves the journal as it was (the next
+// append tries again); one that could not be undone refuses appends.
+// j.mu is held.
+func (j *Journal) sealJournal() {
+	undoFailed, err := sealLog(j.dir, j.f, JournalFile, j.segments+1, j.size)
+	if err != nil {
+		if undoFailed {
+			j.broken = fmt.Errorf("%w; reopen the journal", err)
+		}
+		j.log.Warn("could not seal the live journal into a segment; it stays live", "round", j.roundID, "err", err)
+		return
+	}
+	j.segments++
+	j.sealedBytes += j.size
+	j.size = 0
 }
 
 func (j *Journal) writeLine(line []byte) error {
@@ -806,7 +884,7 @@ func Replay(data []byte) (*State, ReplayInfo, error) {
 // ReadState replays the journal in dir without locking or changing
 // anything, for status views while another process holds the journal.
 func ReadState(dir string) (*State, ReplayInfo, error) {
-	data, err := readFile(dir, JournalFile)
+	data, err := ReadJournal(dir)
 	if err != nil {
 		return nil, ReplayInfo{}, fmt.Errorf("read round journal %s: %w", dir, err)
 	}

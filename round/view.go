@@ -62,25 +62,60 @@ func OpenView(dir string, opts ...Option) (*Journal, error) {
 // ReadOnly says whether the journal was opened with OpenView.
 func (j *Journal) ReadOnly() bool { return j.view }
 
-// refreshLocked reads journal.jsonl again when its size or modification
-// time changed since the last read and replays it into j.state. j.mu is
-// held (or j is not shared yet).
+// refreshLocked reads the journal again when the live file's size or
+// modification time or the number of sealed segments changed since the
+// last read, and replays it into j.state: the segments sealed since the
+// last read onto the state the earlier ones made, then the live file.
+// j.mu is held (or j is not shared yet).
 func (j *Journal) refreshLocked() error {
 	f, err := openFile(j.dir, JournalFile, os.O_RDONLY, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	unlock := readLock(f)
+	err = j.readViewLocked(f)
+	if uerr := unlock(); err == nil && uerr != nil {
+		err = fmt.Errorf("read %s: %w", filepath.Join(j.dir, JournalFile), uerr)
+	}
+	return err
+}
+
+// readViewLocked is refreshLocked's read, with the read lock held: the
+// writer's seal (segment written, live file emptied) happens wholly
+// before or after it. Without the lock (its wait ran out) a live record
+// already in a segment is skipped by its sequence number.
+func (j *Journal) readViewLocked(f *os.File) error {
 	fi, err := f.Stat()
 	if err != nil {
 		return err
 	}
-	if j.state != nil && fi.Size() == j.size && fi.ModTime().Equal(j.viewMod) {
+	n, err := segmentCount(j.dir, JournalFile)
+	if err != nil {
+		return err
+	}
+	if j.state != nil && n == j.viewSegments && fi.Size() == j.size && fi.ModTime().Equal(j.viewMod) {
 		return nil
 	}
-	unlock := readLock(f)
+	sealed, sealedRecs := j.viewSealed, j.viewSealedRec
+	from := j.viewSegments + 1
+	if sealed == nil || n < j.viewSegments {
+		sealed, sealedRecs, from = NewState(j.roundID), 0, 1
+	}
+	if n >= from {
+		sc, err := readSealed(j.dir, from, n, sealed.LastSeq)
+		if err != nil {
+			return err
+		}
+		sealed = sealed.Clone()
+		for _, rec := range sc.records {
+			if err := sealed.Apply(rec); err != nil {
+				return fmt.Errorf("replay %s: %w", filepath.Join(j.dir, segmentName(JournalFile, n)), err)
+			}
+		}
+		sealedRecs += len(sc.records)
+	}
 	data, err := io.ReadAll(f)
-	err = errors.Join(err, unlock())
 	if err != nil {
 		return fmt.Errorf("read %s: %w", filepath.Join(j.dir, JournalFile), err)
 	}
@@ -88,13 +123,19 @@ func (j *Journal) refreshLocked() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", filepath.Join(j.dir, JournalFile), err)
 	}
-	st := NewState(j.roundID)
+	st := sealed.Clone()
+	records := sealedRecs
 	for _, rec := range sc.records {
+		if rec.Seq <= st.LastSeq && st.LastSeq > 0 {
+			continue
+		}
 		if err := st.Apply(rec); err != nil {
 			return fmt.Errorf("replay %s: %w", filepath.Join(j.dir, JournalFile), err)
 		}
+		records++
 	}
-	j.state, j.size, j.viewMod, j.viewRecords = st, fi.Size(), fi.ModTime(), len(sc.records)
+	j.state, j.size, j.viewMod, j.viewRecords = st, fi.Size(), fi.ModTime(), records
+	j.viewSegments, j.viewSealed, j.viewSealedRec = n, sealed, sealedRecs
 	return nil
 }
 

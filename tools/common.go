@@ -344,9 +344,13 @@ func (d *Deps) commitRound(ctx context.Context, s *session, why string) (string,
 		d.Log.Warn("committing the round before its notifications settled; their outcomes go into the next commit", "round", s.id, "err", err)
 	}
 	var c intent.Commit
-	err = s.j.Hold(func() (cerr error) {
-		c, cerr = r.CommitFiles(ctx, fmt.Sprintf("round %s: %s", s.id, why), d.Book.Files(s.id))
-		return cerr
+	err = s.j.Hold(func() error {
+		files, sealed, err := d.Book.Files(s.id)
+		if err != nil {
+			return err
+		}
+		c, err = r.CommitFilesSealed(ctx, fmt.Sprintf("round %s: %s", s.id, why), files, sealed)
+		return err
 	})
 	if errors.Is(err, intent.ErrNoChange) {
 		return "(no change)", nil

@@ -30,6 +30,10 @@ type RoundBook struct {
 	// ReadOnly (a --read-only server) opens every journal as a view
 	// (round.OpenView): nothing this process does can write a round.
 	ReadOnly bool
+	// SegmentBytes, when set, is the size at which a round's live journal
+	// and audit log are sealed into segments (round.WithSegmentBytes;
+	// default round.SegmentBytes). Tests seal small logs.
+	SegmentBytes int64
 
 	mu   sync.Mutex
 	open map[string]*round.Journal
@@ -152,6 +156,9 @@ func (b *RoundBook) Journal(id string, create bool) (*round.Journal, error) {
 	}
 	if b.Observe != nil {
 		opts = append(opts, round.WithObserver(b.Observe))
+	}
+	if b.SegmentBytes > 0 {
+		opts = append(opts, round.WithSegmentBytes(b.SegmentBytes))
 	}
 	j, err := round.Open(dir, opts...)
 	if errors.Is(err, round.ErrLocked) {
@@ -285,16 +292,26 @@ func (b *RoundBook) CurrentID() string {
 	return ids[0]
 }
 
-// Files returns the repository paths of a round's record files present.
-func (b *RoundBook) Files(id string) []string {
-	var out []string
+// Files returns the repository paths of a round's record files present,
+// and among them the sealed segments of its journal and audit log (files
+// written once, which a commit need not read again once the branch holds
+// them).
+func (b *RoundBook) Files(id string) (files, sealed []string, err error) {
+	path := func(f string) string { return filepath.ToSlash(filepath.Join("rounds", id, f)) }
+	segs, err := round.SegmentFiles(b.dir(id))
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, f := range segs {
+		sealed = append(sealed, path(f))
+	}
 	for _, f := range []string{round.JournalFile, round.StateFile, round.AuditFile, round.ReportFile, round.TimelineFile, "baseline.json",
 		fleetPlanFile, fleetPlanMD, planSignedFile, nodePlansFile} {
 		if _, err := os.Stat(filepath.Join(b.dir(id), f)); err == nil {
-			out = append(out, filepath.ToSlash(filepath.Join("rounds", id, f)))
+			files = append(files, path(f))
 		}
 	}
-	return out
+	return append(files, sealed...), sealed, nil
 }
 
 // WriteFile writes a file of the round's record atomically, never through

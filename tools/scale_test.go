@@ -342,15 +342,36 @@ func loadAvg() string {
 // the open or next window.
 func TestRoundAtScaleAppendsFlatPerWindow(t *testing.T) {
 	f, names := newScaleFleet(t, 60)
+	// Small segments, so the ten windows seal several: a commit stores
+	// the live logs and the new segments, never the sealed ones again.
+	const segBytes = 24 << 10
+	f.d.Book.SegmentBytes = segBytes
 	f.planned()
 	dir := filepath.Join(f.repo, "rounds", fRound)
-	size := func(name string) int64 {
+	fileSize := func(name string) int64 {
 		fi, err := os.Stat(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return fi.Size()
 	}
+	// size is a log's whole size: its sealed segments and the live file.
+	size := func(name string) int64 {
+		n := fileSize(name)
+		segs, err := round.SegmentFiles(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range segs {
+			if strings.HasPrefix(s, strings.TrimSuffix(name, ".jsonl")+"-") {
+				n += fileSize(s)
+			}
+		}
+		return n
+	}
+	var logsStored []int64
+	var sealedBytes, logsGrew int64
+	sealedBefore := map[string]bool{}
 	// snapshot is state.json's inode and size: a new inode is a new
 	// snapshot (written by atomic replace).
 	snapshot := func() (uint64, int64) {
@@ -369,8 +390,37 @@ func TestRoundAtScaleAppendsFlatPerWindow(t *testing.T) {
 		ino0, _ := snapshot()
 		f.scaleWindow(node, i < 3)
 		f.commitWindow(node)
+		// What the window's commit stored of the logs, by real git: the
+		// live files and the segments sealed since the last commit only.
+		var stored int64
+		for _, p := range strings.Fields(gitRun(t, f.repo, "show", "--name-only", "--format=", "HEAD")) {
+			name := filepath.Base(p)
+			if !strings.HasPrefix(name, "journal") && !strings.HasPrefix(name, "audit") {
+				continue
+			}
+			if sealedBefore[name] {
+				t.Errorf("the commit after window %d stored %s again, sealed before", i+1, name)
+			}
+			stored += fileSize(name)
+		}
+		logsStored = append(logsStored, stored)
+		segs, err := round.SegmentFiles(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A seal writes the live file's bytes once more, into the segment:
+		// paid for by the log's growth, as snapshots are (checked below).
+		var sealedNow int64
+		for _, s := range segs {
+			if !sealedBefore[s] {
+				sealedNow += fileSize(s)
+			}
+			sealedBefore[s] = true
+		}
+		sealedBytes += sealedNow
 		journalGrew += size(round.JournalFile) - j0
 		appended = append(appended, size(round.JournalFile)-j0+size(round.AuditFile)-a0)
+		logsGrew += appended[len(appended)-1]
 		grew := dirBytes(t, gitDir) - r0
 		repo = append(repo, grew)
 		w := writtenBytes(t) - w0 - grew
@@ -381,7 +431,7 @@ func TestRoundAtScaleAppendsFlatPerWindow(t *testing.T) {
 			snapshots += n
 			w -= n
 		}
-		written = append(written, w)
+		written = append(written, w-sealedNow)
 		m, res := f.call("round_status", nil)
 		if res.Status != StatusOK {
 			t.Fatalf("round_status after the window of %s: %s %v", node, res.Status, res.Reasons)
@@ -419,6 +469,21 @@ func TestRoundAtScaleAppendsFlatPerWindow(t *testing.T) {
 	if _, first := snapshot(); snapshots > journalGrew+2*first {
 		t.Errorf("state.json snapshots wrote %d bytes in 10 windows whose journal grew by %d", snapshots, journalGrew)
 	}
+	// A commit stores at most the two live logs, each short of a segment
+	// but for its last record, and what was sealed since the last commit:
+	// however long the round has run.
+	if sealedBytes > logsGrew+2*segBytes {
+		t.Errorf("seals wrote %d bytes in 10 windows whose logs grew by %d", sealedBytes, logsGrew)
+	}
+	if len(sealedBefore) < 4 {
+		t.Errorf("ten windows sealed %d segments at %d bytes; the test needs several", len(sealedBefore), segBytes)
+	}
+	for i, n := range logsStored {
+		if limit := 2*segBytes + 2*appended[i] + 8<<10; n > limit {
+			t.Errorf("the commit after window %d stored %d bytes of logs, more than %d (two live logs and the window's appends): %v", i+1, n, limit, logsStored)
+		}
+	}
+	t.Logf("bytes of logs each window's commit stored: %v", logsStored)
 	t.Logf("bytes appended to the journal and the audit log per window: %v", appended)
 	t.Logf("bytes written outside .git per window: %v", written)
 	t.Logf("growth of .git per window: %v", repo)
