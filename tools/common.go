@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -231,13 +232,19 @@ type NodePlan struct {
 	GateRedSince time.Time `json:"gate_red_since,omitzero"`
 }
 
-const nodePlansFile = "nodes.json"
+// Each node's plan is a file of its own, rounds/<id>/nodes/<node>.json, so
+// a step writes what it changes: one node's plan, not every node's (one
+// nodes.json for the fleet grew with each window and was rewritten whole
+// at each step). nodes.json, where a round written before still has it, is
+// read under the per-node files.
+const (
+	nodePlansFile = "nodes.json"
+	nodePlansDir  = "nodes"
+)
 
-func (s *session) nodePlans(d *Deps) map[string]NodePlan {
+// legacyNodePlans reads nodes.json, the whole fleet's plans in one file.
+func (s *session) legacyNodePlans(d *Deps) map[string]NodePlan {
 	plans := map[string]NodePlan{}
-	if s == nil {
-		return plans
-	}
 	if b, err := d.Book.ReadFile(s.id, nodePlansFile); err == nil {
 		if err := json.Unmarshal(b, &plans); err != nil {
 			d.Log.Warn("nodes.json unreadable", "round", s.id, "err", err)
@@ -246,19 +253,58 @@ func (s *session) nodePlans(d *Deps) map[string]NodePlan {
 	return plans
 }
 
+func (s *session) nodePlans(d *Deps) map[string]NodePlan {
+	if s == nil {
+		return map[string]NodePlan{}
+	}
+	plans := s.legacyNodePlans(d)
+	names, err := d.Book.NodeFiles(s.id)
+	if err != nil {
+		d.Log.Warn("node plans unreadable", "round", s.id, "err", err)
+	}
+	for _, node := range names {
+		if p, ok := s.readNodePlan(d, node); ok {
+			plans[node] = p
+		}
+	}
+	return plans
+}
+
+// readNodePlan reads nodes/<node>.json; false when there is none or it is
+// unreadable (logged).
+func (s *session) readNodePlan(d *Deps, node string) (NodePlan, bool) {
+	b, err := d.Book.ReadNodeFile(s.id, node)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			d.Log.Warn("node plan unreadable", "round", s.id, "node", node, "err", err)
+		}
+		return NodePlan{}, false
+	}
+	var p NodePlan
+	if err := json.Unmarshal(b, &p); err != nil {
+		d.Log.Warn("node plan unreadable", "round", s.id, "node", node, "err", err)
+		return NodePlan{}, false
+	}
+	return p, true
+}
+
 func (s *session) nodePlan(d *Deps, node string) (NodePlan, bool) {
-	p, ok := s.nodePlans(d)[node]
+	if s == nil {
+		return NodePlan{}, false
+	}
+	if p, ok := s.readNodePlan(d, node); ok {
+		return p, true
+	}
+	p, ok := s.legacyNodePlans(d)[node]
 	return p, ok
 }
 
 func (s *session) saveNodePlan(d *Deps, p NodePlan) error {
-	plans := s.nodePlans(d)
-	plans[p.Node] = p
-	b, err := json.MarshalIndent(plans, "", "  ")
+	b, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
 		return err
 	}
-	return d.Book.WriteFile(s.id, nodePlansFile, append(b, '\n'))
+	return d.Book.WriteNodeFile(s.id, p.Node, append(b, '\n'))
 }
 
 // windowLocks holds the window Leases this process keeps renewed.

@@ -76,7 +76,8 @@ func FallbackDrill() Tool {
 	})
 }
 
-// drillBook keeps the drill in flight in the round's nodes.json.
+// drillBook keeps the drill in flight in the node's plan file
+// (rounds/<id>/nodes/<node>.json).
 type drillBook struct {
 	d *Deps
 	s *session

@@ -25,7 +25,7 @@ import (
 // bare, with approvals it saw signed (replayed, on another node, for
 // another tool, a window approval's steps again), after writing plan and
 // window entries into plan-signatures.json, after editing plan.json,
-// nodes.json, the round's journal and state.json, after forging journal
+// the node plans (nodes/<node>.json), the round's journal and state.json, after forging journal
 // records of a step in flight, and asks for statements whose summary it
 // rewrote or uses a statement signed for an earlier stop; now and then a
 // person signs a request the agent obtained (a step's, a whole window's,
@@ -299,7 +299,7 @@ func runHostile(t *testing.T, base *fleet, seq []hostileOp) (res hostileResult) 
 			f.handWriteSignatures(drainDigests)
 			editWhile(fleetPlanFile, edits[op.Pick%len(edits)], tool, node)
 		case "nodes.json edited":
-			editWhile("nodes.json", func(s string) string { return strings.ReplaceAll(s, "sha256:", "sha256:0") }, tool, node)
+			editWhile(filepath.Join(nodePlansDir, node+".json"), func(s string) string { return strings.ReplaceAll(s, "sha256:", "sha256:0") }, tool, node)
 		case "journal edited":
 			// A hand-written record of the step done, appended to the
 			// journal file (the agent can write the working copy).

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -311,7 +312,62 @@ func (b *RoundBook) Files(id string) (files, sealed []string, err error) {
 			files = append(files, path(f))
 		}
 	}
+	nodes, err := b.NodeFiles(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, n := range nodes {
+		files = append(files, path(nodePlansDir+"/"+n+".json"))
+	}
 	return append(files, sealed...), sealed, nil
+}
+
+// nodeDir is rounds/<id>/nodes, where each node's plan is a file.
+func (b *RoundBook) nodeDir(id string) string { return filepath.Join(b.dir(id), nodePlansDir) }
+
+// WriteNodeFile writes rounds/<id>/nodes/<node>.json atomically, creating
+// the folder when needed; links are refused as WriteFile refuses them.
+func (b *RoundBook) WriteNodeFile(id, node string, data []byte) error {
+	if b.ReadOnly {
+		return fmt.Errorf("write the plan of %s in round %s: %w", node, id, round.ErrReadOnlyView)
+	}
+	dir := b.nodeDir(id)
+	if err := round.CheckDir(b.Root, dir); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	return round.WriteFile(b.Root, dir, node+".json", data)
+}
+
+// ReadNodeFile reads rounds/<id>/nodes/<node>.json (os.ErrNotExist when
+// the node has none).
+func (b *RoundBook) ReadNodeFile(id, node string) ([]byte, error) {
+	return round.ReadFile(b.Root, b.nodeDir(id), node+".json")
+}
+
+// NodeFiles names the nodes that have a plan file in rounds/<id>/nodes,
+// sorted.
+func (b *RoundBook) NodeFiles(id string) ([]string, error) {
+	dir := b.nodeDir(id)
+	if err := round.CheckDir(b.Root, dir); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if node, ok := strings.CutSuffix(e.Name(), ".json"); ok && e.Type().IsRegular() && !strings.HasPrefix(node, ".") {
+			out = append(out, node)
+		}
+	}
+	return out, nil
 }
 
 // WriteFile writes a file of the round's record atomically, never through

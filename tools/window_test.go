@@ -431,7 +431,8 @@ func TestReadOnlyToolsWriteNothing(t *testing.T) {
 	r.drained(t)
 	planFile := func() []byte {
 		b, _ := r.d.Book.ReadFile(wRound, nodePlansFile)
-		return b
+		n, _ := r.d.Book.ReadNodeFile(wRound, wNode)
+		return append(b, n...)
 	}
 	journal, plan := r.journalBytes(t), planFile()
 	holds := r.lease.Holds

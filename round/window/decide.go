@@ -70,7 +70,7 @@ func DecideDrain(node string, pv drain.Plan) (DrainPlan, error) {
 	return p, nil
 }
 
-// Simulated is what simulate_upgrade found for a node (rounds/<id>/nodes.json).
+// Simulated is what simulate_upgrade found for a node (rounds/<id>/nodes/<node>.json).
 type Simulated struct {
 	PackageDigest string
 	TargetKernel  string

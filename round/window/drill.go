@@ -18,8 +18,8 @@ type DrillRecord struct {
 	Started    time.Time
 }
 
-// DrillBook keeps the drill in flight (the tools keep it in the round's
-// nodes.json). A drill is not a journal step: the window records its
+// DrillBook keeps the drill in flight (the tools keep it in the node's
+// plan file, rounds/<id>/nodes/<node>.json). A drill is not a journal step: the window records its
 // verdict as a lesson, or stops the round at the trial boot.
 type DrillBook interface {
 	// StartDrill records the drill before anything is armed.
