@@ -47,10 +47,6 @@ func ApproveWindow() Tool {
 		if _, _, err := d.signedPlan(ctx, s.id); err != nil {
 			return ApproveWindowOut{}, err
 		}
-		ps, err := d.planSignatures(s.id)
-		if err != nil {
-			return ApproveWindowOut{}, err
-		}
 		// Approved means a kept signature of this window verifies now.
 		if wp, ok, err := d.latestProof(ctx, s.id, "approve_window", in.Node); err == nil && ok && wp.Digest == n.Window {
 			return ApproveWindowOut{Tools: windowToolsOf(wp.Summary), Result: Result{Reasons: []string{"the window of " + in.Node + " is already approved by " + wp.Principal}}}, nil
@@ -84,8 +80,8 @@ func ApproveWindow() Tool {
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return ApproveWindowOut{}, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")
 		}
-		ps.Windows[in.Node] = windowSignature{Node: in.Node, Window: n.Window, Principal: a.Principal, ApprovalID: a.ID, Tools: wa.Tools, Time: d.now().UTC()}
-		if err := d.savePlanSignatures(s.id, ps); err != nil {
+		ws := windowSignature{Node: in.Node, Window: n.Window, Principal: a.Principal, ApprovalID: a.ID, Tools: wa.Tools, Time: d.now().UTC()}
+		if err := d.saveWindowSignature(s.id, ws); err != nil {
 			return ApproveWindowOut{}, fmt.Errorf("record the window approval: %w", err)
 		}
 		out := ApproveWindowOut{Tools: wa.Tools, Result: Result{Reasons: []string{"the window of " + in.Node + " is approved by " + a.Principal},

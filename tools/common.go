@@ -258,7 +258,7 @@ func (s *session) nodePlans(d *Deps) map[string]NodePlan {
 		return map[string]NodePlan{}
 	}
 	plans := s.legacyNodePlans(d)
-	names, err := d.Book.NodeFiles(s.id)
+	names, err := d.Book.NodeFiles(s.id, nodePlansDir)
 	if err != nil {
 		d.Log.Warn("node plans unreadable", "round", s.id, "err", err)
 	}
@@ -273,7 +273,7 @@ func (s *session) nodePlans(d *Deps) map[string]NodePlan {
 // readNodePlan reads nodes/<node>.json; false when there is none or it is
 // unreadable (logged).
 func (s *session) readNodePlan(d *Deps, node string) (NodePlan, bool) {
-	b, err := d.Book.ReadNodeFile(s.id, node)
+	b, err := d.Book.ReadNodeFile(s.id, nodePlansDir, node)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			d.Log.Warn("node plan unreadable", "round", s.id, "node", node, "err", err)
@@ -304,7 +304,7 @@ func (s *session) saveNodePlan(d *Deps, p NodePlan) error {
 	if err != nil {
 		return err
 	}
-	return d.Book.WriteNodeFile(s.id, p.Node, append(b, '\n'))
+	return d.Book.WriteNodeFile(s.id, nodePlansDir, p.Node, append(b, '\n'))
 }
 
 // windowLocks holds the window Leases this process keeps renewed.

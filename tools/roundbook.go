@@ -312,26 +312,30 @@ func (b *RoundBook) Files(id string) (files, sealed []string, err error) {
 			files = append(files, path(f))
 		}
 	}
-	nodes, err := b.NodeFiles(id)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, n := range nodes {
-		files = append(files, path(nodePlansDir+"/"+n+".json"))
+	for _, folder := range []string{nodePlansDir, windowSignaturesDir} {
+		nodes, err := b.NodeFiles(id, folder)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, n := range nodes {
+			files = append(files, path(folder+"/"+n+".json"))
+		}
 	}
 	return append(files, sealed...), sealed, nil
 }
 
-// nodeDir is rounds/<id>/nodes, where each node's plan is a file.
-func (b *RoundBook) nodeDir(id string) string { return filepath.Join(b.dir(id), nodePlansDir) }
+// nodeDir is rounds/<id>/<folder>, a folder of one file per node (the
+// node plans, the window signatures).
+func (b *RoundBook) nodeDir(id, folder string) string { return filepath.Join(b.dir(id), folder) }
 
-// WriteNodeFile writes rounds/<id>/nodes/<node>.json atomically, creating
-// the folder when needed; links are refused as WriteFile refuses them.
-func (b *RoundBook) WriteNodeFile(id, node string, data []byte) error {
+// WriteNodeFile writes rounds/<id>/<folder>/<node>.json atomically,
+// creating the folder when needed; links are refused as WriteFile refuses
+// them.
+func (b *RoundBook) WriteNodeFile(id, folder, node string, data []byte) error {
 	if b.ReadOnly {
-		return fmt.Errorf("write the plan of %s in round %s: %w", node, id, round.ErrReadOnlyView)
+		return fmt.Errorf("write %s/%s.json of round %s: %w", folder, node, id, round.ErrReadOnlyView)
 	}
-	dir := b.nodeDir(id)
+	dir := b.nodeDir(id, folder)
 	if err := round.CheckDir(b.Root, dir); err != nil {
 		return err
 	}
@@ -341,16 +345,16 @@ func (b *RoundBook) WriteNodeFile(id, node string, data []byte) error {
 	return round.WriteFile(b.Root, dir, node+".json", data)
 }
 
-// ReadNodeFile reads rounds/<id>/nodes/<node>.json (os.ErrNotExist when
-// the node has none).
-func (b *RoundBook) ReadNodeFile(id, node string) ([]byte, error) {
-	return round.ReadFile(b.Root, b.nodeDir(id), node+".json")
+// ReadNodeFile reads rounds/<id>/<folder>/<node>.json (os.ErrNotExist
+// when the node has none).
+func (b *RoundBook) ReadNodeFile(id, folder, node string) ([]byte, error) {
+	return round.ReadFile(b.Root, b.nodeDir(id, folder), node+".json")
 }
 
-// NodeFiles names the nodes that have a plan file in rounds/<id>/nodes,
+// NodeFiles names the nodes that have a file in rounds/<id>/<folder>,
 // sorted.
-func (b *RoundBook) NodeFiles(id string) ([]string, error) {
-	dir := b.nodeDir(id)
+func (b *RoundBook) NodeFiles(id, folder string) ([]string, error) {
+	dir := b.nodeDir(id, folder)
 	if err := round.CheckDir(b.Root, dir); err != nil {
 		return nil, err
 	}

@@ -47,10 +47,40 @@ type windowSignature struct {
 	Time  time.Time         `json:"time"`
 }
 
-// planSignatures is rounds/<id>/plan-signatures.json.
+// planSignatures is rounds/<id>/plan-signatures.json: the plan's
+// signatures. Windows is read from rounds written before each window's
+// signature had a file of its own (window-signatures/<node>.json).
 type planSignatures struct {
 	Plan    []planSignature            `json:"plan"`
-	Windows map[string]windowSignature `json:"windows"`
+	Windows map[string]windowSignature `json:"windows,omitempty"`
+}
+
+// windowSignaturesDir holds one report per approved window,
+// rounds/<id>/window-signatures/<node>.json: approve_window writes its
+// node's file, not a fleet-wide one that grows with every window.
+const windowSignaturesDir = "window-signatures"
+
+// saveWindowSignature writes the report of a node's window approval.
+func (d *Deps) saveWindowSignature(id string, ws windowSignature) error {
+	b, err := json.MarshalIndent(ws, "", "  ")
+	if err != nil {
+		return err
+	}
+	return d.Book.WriteNodeFile(id, windowSignaturesDir, ws.Node, append(b, '\n'))
+}
+
+// windowListed says whether a report (a file the agent can write) lists a
+// window approval of node: its own file or the older plan-signatures.json.
+func (d *Deps) windowListed(id, node string) bool {
+	if _, err := d.Book.ReadNodeFile(id, windowSignaturesDir, node); err == nil {
+		return true
+	}
+	ps, err := d.planSignatures(id)
+	if err != nil {
+		return false
+	}
+	_, listed := ps.Windows[node]
+	return listed
 }
 
 // signedFor returns the signature of the plan with this digest, if any.
@@ -333,10 +363,8 @@ func (d *Deps) windowApproval(ctx context.Context, roundID, tool string, p windo
 		return Approved{}, false, "", Refuse("Call approve_window again: a person signs the window anew.", err.Error(), "nothing was executed")
 	}
 	if !ok {
-		if ps, err := d.planSignatures(roundID); err == nil {
-			if _, listed := ps.Windows[node]; listed {
-				note = "rounds/" + roundID + "/" + planSignedFile + " lists a window approval of " + node + ", but the server holds no signature of it that verifies: that file is a report for people, never an approval"
-			}
+		if d.windowListed(roundID, node) {
+			note = "rounds/" + roundID + "/" + windowSignaturesDir + "/" + node + ".json (or " + planSignedFile + ") lists a window approval of " + node + ", but the server holds no signature of it that verifies: that file is a report for people, never an approval"
 		}
 		return Approved{}, false, note, nil
 	}

@@ -28,7 +28,8 @@ import (
 
 // handWriteSignatures writes rounds/<id>/plan-signatures.json as the
 // agent would: a plan entry for the plan's digest and a window entry for
-// each node, every digest copied from the server's own files and answers.
+// each node (there and in window-signatures/<node>.json), every digest
+// copied from the server's own files and answers.
 func (f *fleet) handWriteSignatures(drainDigest map[string]string) {
 	f.t.Helper()
 	fp, ok, err := f.d.fleetPlan(fRound)
@@ -47,6 +48,20 @@ func (f *fleet) handWriteSignatures(drainDigest map[string]string) {
 	}
 	if err := os.WriteFile(filepath.Join(f.repo, "rounds", fRound, planSignedFile), b, 0o644); err != nil {
 		f.t.Fatal(err)
+	}
+	// And each window's own report, where approve_window writes it.
+	dir := filepath.Join(f.repo, "rounds", fRound, windowSignaturesDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	for node, ws := range ps.Windows {
+		b, err := json.Marshal(ws)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, node+".json"), b, 0o644); err != nil {
+			f.t.Fatal(err)
+		}
 	}
 }
 

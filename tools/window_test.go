@@ -431,7 +431,7 @@ func TestReadOnlyToolsWriteNothing(t *testing.T) {
 	r.drained(t)
 	planFile := func() []byte {
 		b, _ := r.d.Book.ReadFile(wRound, nodePlansFile)
-		n, _ := r.d.Book.ReadNodeFile(wRound, wNode)
+		n, _ := r.d.Book.ReadNodeFile(wRound, nodePlansDir, wNode)
 		return append(b, n...)
 	}
 	journal, plan := r.journalBytes(t), planFile()
