@@ -284,11 +284,25 @@ func (r *Repo) commitFiles(ctx context.Context, message string, paths, sealed []
 			if fi.Size() > int64(r.opts.MaxCommitFileBytes) {
 				return nil, fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalid, p, fi.Size(), r.opts.MaxCommitFileBytes)
 			}
+			old, _, oldErr := blobEntry(base, p)
+			key, keyed := statKeyOf(fi)
+			if keyed && oldErr == nil {
+				if h, ok := r.opts.Hashes.lookup(r.root, p, key); ok && h == old {
+					// Unchanged since it was last hashed: the branch's
+					// entry stays, the file is not read.
+					same++
+					continue
+				}
+			}
 			data, err := root.ReadFile(p)
 			if err != nil {
 				return nil, err
 			}
-			if h, _, err := blobEntry(base, p); err == nil && h == plumbing.ComputeHash(plumbing.BlobObject, data) {
+			h := plumbing.ComputeHash(plumbing.BlobObject, data)
+			if keyed {
+				r.opts.Hashes.store(r.root, p, key, h)
+			}
+			if oldErr == nil && h == old {
 				same++
 			}
 			out[p] = data

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -482,5 +483,62 @@ func TestDetachedHeadGetsTheWorkingBranch(t *testing.T) {
 	}
 	if got := gitCLI(t, dir, "symbolic-ref", "--short", "HEAD"); got != "mcp-patch/round-2025-11" {
 		t.Errorf("HEAD on %s", got)
+	}
+}
+
+// A commit reads only the files that changed since they were last hashed;
+// a file changed within the racy window, or edited behind the server's
+// back (a new change time), is read again.
+func TestCommitFilesReadsOnlyChangedFiles(t *testing.T) {
+	ctx := t.Context()
+	dir := newExampleRepo(t)
+	hashes := &HashCache{}
+	later := time.Now().Add(time.Hour)
+	hashes.now = func() time.Time { return later }
+	r := openRepo(t, dir, func(o *Options) { o.Hashes = hashes })
+	files := []string{"rounds/2025-11/nodes/a.json", "rounds/2025-11/nodes/b.json", "rounds/2025-11/nodes/c.json"}
+	for _, f := range files {
+		writeFile(t, filepath.Join(dir, f), `{"node":"`+f+`"}`+"\n")
+	}
+	if _, err := r.CommitFiles(ctx, "round 2025-11: node plans", files); err != nil {
+		t.Fatal(err)
+	}
+	if hashes.Hits() != 0 {
+		t.Fatalf("%d hits on the first commit", hashes.Hits())
+	}
+	writeFile(t, filepath.Join(dir, files[1]), `{"node":"b","changed":true}`+"\n")
+	c, err := r.CommitFiles(ctx, "round 2025-11: b changed", files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{files[1]}, c.Files); diff != "" || hashes.Hits() != 2 {
+		t.Errorf("second commit: %d hits, files (-want +got):\n%s", hashes.Hits(), diff)
+	}
+	if got := gitCLI(t, dir, "show", c.Hash+":"+files[1]); got != `{"node":"b","changed":true}` {
+		t.Errorf("b on the branch: %q", got)
+	}
+	// An edit that keeps the size: the change time still differs.
+	writeFile(t, filepath.Join(dir, files[0]), strings.Replace(readFile(t, filepath.Join(dir, files[0])), "a.json", "x.json", 1))
+	c, err = r.CommitFiles(ctx, "round 2025-11: a edited", files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{files[0]}, c.Files); diff != "" {
+		t.Errorf("a same-size edit was not committed (-want +got):\n%s", diff)
+	}
+	// Within the racy window nothing is remembered: every file is read.
+	hashes.now = time.Now
+	before := hashes.Hits()
+	writeFile(t, filepath.Join(dir, files[2]), `{"node":"c","changed":true}`+"\n")
+	if _, err := r.CommitFiles(ctx, "round 2025-11: c changed", files); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CommitFiles(ctx, "again", files); !errors.Is(err, ErrNoChange) {
+		t.Fatalf("unchanged: %v", err)
+	}
+	if got := hashes.Hits() - before; got != 4 {
+		// a and b were remembered an hour ahead (2 hits each time); c,
+		// just written, is read both times.
+		t.Errorf("%d hits over two commits, want 4 (a and b twice, c never)", got)
 	}
 }

@@ -74,6 +74,10 @@ const RoundsDir = "rounds"
 
 // Options configure a Repo. Zero values take the documented defaults.
 type Options struct {
+	// Hashes, when set, remembers the blob hashes of files CommitFiles read
+	// (HashCache): a server keeps one for the life of the process, so a
+	// commit reads only the files that changed since the last.
+	Hashes *HashCache
 	// AuthorName and AuthorEmail sign every commit (author and committer).
 	// Default "mcp-patch" <mcp-patch@localhost>.
 	AuthorName  string

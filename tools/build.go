@@ -55,8 +55,10 @@ func wire(ctx context.Context, d *Deps) (cleanup func(), err error) {
 	d.Audit = d.RecordAudit
 	if c.IntentRepo != "" {
 		repoPath := c.IntentRepo
+		hashes := &intent.HashCache{}
 		d.Intent = func(round string) (*intent.Repo, error) {
 			return intent.Open(repoPath, intent.Options{
+				Hashes:     hashes,
 				AuthorName: c.Git.AuthorName, AuthorEmail: c.Git.AuthorEmail,
 				Protected: c.Git.Protected, RoundID: round, WorkingBranch: c.Git.Branch,
 				Remote:        c.Git.Remote,
