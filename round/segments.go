@@ -20,7 +20,7 @@ import (
 // segments only: what a window costs in Git stays the same from the first
 // window of a 1,000-node round to the last (one file per log made every
 // commit store the whole grown log again).
-const SegmentBytes = 256 << 10
+const SegmentBytes = 64 << 10
 
 // WithSegmentBytes sets the size at which the live logs are sealed (tests
 // seal small logs; default SegmentBytes).

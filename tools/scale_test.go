@@ -282,20 +282,65 @@ func BenchmarkRoundAtScale(b *testing.B) {
 			b.Fatalf("MCP_PATCH_SCALE_NODES=%q: want a number of nodes ≥ 5", v)
 		}
 	}
+	restarts := 20
+	if v := os.Getenv("MCP_PATCH_SCALE_RESTARTS"); v != "" {
+		var err error
+		if restarts, err = strconv.Atoi(v); err != nil || restarts < 0 {
+			b.Fatalf("MCP_PATCH_SCALE_RESTARTS=%q: want a number of restarts ≥ 0", v)
+		}
+	}
 	report := map[int]bool{1: true, 10: true, 100: true, 500: true, 1000: true, n: true}
+	// What each node's host must see once its window is done: the actions
+	// of the same place in a small round run without a restart (control
+	// plane, canary, GPU server).
+	plain, plainNames := newScaleFleet(b, 6)
+	want := plain.scaleRound(plainNames)
+	template := func(i int) []string {
+		var out []string
+		for _, a := range want.Actions[plainNames[min(i, 5)]] {
+			out = append(out, a.What)
+		}
+		return out
+	}
 	for b.Loop() {
 		f, names := newScaleFleet(b, n)
 		t0 := time.Now()
 		f.planned()
 		b.ReportMetric(time.Since(t0).Seconds(), "s/plan_round+sign")
+		// The server is ended and built again from disk at random tool
+		// boundaries (in flight steps among them) of windows that are not
+		// measured, restarts times over the round.
+		rnd := rand.New(rand.NewPCG(1000, uint64(n)))
+		window, restarted := 0, 0
+		f.between = func(node, tool string) {
+			if restarted < restarts && !report[window] && rnd.IntN(max(1, 11*(n-window)/(restarts-restarted+1))) == 0 {
+				restarted++
+				f.restart()
+			}
+		}
 		var costs []windowCost
 		for i, node := range names {
+			window = i + 1
 			c := f.measureWindow(i+1, node, i < 3)
 			if report[i+1] {
 				costs = append(costs, c)
 			}
 		}
-		b.Logf("%d nodes (load %s)\n%s", n, loadAvg(), costTable(costs))
+		f.between = nil
+		// Nothing lost or repeated: every host saw its window's actions
+		// exactly once, as in the round without restarts.
+		f.hosts.mu.Lock()
+		for i, name := range names {
+			var got []string
+			for _, a := range f.hosts.nodes[name].Actions {
+				got = append(got, a.What)
+			}
+			if diff := cmp.Diff(template(i), got); diff != "" {
+				b.Errorf("host actions of %s differ from a round without restarts (-want +got):\n%s", name, diff)
+			}
+		}
+		f.hosts.mu.Unlock()
+		b.Logf("%d nodes, %d restarts of the server (load %s)\n%s", n, restarted, loadAvg(), costTable(costs))
 		for _, c := range costs {
 			b.Logf("window %d, wall per tool: %s", c.Window, callTimes(c.Calls))
 		}
@@ -510,7 +555,7 @@ func (f *fleet) scaleRound(names []string) scaleRoundRecord {
 		out.Actions[name] = slices.Clone(h.Actions)
 	}
 	f.hosts.mu.Unlock()
-	b, err := os.ReadFile(filepath.Join(f.repo, "rounds", fRound, round.JournalFile))
+	b, err := round.ReadJournal(filepath.Join(f.repo, "rounds", fRound))
 	if err != nil {
 		f.t.Fatal(err)
 	}
