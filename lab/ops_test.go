@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -160,13 +161,12 @@ func allFailedNotices(recs []round.Record) string {
 // readJournal reads a round's journal records as they are on disk.
 func readJournal(t *testing.T, l *Lab, id string) []round.Record {
 	t.Helper()
-	f, err := os.Open(filepath.Join(l.IntentRepo, "rounds", id, round.JournalFile))
+	data, err := round.ReadJournal(filepath.Join(l.IntentRepo, "rounds", id))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	var out []round.Record
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
 	for sc.Scan() {
 		var rec round.Record

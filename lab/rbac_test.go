@@ -2,9 +2,9 @@ package lab
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -146,12 +146,11 @@ func podsOn(ctx context.Context, l *Lab, node string) ([]string, error) {
 // and the detail of its failure.
 func drainRecords(t *testing.T, l *Lab, node string) (started bool, failed string) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(l.IntentRepo, "rounds", "2026-11", round.JournalFile))
+	data, err := round.ReadJournal(filepath.Join(l.IntentRepo, "rounds", "2026-11"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		line := sc.Text()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -41,7 +40,7 @@ func TestReadOnlySweep(t *testing.T) {
 	}
 	snapshot := func() string {
 		var b strings.Builder
-		j, _ := os.ReadFile(filepath.Join(l.IntentRepo, "rounds", roundID, round.JournalFile))
+		j, _ := round.ReadJournal(filepath.Join(l.IntentRepo, "rounds", roundID))
 		fmt.Fprintf(&b, "journal %d %x\n", len(j), j)
 		for _, args := range [][]string{{"for-each-ref"}, {"status", "--porcelain"}} {
 			out, err := exec.Command("git", append([]string{"-C", l.IntentRepo}, args...)...).Output()

@@ -229,7 +229,7 @@ func parseAcks(t *testing.T, lines []string) []ack {
 // verifyAfterCrash checks the round directory after a kill and reopens it.
 func verifyAfterCrash(t *testing.T, dir string, acks []ack) (tornFound bool, recheck int) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, JournalFile))
+	data, err := ReadJournal(dir)
 	if err != nil {
 		if len(acks) == 0 && os.IsNotExist(err) {
 			return false, 0 // killed before the journal existed

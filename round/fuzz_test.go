@@ -5,7 +5,6 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -55,7 +54,7 @@ func FuzzReplay(f *testing.F) {
 		f.Fatal(err)
 	}
 	j.Close()
-	data, err := os.ReadFile(filepath.Join(dir, JournalFile))
+	data, err := ReadJournal(dir)
 	if err != nil {
 		f.Fatal(err)
 	}
