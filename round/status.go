@@ -180,7 +180,7 @@ type NodeQuery struct {
 // (unless asked for less); a larger one shows a page, so what an agent
 // reads stays the same size at a thousand nodes as at ten.
 const (
-	AllNodesUpTo = 50
+	AllNodesUpTo = 12
 	PageNodes    = 10
 	MaxPageNodes = 25
 )

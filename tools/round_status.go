@@ -39,7 +39,7 @@ func RoundStatus() Tool {
 		Name:  "round_status",
 		Title: "Round status",
 		Description: "Where the round stands, from its journal: phase, windows by state, open window, a stop and why, steps a " +
-			"crash left in flight, the soak's end, ETA; then each node's steps (a page past 50 nodes: node, window, cursor); the next step as next_call.",
+			"crash left in flight, the soak's end, ETA; then each node's steps (a page past 12 nodes: node, window, cursor); the next step as next_call.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, in RoundStatusIn, p Progress) (RoundStatusOut, error) {
 		if d.Book == nil {
