@@ -27,6 +27,11 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
+// MaxCommitPaths bounds the files one CommitFiles names: a round's record
+// is two files a node (its plan, its window's signature report) and the
+// logs' segments, so a round of 10,000 nodes fits.
+const MaxCommitPaths = 25000
+
 // ErrNoChange: the files given to CommitFiles are the same as on the branch.
 var ErrNoChange = errors.New("nothing to commit")
 
@@ -239,8 +244,8 @@ func (r *Repo) commitFiles(ctx context.Context, message string, paths, sealed []
 		return Commit{}, fmt.Errorf("%w: empty commit message", ErrInvalid)
 	case len(message) > 8<<10 || !utf8.ValidString(message) || strings.ContainsRune(message, 0):
 		return Commit{}, fmt.Errorf("%w: commit message must be UTF-8 without NUL, at most 8 KiB", ErrInvalid)
-	case len(paths) == 0 || len(paths) > 1000:
-		return Commit{}, fmt.Errorf("%w: want 1 to 1000 paths, got %d", ErrInvalid, len(paths))
+	case len(paths) == 0 || len(paths) > MaxCommitPaths:
+		return Commit{}, fmt.Errorf("%w: want 1 to %d paths, got %d", ErrInvalid, MaxCommitPaths, len(paths))
 	}
 	seen := map[string]bool{}
 	for _, p := range paths {
