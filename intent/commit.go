@@ -546,17 +546,23 @@ func (r *Repo) checkTouchedClean(base *object.Tree, idx *index.Index, plan commi
 		return err
 	}
 	defer root.Close()
+	// The index's entries by name, once: index.Entry searches them all for
+	// each path, and a round's commit names thousands of files.
+	entries := make(map[string]*index.Entry, len(idx.Entries))
+	for _, e := range idx.Entries {
+		entries[e.Name] = e
+	}
 	for _, p := range plan.touched {
 		treeHash, _, treeErr := blobEntry(base, p)
 		inTree := treeErr == nil
 		if treeErr != nil && !errors.Is(treeErr, object.ErrFileNotFound) {
 			return treeErr
 		}
-		entry, idxErr := idx.Entry(p)
+		entry, inIndex := entries[p]
 		switch {
-		case idxErr == nil && (!inTree || entry.Hash != treeHash):
+		case inIndex && (!inTree || entry.Hash != treeHash):
 			return fmt.Errorf("%w in %s: it is staged with changes that are not ours; commit or unstage them first", ErrDirty, p)
-		case idxErr != nil && inTree:
+		case !inIndex && inTree:
 			return fmt.Errorf("%w in %s: it is removed from the index; restore it first", ErrDirty, p)
 		}
 		if plan.fromDisk {
