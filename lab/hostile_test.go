@@ -169,6 +169,13 @@ func TestHostileAgentInALabRound(t *testing.T) {
 	// attack calls tool on node bare and under forged records: neither
 	// call may act.
 	attack := func(tool, node string) {
+		// Once, before the agent's first call of the step: a later call
+		// may be the re-entry of a step a person's signature started,
+		// which observes and finishes it.
+		if attacked[tool+" "+node] > 0 {
+			return
+		}
+		attacked[tool+" "+node]++
 		before := footprint(node)
 		r := callTool(t, cs, tool, map[string]any{"node": node})
 		if !bareAnswers[fmt.Sprint(r["status"])] {
@@ -230,7 +237,7 @@ func TestHostileAgentInALabRound(t *testing.T) {
 		t.Fatalf("the round stopped: %+v", out.Stopped)
 	}
 	for _, tool := range hostileTools {
-		if attacked[tool] == 0 {
+		if attacked[tool] == 0 || attacked[tool+" again"] == 0 && tool != "drain_node" {
 			t.Errorf("%s was never attacked: %v", tool, attacked)
 		}
 	}
