@@ -56,6 +56,15 @@ func TestFleetControlPlaneWindow(t *testing.T) {
 	}
 	f.host("cp-1").Boot(false)
 	f.must(StatusOK, "trial_boot", map[string]any{"node": "cp-1"})
+	// Again, unsigned, once it is done: refused, and the round does not
+	// stop (it used to record a failure: "already runs the target kernel").
+	prepared := f.host("cp-1").Count("prepare")
+	if _, res := f.call("trial_boot", map[string]any{"node": "cp-1"}); res.Status != StatusRefused || !strings.Contains(reasons(res), "finished green") {
+		t.Fatalf("trial_boot called again after it finished: %s %v", res.Status, res.Reasons)
+	}
+	if st := f.state(); st.Stop != nil || f.host("cp-1").Count("prepare") != prepared {
+		t.Fatalf("trial_boot called again stopped the round (%+v) or prepared a boot", st.Stop)
+	}
 	f.must(StatusOK, "verify_node", map[string]any{"node": "cp-1"})
 	f.must(StatusOK, "record_verification", map[string]any{"node": "cp-1"})
 	f.must(StatusOK, "uncordon_node", map[string]any{"node": "cp-1"})

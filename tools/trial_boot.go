@@ -65,6 +65,9 @@ func TrialBoot() Tool {
 			if err != nil {
 				return "", window.TrialBootPlan{}, hostError(in.Node, "inspect before the trial boot", err)
 			}
+			if err := window.TrialBootDone(in.Node, s.j.StepRun(round.StepTrialBoot, in.Node), insp.Kernel, np.TargetKernel); err != nil {
+				return "", window.TrialBootPlan{}, err
+			}
 			n := s.j.Shared().Node(in.Node)
 			plan, err := window.DecideTrialBoot(in.Node, insp, np.TargetKernel, n != nil && n.GPU, panicSeconds(s))
 			return s.id, plan, err

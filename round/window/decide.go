@@ -103,6 +103,20 @@ func DecidePackage(node string, sim steps.Simulation, rec Simulated) (PackagePla
 		TargetKernel: sim.Plan.TargetKernel, RunningKernel: rec.RunningKernel}, nil
 }
 
+// TrialBootDone refuses a trial boot called again once the round's own
+// trial boot of node finished green and the node runs the target kernel:
+// the step is done, and calling it once more is no reason to stop the
+// round (DecideTrialBoot would stop it: the node "already runs the target
+// kernel"). After a rollback the node runs the old kernel again and the
+// trial boot may run anew. nil: decide as usual.
+func TrialBootDone(node string, run *round.StepRun, running, target string) error {
+	if run == nil || run.State != round.Done || target == "" || running != target {
+		return nil
+	}
+	return refuse("Go on from round_status: the trial boot of "+node+" is done; record_verification comes next.",
+		"the trial boot of "+node+" finished green and it runs "+target, "nothing was executed and nothing was recorded")
+}
+
 // DecideTrialBoot picks the GRUB entries of the running and the target
 // kernel and checks that a one-shot boot is safe here; anything unsafe
 // stops the round.

@@ -73,6 +73,29 @@ func TestDecideTrialBoot(t *testing.T) {
 	}
 }
 
+func TestTrialBootDone(t *testing.T) {
+	done := &round.StepRun{State: round.Done}
+	for _, tc := range []struct {
+		name    string
+		run     *round.StepRun
+		running string
+		refused bool
+	}{
+		{"never started", nil, running, false},
+		{"done, on the new kernel: called again", done, target, true},
+		{"done, back on the old kernel (a rollback)", done, running, false},
+		{"in flight", &round.StepRun{State: round.InFlight}, target, false},
+		{"failed", &round.StepRun{State: round.Failed}, target, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := window.TrialBootDone(node, tc.run, tc.running, target)
+			if got := isRefusal(err); got != tc.refused || (!tc.refused && err != nil) {
+				t.Fatalf("TrialBootDone = %v, want refused %v", err, tc.refused)
+			}
+		})
+	}
+}
+
 func isRefusal(err error) bool {
 	var r *window.Refusal
 	return errors.As(err, &r)
