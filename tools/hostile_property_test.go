@@ -37,8 +37,9 @@ import (
 // stop it was signed at, once. A failure prints the seed and the shortest
 // sequence found that still breaks it.
 //
-// MCP_PATCH_HOSTILE_SEQUENCES sets how many sequences run (default 10);
-// MCP_PATCH_HOSTILE_SEED runs the one sequence of that seed.
+// MCP_PATCH_HOSTILE_SEQUENCES sets how many sequences run (default 10),
+// MCP_PATCH_HOSTILE_FIRST the first seed (default 0, so two runs can share
+// the seeds out); MCP_PATCH_HOSTILE_SEED runs the one sequence of that seed.
 func TestHostileAgentActsOnlyUnderSignatures(t *testing.T) {
 	sequences, first := 10, uint64(0)
 	if v := os.Getenv("MCP_PATCH_HOSTILE_SEQUENCES"); v != "" {
@@ -47,6 +48,13 @@ func TestHostileAgentActsOnlyUnderSignatures(t *testing.T) {
 			t.Fatalf("MCP_PATCH_HOSTILE_SEQUENCES=%q: want a positive count", v)
 		}
 		sequences = n
+	}
+	if v := os.Getenv("MCP_PATCH_HOSTILE_FIRST"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("MCP_PATCH_HOSTILE_FIRST=%q: want the first seed", v)
+		}
+		first = n
 	}
 	if v := os.Getenv("MCP_PATCH_HOSTILE_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
