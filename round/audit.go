@@ -272,12 +272,7 @@ func (j *Journal) Audit(e AuditEntry) (AuditRecord, error) {
 // sealAudit moves the live audit log's lines into its next sealed
 // segment; as sealJournal. j.mu is held.
 func (j *Journal) sealAudit() {
-	undoFailed, err := sealLog(j.dir, j.audit, AuditFile, j.auditSegments+1, j.auditSize)
-	if err != nil {
-		if undoFailed {
-			j.broken = fmt.Errorf("%w; reopen the journal", err)
-		}
-		j.log.Warn("could not seal the live audit log into a segment; it stays live", "round", j.roundID, "err", err)
+	if !j.sealLive(j.audit, AuditFile, j.auditSegments+1, j.auditSize) {
 		return
 	}
 	j.auditSegments++

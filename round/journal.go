@@ -643,17 +643,27 @@ func (j *Journal) appendLocked(rec Record) (Record, error) {
 // append tries again); one that could not be undone refuses appends.
 // j.mu is held.
 func (j *Journal) sealJournal() {
-	undoFailed, err := sealLog(j.dir, j.f, JournalFile, j.segments+1, j.size)
-	if err != nil {
-		if undoFailed {
-			j.broken = fmt.Errorf("%w; reopen the journal", err)
-		}
-		j.log.Warn("could not seal the live journal into a segment; it stays live", "round", j.roundID, "err", err)
+	if !j.sealLive(j.f, JournalFile, j.segments+1, j.size) {
 		return
 	}
 	j.segments++
 	j.sealedBytes += j.size
 	j.size = 0
+}
+
+// sealLive seals a live log (sealLog) and says whether it did. A seal
+// that failed leaves the log as it was; one whose undo failed refuses
+// further appends. j.mu is held.
+func (j *Journal) sealLive(f *os.File, file string, n int, size int64) bool {
+	undoFailed, err := sealLog(j.dir, f, file, n, size)
+	if err == nil {
+		return true
+	}
+	if undoFailed {
+		j.broken = fmt.Errorf("%w; reopen the journal", err)
+	}
+	j.log.Warn("could not seal a live log into a segment; it stays live", "round", j.roundID, "file", file, "err", err)
+	return false
 }
 
 func (j *Journal) writeLine(line []byte) error {
