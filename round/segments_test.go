@@ -318,3 +318,43 @@ func TestSegmentFilesNamesSealedSegmentsOldestFirst(t *testing.T) {
 		t.Errorf("first segment %q", got[0])
 	}
 }
+
+// A seal that cannot be written (here: something already holds the
+// segment's name) leaves the live journal as it was: appends go on, the
+// state replays whole, and the next append after the obstacle is gone
+// seals.
+func TestJournalSealThatFailsLeavesTheLogLive(t *testing.T) {
+	dir := roundDir(t)
+	j, err := Open(dir, WithSegmentBytes(2<<10), WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	blocker := filepath.Join(dir, segmentName(JournalFile, 1))
+	if err := os.Mkdir(blocker, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	writeRecords(t, j, 0, 40)
+	fi, err := os.Stat(filepath.Join(dir, JournalFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() < 2<<10 {
+		t.Fatalf("the live journal is %d bytes: it was sealed past the obstacle", fi.Size())
+	}
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	writeRecords(t, j, 40, 41)
+	if n := len(segmentsOf(t, dir, JournalFile)); n != 1 {
+		t.Fatalf("%d segments after the obstacle went, want 1", n)
+	}
+	want := j.State()
+	st, _, err := ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, st); diff != "" {
+		t.Errorf("replayed state differs (-journal +replay):\n%s", diff)
+	}
+}
