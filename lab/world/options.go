@@ -182,7 +182,8 @@ type Options struct {
 	// Empty: 127.0.0.1 on a free port.
 	ModelAddr string
 	// ReadyTimeout bounds Setup's waits (nodes Ready, workloads running).
-	// Zero: 3 minutes.
+	// Zero: 6 minutes (a loaded 2-core machine has taken over 3 to run
+	// a reset lab's workloads).
 	ReadyTimeout time.Duration
 	// Logger receives the World's events (switchovers, hosts going down,
 	// faults). Nil: discarded.
@@ -223,7 +224,7 @@ func (o Options) withDefaults() Options {
 		o.BackupAge = time.Hour
 	}
 	if o.ReadyTimeout == 0 {
-		o.ReadyTimeout = 3 * time.Minute
+		o.ReadyTimeout = 6 * time.Minute
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
