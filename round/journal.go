@@ -938,20 +938,8 @@ func syncDir(dir string) error {
 // writeFileAtomic replaces dir/name with data: temp file, fsync, rename,
 // fsync of the directory. A reader sees the old or the new file, whole.
 func writeFileAtomic(dir, name string, data []byte) error {
-	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	tmp, err := writeTemp(dir, name, data)
 	if err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := os.Chmod(tmp, 0o640); err != nil {
-		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", name, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
@@ -959,4 +947,26 @@ func writeFileAtomic(dir, name string, data []byte) error {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
 	return syncDir(dir)
+}
+
+// writeTemp writes data, synced and mode 0640, into a new temporary file
+// beside dir/name and answers its path; on error nothing is left.
+func writeTemp(dir, name string, data []byte) (string, error) {
+	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	serr := f.Sync()
+	cerr := f.Close()
+	err = errors.Join(werr, serr, cerr)
+	if err == nil {
+		err = os.Chmod(tmp, 0o640)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return tmp, nil
 }

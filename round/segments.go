@@ -200,21 +200,11 @@ func sealLog(dir string, f *os.File, file string, n int, size int64) (undoFailed
 // fsync, hard link under the name (refused when it exists), fsync of the
 // directory.
 func writeFileNew(dir, name string, data []byte) error {
-	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	tmp, err := writeTemp(dir, name, data)
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
 	defer os.Remove(tmp)
-	_, werr := f.Write(data)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, 0o640); err != nil {
-		return err
-	}
 	if err := os.Link(tmp, filepath.Join(dir, name)); err != nil {
 		return err
 	}

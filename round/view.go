@@ -110,7 +110,7 @@ func (j *Journal) readViewLocked(f *os.File) error {
 		sealed = sealed.Clone()
 		for _, rec := range sc.records {
 			if err := sealed.Apply(rec); err != nil {
-				return fmt.Errorf("replay %s: %w", filepath.Join(j.dir, segmentName(JournalFile, n)), err)
+				return fmt.Errorf("replay %s to %s in %s: %w", segmentName(JournalFile, from), segmentName(JournalFile, n), j.dir, err)
 			}
 		}
 		sealedRecs += len(sc.records)
