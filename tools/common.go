@@ -391,11 +391,14 @@ func (d *Deps) commitRound(ctx context.Context, s *session, why string) (string,
 	}
 	var c intent.Commit
 	err = s.j.Hold(func() error {
-		files, sealed, err := d.Book.Files(s.id)
+		files, err := d.Book.Files(s.id)
 		if err != nil {
 			return err
 		}
-		c, err = r.CommitFilesSealed(ctx, fmt.Sprintf("round %s: %s", s.id, why), files, sealed)
+		c, err = r.CommitFilesSealed(ctx, fmt.Sprintf("round %s: %s", s.id, why), files.Files, files.Sealed)
+		if err == nil || errors.Is(err, intent.ErrNoChange) {
+			d.Book.Committed(s.id, files)
+		}
 		return err
 	})
 	if errors.Is(err, intent.ErrNoChange) {

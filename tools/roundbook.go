@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +47,26 @@ type RoundBook struct {
 	// plans is each round's last decoded plan, likewise (signedPlan's,
 	// shared and never written).
 	plans byContent[plan.Fleet]
+	// committed is, per round id, what this book's commits have already
+	// stored, so that the next commit names only what changed since.
+	committed map[string]*committedFiles
+}
+
+// committedFiles is what a book's commits of one round have stored: until
+// the first commit since the book opened (a server that starts again does
+// not know what the last one left uncommitted), Files names every node
+// file and segment; after it, only the node files written since and the
+// segments not yet committed.
+type committedFiles struct {
+	// scanned: a commit naming every file of the round has been made (or
+	// found nothing to store).
+	scanned bool
+	// written are the node files (repository paths) written since the
+	// last commit, with the generation of their last write.
+	written map[string]uint64
+	gen     uint64
+	// segments are the sealed segments (repository paths) a commit holds.
+	segments map[string]bool
 }
 
 // byContent keeps, per round, one value decoded from plan.json and the
@@ -293,35 +314,103 @@ func (b *RoundBook) CurrentID() string {
 	return ids[0]
 }
 
-// Files returns the repository paths of a round's record files present,
-// and among them the sealed segments of its journal and audit log (files
-// written once, which a commit need not read again once the branch holds
-// them).
-func (b *RoundBook) Files(id string) (files, sealed []string, err error) {
+// RoundFiles is what a commit of a round's record names: Files, and
+// among them Sealed, the sealed segments of its journal and audit log
+// (files written once, which a commit need not read again once the branch
+// holds them).
+type RoundFiles struct {
+	Files, Sealed []string
+	// written are the node files named because this book wrote them, with
+	// the generation of their last write.
+	written map[string]uint64
+}
+
+// Files returns the repository paths of a round's record files a commit
+// must name. The first call since the book opened names every record file
+// present; once a commit of them is made (Committed), a call names the
+// round's few top-level files, the node files this book wrote since and
+// the segments sealed since, so a window's commit does not grow with the
+// fleet.
+func (b *RoundBook) Files(id string) (RoundFiles, error) {
 	path := func(f string) string { return filepath.ToSlash(filepath.Join("rounds", id, f)) }
+	var out RoundFiles
+	b.mu.Lock()
+	c := b.committed[id]
+	scanned := c != nil && c.scanned
+	var segsDone map[string]bool
+	if c != nil {
+		out.written = maps.Clone(c.written)
+		segsDone = c.segments // replaced by Committed, never changed: safe to read unlocked
+	}
+	b.mu.Unlock()
+
 	segs, err := round.SegmentFiles(b.dir(id))
 	if err != nil {
-		return nil, nil, err
+		return RoundFiles{}, err
 	}
 	for _, f := range segs {
-		sealed = append(sealed, path(f))
+		if p := path(f); !segsDone[p] {
+			out.Sealed = append(out.Sealed, p)
+		}
 	}
 	for _, f := range []string{round.JournalFile, round.StateFile, round.AuditFile, round.ReportFile, round.TimelineFile, "baseline.json",
 		fleetPlanFile, fleetPlanMD, planSignedFile, nodePlansFile} {
 		if _, err := os.Stat(filepath.Join(b.dir(id), f)); err == nil {
-			files = append(files, path(f))
+			out.Files = append(out.Files, path(f))
 		}
 	}
-	for _, folder := range []string{nodePlansDir, windowSignaturesDir} {
-		nodes, err := b.NodeFiles(id, folder)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, n := range nodes {
-			files = append(files, path(folder+"/"+n+".json"))
+	if scanned {
+		out.Files = append(out.Files, slices.Sorted(maps.Keys(out.written))...)
+	} else {
+		for _, folder := range []string{nodePlansDir, windowSignaturesDir} {
+			nodes, err := b.NodeFiles(id, folder)
+			if err != nil {
+				return RoundFiles{}, err
+			}
+			for _, n := range nodes {
+				out.Files = append(out.Files, path(folder+"/"+n+".json"))
+			}
 		}
 	}
-	return append(files, sealed...), sealed, nil
+	out.Files = append(out.Files, out.Sealed...)
+	return out, nil
+}
+
+// Committed tells the book that a commit of round id holds f (or found
+// nothing in it to store): the next Files names only what changed since.
+// A node file written again after Files named it stays to be named.
+func (b *RoundBook) Committed(id string, f RoundFiles) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.pending(id)
+	c.scanned = true
+	for p, gen := range f.written {
+		if c.written[p] == gen {
+			delete(c.written, p)
+		}
+	}
+	segs := maps.Clone(c.segments)
+	if segs == nil {
+		segs = map[string]bool{}
+	}
+	for _, p := range f.Sealed {
+		segs[p] = true
+	}
+	c.segments = segs
+}
+
+// pending returns round id's committedFiles, creating it. The caller holds
+// the book's lock.
+func (b *RoundBook) pending(id string) *committedFiles {
+	if b.committed == nil {
+		b.committed = map[string]*committedFiles{}
+	}
+	c := b.committed[id]
+	if c == nil {
+		c = &committedFiles{written: map[string]uint64{}}
+		b.committed[id] = c
+	}
+	return c
 }
 
 // nodeDir is rounds/<id>/<folder>, a folder of one file per node (the
@@ -342,7 +431,15 @@ func (b *RoundBook) WriteNodeFile(id, folder, node string, data []byte) error {
 	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
-	return round.WriteFile(b.Root, dir, node+".json", data)
+	if err := round.WriteFile(b.Root, dir, node+".json", data); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.pending(id)
+	c.gen++
+	c.written[filepath.ToSlash(filepath.Join("rounds", id, folder, node+".json"))] = c.gen
+	return nil
 }
 
 // ReadNodeFile reads rounds/<id>/<folder>/<node>.json (os.ErrNotExist
