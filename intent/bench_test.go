@@ -3,8 +3,8 @@ package intent
 import (
 	"fmt"
 	"os"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
