@@ -109,7 +109,10 @@ func (l *Lab) keptOnReset(k objectKey) bool {
 	return false
 }
 
-var namespacesResource = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+var (
+	namespacesResource = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	podsResource       = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+)
 
 // objects lists every object of the given resources.
 func (l *Lab) objects(ctx context.Context, resources []schema.GroupVersionResource) ([]clusterObject, error) {
@@ -217,6 +220,11 @@ func (l *Lab) Reset(ctx context.Context, opts Options) (err error) {
 // was up (admission webhooks first: theirs would refuse the rest once
 // their server is gone), at once (no grace period), clearing the
 // finalizers of what is held in deletion, and waits until none is left.
+// A pod already being deleted gracefully (by the garbage collector or the
+// namespace controller, a step ahead of the sweep) waits for kwok to
+// confirm it; once its node is deleted too nobody would (the controller
+// manager runs no pod GC: that would link the kubelet's packages), so it
+// is deleted again, at once.
 func (l *Lab) deleteSinceStart(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, resetWait)
 	defer cancel()
@@ -264,7 +272,7 @@ func (l *Lab) deleteSinceStart(ctx context.Context) error {
 			switch {
 			case o.deleting && o.finalizers:
 				_, err = ri.Patch(ctx, o.key.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
-			case !o.deleting:
+			case !o.deleting, o.key.Resource == podsResource:
 				err = ri.Delete(ctx, o.key.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, PropagationPolicy: &background})
 			}
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/mcp-patch/mcp-patch/lab/fleet"
 )
@@ -41,6 +42,29 @@ func TestResetStartsTheLabAnew(t *testing.T) {
 	}
 	if _, err := kc.CoreV1().ConfigMaps("left-behind").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	// A pod held in graceful deletion on a node the reset deletes as well:
+	// no kubelet (kwok manages neither) confirms it, and the controller
+	// manager runs no pod GC to force it.
+	if _, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "left-behind-node"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stuck := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: "left-behind"},
+		Spec: corev1.PodSpec{NodeName: "left-behind-node", Containers: []corev1.Container{{Name: "c", Image: "registry.example/c:1"}}}}
+	// Admission takes the pod once the namespace's default ServiceAccount is there.
+	var createErr error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, createErr = kc.CoreV1().Pods("left-behind").Create(ctx, stuck, metav1.CreateOptions{})
+		return createErr == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("create pod left-behind/stuck: %v (last: %v)", err, createErr)
+	}
+	if err := kc.CoreV1().Pods("left-behind").Delete(ctx, "stuck", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := kc.CoreV1().Pods("left-behind").Get(ctx, "stuck", metav1.GetOptions{}); err != nil || p.DeletionTimestamp == nil {
+		t.Fatalf("pod left-behind/stuck is not held in graceful deletion (get: %v)", err)
 	}
 	oldDir := l.Dir
 

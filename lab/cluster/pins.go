@@ -22,6 +22,7 @@ import (
 //go:generate cp ../controlplane/kube/go.mod pins/kube/go.mod.pin
 //go:generate cp ../controlplane/kube/go.sum pins/kube/go.sum.pin
 //go:generate cp ../controlplane/kube/main.go pins/kube/main.go.pin
+//go:generate cp ../controlplane/kube/controllermanager.go pins/kube/controllermanager.go.pin
 //go:generate cp ../controlplane/kube/kubectl/main.go pins/kube/kubectl/main.go.pin
 
 // pins holds pins/<module>/<file>.pin for each file of

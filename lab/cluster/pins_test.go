@@ -57,8 +57,8 @@ func TestPinsAreCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(want) != 7 {
-		t.Errorf("lab/controlplane has %d hashed files, want go.mod, go.sum and main.go of etcd and kube, and kube/kubectl/main.go", len(want))
+	if len(want) != 8 {
+		t.Errorf("lab/controlplane has %d hashed files, want go.mod, go.sum and main.go of etcd and kube, kube/controllermanager.go and kube/kubectl/main.go", len(want))
 	}
 	for name := range want {
 		if got[name] != want[name] {

@@ -1,6 +1,11 @@
 // Command kube-controlplane is the lab's kube-apiserver,
 // kube-controller-manager, kube-scheduler and kwok in one binary, built from
-// the modules this module pins. Linking one binary instead of four saves
+// the modules this module pins. kube-apiserver, kube-scheduler and kwok are
+// the upstream mains; kube-controller-manager is this module's own
+// (controllermanager.go): the upstream controllers the lab relies on, wired
+// from their constructors, so the ~210 packages only the upstream command
+// links (every other built-in controller, in-tree volume plugins, cadvisor,
+// kubelet code) are not compiled. Linking one binary instead of four saves
 // most of the link time and disk of a first build; the build script links
 // each name in bin/ to it, and the binary picks the program by the name it
 // was invoked under (or by its first argument: `kube-controlplane
@@ -21,7 +26,6 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics, as in the upstream mains
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric, as in the upstream mains
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
-	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kwokconfig "sigs.k8s.io/kwok/pkg/config"
 	kwokcmd "sigs.k8s.io/kwok/pkg/kwok/cmd"
@@ -31,10 +35,11 @@ import (
 	_ "time/tzdata" // CronJob time zones, as in the upstream mains
 )
 
-// programs maps each name the binary answers to onto its upstream main.
+// programs maps each name the binary answers to onto its main: upstream's,
+// or for kube-controller-manager the lab's trimmed one.
 var programs = map[string]func() int{
 	"kube-apiserver":          func() int { return cli.Run(apiserver.NewAPIServerCommand()) },
-	"kube-controller-manager": func() int { return cli.Run(controllermanager.NewControllerManagerCommand()) },
+	"kube-controller-manager": func() int { return cli.Run(newControllerManagerCommand()) },
 	"kube-scheduler":          func() int { return cli.Run(scheduler.NewSchedulerCommand()) },
 	"kwok":                    runKwok,
 }
