@@ -57,6 +57,13 @@ etcd_deb_sha256_etcd=c054131938a55a4a9826c1d566348d5695fe0e4d9ce655dfe936ab18a84
 etcd_deb_sha256_etcdctl=d40ab46650d11e94cec58d1f4c5dfbaed621e7893e9b086529b56e2d3c032d69
 
 say() { printf 'build-controlplane: %s\n' "$*" >&2; }
+# Builds run the compiler and linker with GOGC=400 (MCP_PATCH_BUILD_GOGC
+# overrides; 100 is Go's default): their garbage collector runs a quarter
+# as often, for about 13% less CPU on a cold build and some 30% more memory
+# per compile (a cold `go build ./intent`: 45-49 CPU-s instead of 51-58,
+# peak 380 MB instead of 290 MB). It changes nothing in what is built, nor
+# the build cache's keys.
+build_gogc=${MCP_PATCH_BUILD_GOGC:-400}
 
 main() {
 	cached_only=false prefetch=false with_kubectl=false
@@ -276,7 +283,7 @@ build_kubectl() {
 	tmp_bin=$dest/bin/.kubectl-$$
 	log=$dest/.kubectl-$$.log
 	rc=0
-	(cd "$src/kube/kubectl" && go build -v -ldflags="$ld_kube" -o "$tmp_bin" .) >"$log" 2>&1 || rc=$?
+	(cd "$src/kube/kubectl" && GOGC=$build_gogc go build -v -ldflags="$ld_kube" -o "$tmp_bin" .) >"$log" 2>&1 || rc=$?
 	if [ "$rc" -ne 0 ]; then
 		say "kubectl failed (exit $rc); the last lines of its build log:"
 		grep -v -e '^go: downloading' -e '^[a-zA-Z0-9._~/-]*$' "$log" | tail -n 40 >&2 || true
@@ -402,7 +409,7 @@ build_one() {
 	grep -c '^false$' "$work/$name.stale.list" >"$work/$name.cached" || true
 	rm -f "$work/$name.stale.list"
 	rc=0
-	(cd "$dir" && go build -v -ldflags="$ldflags" -o "$work/bin/$name" .) >>"$work/$name.log" 2>&1 || rc=$?
+	(cd "$dir" && GOGC=$build_gogc go build -v -ldflags="$ldflags" -o "$work/bin/$name" .) >>"$work/$name.log" 2>&1 || rc=$?
 	printf '%s\n' "$(($(date +%s) - t0))" >"$work/$name.seconds"
 	compiled "$name" >"$work/$name.count"
 	return "$rc"

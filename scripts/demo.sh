@@ -21,6 +21,13 @@
 # instead of compiling them a second time beside it.
 set -eu
 cd "$(dirname "$0")/.."
+# Builds run the compiler and linker with GOGC=400 (MCP_PATCH_BUILD_GOGC
+# overrides; 100 is Go's default): their garbage collector runs a quarter
+# as often, for about 13% less CPU on a cold build and some 30% more memory
+# per compile (a cold `go build ./intent`: 45-49 CPU-s instead of 51-58,
+# peak 380 MB instead of 290 MB). It changes nothing in what is built, nor
+# the build cache's keys.
+build_gogc=${MCP_PATCH_BUILD_GOGC:-400}
 t0=$(date +%s)
 mkdir -p bin
 say() { printf 'demo: %s\n' "$*" >&2; }
@@ -56,7 +63,7 @@ pkgs="./cmd/mcp-patch ./lab/cmd/lab-host"
 	rc=0
 	if ! $cached; then
 		# The quick preview first: its packages are a subset of mcp-patch's.
-		go build -o bin/mcp-patch-lab-preview ./lab/cmd/lab-preview >"$tmp/preview-build.log" 2>&1 || rc=$?
+		GOGC=$build_gogc go build -o bin/mcp-patch-lab-preview ./lab/cmd/lab-preview >"$tmp/preview-build.log" 2>&1 || rc=$?
 		echo "$rc" >"$tmp/preview.rc"
 		rc=0
 	fi
@@ -64,8 +71,8 @@ pkgs="./cmd/mcp-patch ./lab/cmd/lab-host"
 	todo=$(go list -deps -f '{{.Stale}}' $pkgs 2>>"$tmp/build.log" | grep -c '^true$') || true
 	echo "${todo:-0}" >"$tmp/build.todo"
 	date +%s >"$tmp/build.start"
-	go build -v -o bin/mcp-patch ./cmd/mcp-patch >>"$tmp/build.log" 2>&1 || rc=$?
-	[ "$rc" -ne 0 ] || go build -v -o bin/mcp-patch-lab-host ./lab/cmd/lab-host >>"$tmp/build.log" 2>&1 || rc=$?
+	GOGC=$build_gogc go build -v -o bin/mcp-patch ./cmd/mcp-patch >>"$tmp/build.log" 2>&1 || rc=$?
+	[ "$rc" -ne 0 ] || GOGC=$build_gogc go build -v -o bin/mcp-patch-lab-host ./lab/cmd/lab-host >>"$tmp/build.log" 2>&1 || rc=$?
 	echo "$rc" >"$tmp/build.rc"
 ) &
 build_pid=$!
