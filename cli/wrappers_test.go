@@ -13,7 +13,7 @@ import (
 // Every tool has an operator wrapper in scripts/ that calls the CLI twin,
 // and the wrappers work.
 func TestToolWrappers(t *testing.T) {
-	infra := map[string]bool{"setup": true, "test": true, "demo": true, "build-controlplane": true, "build-vm-image": true, "bench-fanout": true}
+	infra := map[string]bool{"setup": true, "test": true, "demo": true, "build-controlplane": true, "build-vm-image": true, "bench-fanout": true, "measure-first-run": true}
 	have := map[string]bool{}
 	files, _ := filepath.Glob("../scripts/*.sh")
 	for _, f := range files {
