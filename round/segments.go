@@ -35,11 +35,16 @@ func segmentName(file string, n int) string {
 // segmentCount is how many sealed segments of file dir holds: they must be
 // numbered 1..n without a gap, each a regular file.
 func segmentCount(dir, file string) (int, error) {
-	prefix := strings.TrimSuffix(file, ".jsonl") + "-"
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return 0, err
 	}
+	return countSegments(dir, file, entries)
+}
+
+// countSegments is segmentCount over entries, dir's listing.
+func countSegments(dir, file string, entries []os.DirEntry) (int, error) {
+	prefix := strings.TrimSuffix(file, ".jsonl") + "-"
 	var nums []int
 	for _, e := range entries {
 		name := e.Name()
@@ -75,9 +80,13 @@ func segmentCount(dir, file string) (int, error) {
 // SegmentFiles names the sealed segments of the round's journal and audit
 // log in dir, oldest first: the files a commit of the round adds once.
 func SegmentFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
 	for _, file := range []string{JournalFile, AuditFile} {
-		n, err := segmentCount(dir, file)
+		n, err := countSegments(dir, file, entries)
 		if err != nil {
 			return nil, err
 		}
