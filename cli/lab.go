@@ -53,6 +53,8 @@ running for Claude Code; "lab fault" injects a fault into a running lab.`,
 		cmd.Flags().IntVar(&shape.ControlPlanes, "control-planes", 3, "control-plane hosts")
 		cmd.Flags().IntVar(&shape.Canary, "canary", 1, "canary GPU servers")
 		cmd.Flags().IntVar(&shape.GPUServers, "gpu-servers", 4, "other GPU servers")
+		cmd.Flags().BoolVar(&shape.VMCanary, "vm-canary", false, "the canary GPU server is a real Debian VM under QEMU (real GRUB, kernels, reboots; README, \"real VM\")")
+		cmd.Flags().StringVar((*string)(&shape.VMFirmware), "vm-firmware", "uefi", "what the VM canary boots with: uefi or bios")
 	}
 	// options are the lab's options once the flags are parsed; the lab
 	// logs only warnings unless --log-level is given (the demo prints each
@@ -157,7 +159,7 @@ func labDemo(ctx context.Context, opts lab.Options, roundID string, stdio IO, lo
 	}
 	defer l.Close()
 	fmt.Fprintf(stdio.Stdout, "Lab up in %s: %d hosts over SSH, a real control plane, intent repo %s\n",
-		time.Since(start).Round(time.Second), len(l.Fleet.Hosts()), l.IntentRepo)
+		time.Since(start).Round(time.Second), l.Hosts(), l.IntentRepo)
 	fmt.Fprintf(stdio.Stdout, "Running round %s as an agent would: following each next step, approvals signed with the lab-only key.\n\n", roundID)
 	res, err := l.RunRound(ctx, roundID, stdio.Stdout, log)
 	fmt.Fprintln(stdio.Stdout)
@@ -222,7 +224,14 @@ func labUp(ctx context.Context, opts lab.Options, httpAddr string, stdio IO, log
 Sign approvals as the lab's person:   %s approve --key %s request.txt
 Inject a fault:                      %s lab fault NAME --node HOST   (names: %s)
 Stop it:                             Ctrl-C, or %s lab down
-`, len(l.Fleet.Hosts()), self, l.ConfigFile, h.URL, h.TokenFile, self, l.ApproverKey, self, strings.Join(lab.FaultNames(), ", "), self)
+`, l.Hosts(), self, l.ConfigFile, h.URL, h.TokenFile, self, l.ApproverKey, self, strings.Join(lab.FaultNames(), ", "), self)
+	if c := l.VMCanary; c != nil {
+		fmt.Fprintf(stdio.Stdout, `
+The canary %s is a real Debian VM (%s, kernels %s -> %s):
+  its shell:           %s
+  its serial console:  %s
+`, c.Name, strings.ToUpper(string(c.Firmware)), c.VM.Image.OldKernel, c.VM.Image.NewKernel, c.SSHCommand(), c.VM.SerialLog)
+	}
 	<-ctx.Done()
 	fmt.Fprintln(stdio.Stderr, "lab: stopping")
 	return ExitOK

@@ -36,6 +36,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube/rbac"
 	"github.com/mcp-patch/mcp-patch/lab/cluster"
 	"github.com/mcp-patch/mcp-patch/lab/fleet"
+	"github.com/mcp-patch/mcp-patch/lab/vm"
 	"github.com/mcp-patch/mcp-patch/lab/world"
 	"github.com/mcp-patch/mcp-patch/lab/world/fromfleet"
 	"github.com/mcp-patch/mcp-patch/policy"
@@ -78,6 +79,14 @@ type Options struct {
 	// to its ServiceAccount. Nil: the ones the project ships (kube/rbac.Rules,
 	// deploy/kubernetes/rbac.yaml).
 	RBACRules []rbac.Rule
+	// VMCanary makes the canary GPU server (gpu-canary-1) a real Debian VM
+	// under QEMU (lab/vm: real GRUB, kernels, systemd, apt, sshd) instead of
+	// an emulated host; its Node is a kwok Node as the others'. Canary must
+	// be 1. The image is built on first use (root, minutes).
+	VMCanary bool
+	// VMFirmware is what the VM canary boots with. "": UEFI, as GPU
+	// servers do.
+	VMFirmware vm.Firmware
 	// Logger gets the lab's events; Progress one line per stage.
 	Logger   *slog.Logger
 	Progress func(string)
@@ -125,6 +134,9 @@ func (o *Options) defaults() {
 	}
 	if o.RebootTimeout == 0 {
 		o.RebootTimeout = 2 * time.Minute
+		if o.VMCanary {
+			o.RebootTimeout = vmRebootTimeout
+		}
 	}
 	if o.GateSettle == 0 {
 		o.GateSettle = 90 * time.Second
@@ -166,6 +178,12 @@ type Lab struct {
 	// Alertmanager is the real Alertmanager the gate reads (nil without
 	// Options.Alertmanager).
 	Alertmanager *Alertmanager
+	// VMCanary is the canary GPU server when it is the real VM
+	// (Options.VMCanary); nil otherwise.
+	VMCanary *VMCanary
+	// Inventory is the SSH inventory the configuration names: the fleet's,
+	// and the VM canary's entry when there is one.
+	Inventory string
 
 	firing      string       // the alert alert-firing fires
 	maintenance [2]time.Time // the window window-closes declared: start, end
@@ -206,6 +224,14 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	opts.defaults()
 	if opts.Dir == "" {
 		return nil, errors.New("lab: Options.Dir is required")
+	}
+	switch opts.VMFirmware {
+	case "", vm.BIOS, vm.UEFI:
+	default:
+		return nil, fmt.Errorf("lab: the VM canary's firmware is %q or %q, not %q", vm.UEFI, vm.BIOS, opts.VMFirmware)
+	}
+	if opts.VMCanary && opts.Canary != 1 {
+		return nil, fmt.Errorf("lab: a VM canary is the one canary GPU server: Canary must be 1, not %d", opts.Canary)
 	}
 	if err := markDir(opts.Dir); err != nil {
 		return nil, err
@@ -274,10 +300,31 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	}
 	l.Dir, l.Clock = opts.Dir, &Clock{}
 	l.firing, l.maintenance = "", [2]time.Time{}
-	l.Fleet, l.World, l.Receiver, l.Alertmanager = nil, nil, nil, nil
+	l.Fleet, l.World, l.Receiver, l.Alertmanager, l.VMCanary = nil, nil, nil, nil, nil
+	if opts.VMCanary {
+		if opts.Canary != 1 {
+			return fmt.Errorf("lab: a VM canary is the one canary GPU server: Canary must be 1, not %d", opts.Canary)
+		}
+		say(fmt.Sprintf("VM canary: a real Debian 12 VM under QEMU (%s) as %s (first time: the image is built, minutes)", firmwareName(opts.VMFirmware), VMCanaryName))
+		if l.VMCanary, err = startVMCanary(ctx, opts); err != nil {
+			return err
+		}
+		l.closers = append(l.closers, l.VMCanary.Close)
+		// The fleet's hosts are emulated; the canary is the VM.
+		opts.Canary = 0
+	}
 
 	if err := l.startFleet(ctx, opts); err != nil {
 		return err
+	}
+	l.Inventory = l.Fleet.InventoryFile()
+	if l.VMCanary != nil {
+		say("VM canary: waiting for its sshd, then its name, operator key, sysctls, bond and played GPUs")
+		start := time.Now()
+		if err := l.provisionVMCanary(ctx); err != nil {
+			return err
+		}
+		say(fmt.Sprintf("VM canary: %s up on %s after %s", VMCanaryName, l.VMCanary.VM.Image.OldKernel, time.Since(start).Round(time.Second)))
 	}
 
 	say("workloads: nodes, CloudNativePG cluster, admission webhook, model serving, kube-vip lease")
@@ -294,6 +341,10 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 		}
 		hosts = append(hosts, world.Host{Name: h.Name, Role: role, Canary: h.Canary, Kernel: st.Kernel})
 		probes[h.Name] = fleetProbe(h)
+	}
+	if c := l.VMCanary; c != nil {
+		hosts = append(hosts, c.worldHost())
+		probes[c.Name] = c.watch.probe
 	}
 	l.World, err = world.Setup(ctx, world.Options{Cluster: l.Cluster, Hosts: hosts, Etcd: l.Etcd, Probes: probes,
 		RestartsOnReboot: true, Logger: opts.Logger})
@@ -379,37 +430,56 @@ func fleetProbe(h *fleet.Host) world.HostProbe {
 // /etc/sysctl.d, as the platform's provisioning would: they hold from the
 // next boot on, which is what verify_node checks after the trial boot.
 func (l *Lab) provisionSysctls() error {
-	b, err := fs.ReadFile(examples.Intent, "intent/os-layer/settings.yaml")
+	conf, err := platformSysctls()
 	if err != nil {
 		return err
-	}
-	st, err := intent.ParseSettings(b)
-	if err != nil {
-		return err
-	}
-	if st.Node == nil {
-		return nil
-	}
-	keys := make([]string, 0, len(st.Node.Sysctls))
-	for k := range st.Node.Sysctls {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var conf strings.Builder
-	conf.WriteString("# platform sysctls (os-layer intent)\n")
-	for _, k := range keys {
-		fmt.Fprintf(&conf, "%s = %s\n", k, st.Node.Sysctls[k])
 	}
 	for _, h := range l.Fleet.Hosts() {
 		p := h.Path("/etc/sysctl.d/90-platform.conf")
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(p, []byte(conf.String()), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(conf), 0o644); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// platformSysctls is /etc/sysctl.d/90-platform.conf: the os-layer intent's
+// sysctls.
+func platformSysctls() (string, error) {
+	b, err := fs.ReadFile(examples.Intent, "intent/os-layer/settings.yaml")
+	if err != nil {
+		return "", err
+	}
+	st, err := intent.ParseSettings(b)
+	if err != nil {
+		return "", err
+	}
+	var conf strings.Builder
+	conf.WriteString("# platform sysctls (os-layer intent)\n")
+	if st.Node == nil {
+		return conf.String(), nil
+	}
+	keys := make([]string, 0, len(st.Node.Sysctls))
+	for k := range st.Node.Sysctls {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&conf, "%s = %s\n", k, st.Node.Sysctls[k])
+	}
+	return conf.String(), nil
+}
+
+// Hosts is how many hosts the lab has: the fleet's and the VM canary.
+func (l *Lab) Hosts() int {
+	n := len(l.Fleet.Hosts())
+	if l.VMCanary != nil {
+		n++
+	}
+	return n
 }
 
 // Close stops everything the lab started, in reverse order.
@@ -537,11 +607,16 @@ func (l *Lab) writeConfig(opts Options) error {
 	c.Identity = "mcp-patch-lab"
 	c.SSH.KnownHosts = []string{l.Fleet.KnownHostsFile()}
 	c.SSH.KeyFiles = []string{l.Fleet.OperatorKeyFile()}
-	c.SSH.Inventory = l.Fleet.InventoryFile()
+	c.SSH.Inventory = l.Inventory
 	c.SSH.RebootTimeout = config.Duration(opts.RebootTimeout)
 	// The fault catalogue's dpkg lock holder is refused after this wait.
 	c.SSH.DpkgLockTimeout = config.Duration(10 * time.Second)
 	c.SSH.CommandTimeout = config.Duration(2 * time.Minute)
+	if l.VMCanary != nil {
+		c.SSH.KnownHosts = append(c.SSH.KnownHosts, l.VMCanary.VM.KnownHosts)
+		// A host step on one emulated CPU of a loaded machine.
+		c.SSH.CommandTimeout = config.Duration(10 * time.Minute)
+	}
 	c.Approvals.AllowedSigners = l.AllowedSigners
 	c.Approvals.AllowLabOnly = true
 	if l.Cluster == nil {
@@ -622,6 +697,9 @@ func (l *Lab) Inject(ctx context.Context, name, node, arg string) error {
 	}
 	if f, err := fleet.FaultByName(name, arg); err == nil {
 		h := l.Fleet.Host(node)
+		if h == nil && l.VMCanary != nil && node == l.VMCanary.Name {
+			return fmt.Errorf("fault %s: %s is the real VM, and the lab's host faults are played by the emulated hosts; on the VM, make it for real: %s", name, node, l.VMCanary.SSHCommand())
+		}
 		if h == nil {
 			return fmt.Errorf("fault %s: name a lab host (--node), not %q", name, node)
 		}
