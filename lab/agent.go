@@ -33,6 +33,10 @@ type Agent struct {
 	Say func(string)
 	// Poll is the pause before calling a step in progress again. Default 200ms.
 	Poll time.Duration
+	// PollNode is the pause for the steps of the nodes it names, where it
+	// differs from Poll (a real VM: each call runs a host step on its one
+	// emulated CPU, which the step in progress needs).
+	PollNode map[string]time.Duration
 	// MaxCalls bounds the whole run. Default 2000.
 	MaxCalls int
 }
@@ -228,7 +232,7 @@ func (a *Agent) Run(ctx context.Context, roundID string) (Outcome, error) {
 			select {
 			case <-ctx.Done():
 				return out, ctx.Err()
-			case <-time.After(a.Poll):
+			case <-time.After(a.pause(next.node)):
 			}
 		}
 		if r.Status == "refused" && r.Round == nil && repeats > 3 {
@@ -264,13 +268,23 @@ func (a *Agent) Follow(ctx context.Context, tool string, args map[string]any) (s
 		if r.Status != "in_progress" {
 			return r.Status, r.Reasons, nil
 		}
+		node, _ := args["node"].(string)
 		select {
 		case <-ctx.Done():
 			return "", nil, ctx.Err()
-		case <-time.After(a.Poll):
+		case <-time.After(a.pause(node)):
 		}
 	}
 	return "", nil, fmt.Errorf("%s stayed in progress", tool)
+}
+
+// pause is how long to wait before calling a step of node in progress
+// again.
+func (a *Agent) pause(node string) time.Duration {
+	if d, ok := a.PollNode[node]; ok {
+		return d
+	}
+	return a.Poll
 }
 
 func first(xs []string) string {

@@ -75,6 +75,10 @@ func (l *Lab) RunRound(ctx context.Context, roundID string, w io.Writer, log *sl
 			return nil
 		},
 	}
+	if l.VMCanary != nil {
+		// A status call on the VM runs a host step on its one emulated CPU.
+		agent.PollNode = map[string]time.Duration{l.VMCanary.Name: vmPoll}
+	}
 	drilled := false
 	agent.BeforeCall = func(ctx context.Context, tool, node string) error {
 		if tool != "trial_boot" || drilled || !strings.HasPrefix(node, "gpu-canary") {

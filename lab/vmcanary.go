@@ -25,6 +25,11 @@ const VMCanaryName = "gpu-canary-1"
 // loaded one (the real-VM tests allow 15 minutes).
 const vmRebootTimeout = 20 * time.Minute
 
+// vmPoll is the demo agent's pause before it calls a step of the VM canary
+// in progress again (200 ms for the emulated hosts): each call runs a host
+// step on the VM's one emulated CPU, which the install needs.
+const vmPoll = 3 * time.Second
+
 // VMCanary is the lab's canary GPU server when it is a real Debian VM:
 // real GRUB (BIOS or UEFI), real kernels, systemd, apt and sshd, with the
 // GPU surfaces a VM cannot have played from files (see provisionScript).

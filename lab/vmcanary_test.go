@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os/exec"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/lab/vm"
 )
 
@@ -69,8 +71,26 @@ func TestRealVMCanaryRound(t *testing.T) {
 	if got := sh("sysctl -n net.bridge.bridge-nf-call-iptables vm.max_map_count | tr '\\n' ' '"); got != "1 262144" {
 		t.Errorf("platform sysctls: %q", got)
 	}
-	if !strings.Contains(sh("efibootmgr"), "debian") {
-		t.Errorf("not booted from GRUB's UEFI entry")
+	// Booted by OVMF from the boot entry grub-install wrote (GRUB's
+	// x86_64-efi image on the ESP); grub.cfg and grubenv stay on the root
+	// filesystem, where that image looks for them, so grub-reboot and
+	// grub-editenv work as under BIOS.
+	efi := sh("test -d /sys/firmware/efi && efibootmgr && find /boot/efi -type f | sort && ls -l /boot/grub/grubenv")
+	t.Logf("UEFI boot entries, the ESP and grubenv:\n%s", efi)
+	if !strings.Contains(efi, "/boot/efi/EFI/debian/grubx64.efi") {
+		t.Errorf("no GRUB image on the ESP:\n%s", efi)
+	}
+	if cur := sh("efibootmgr | sed -n 's/^BootCurrent: //p'"); !strings.Contains(sh("efibootmgr | grep '^Boot"+cur+"'"), "debian") {
+		t.Errorf("BootCurrent %s is not GRUB's debian entry:\n%s", cur, efi)
+	}
+	ictx, icancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer icancel()
+	insp, err := steps.New(c.pool, nil).Inspect(ictx, VMCanaryName, steps.InspectInput{TargetKernel: img.NewKernel})
+	if err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	if insp.Kernel != img.OldKernel || !insp.Grub.EnvWritableAtBoot || !insp.Grub.HonoursNextEntry || insp.NvidiaDriverVersion != c.DriverVersion {
+		t.Fatalf("inspect under UEFI: kernel %s, grubenv writable %v, next_entry honoured %v, NVIDIA driver %q (want %s)", insp.Kernel, insp.Grub.EnvWritableAtBoot, insp.Grub.HonoursNextEntry, insp.NvidiaDriverVersion, c.DriverVersion)
 	}
 	panicsBefore := strings.Count(serial(t, c), "Kernel panic")
 
@@ -108,21 +128,36 @@ func TestRealVMCanaryRound(t *testing.T) {
 	if got := strings.Count(serial(t, c), "Kernel panic") - panicsBefore; got < 1 {
 		t.Errorf("the serial log shows %d kernel panics during the round; the fallback drill makes one", got)
 	}
-	// The canary's steps in the round's journal.
+	// The canary's window in the round's journal: every step done, the
+	// trial boot on the new kernel, and the fallback drill's lesson.
 	journal, err := exec.Command("git", "-C", l.IntentRepo, "show", res.Branch+":rounds/2026-12/journal.jsonl").Output()
 	if err != nil {
 		t.Fatalf("journal not committed: %v", err)
 	}
-	var canary []string
-	for _, line := range strings.Split(string(journal), "\n") {
-		if strings.Contains(line, `"node":"`+VMCanaryName+`"`) {
-			canary = append(canary, line)
+	done := map[string]string{}
+	drill := ""
+	for _, line := range strings.Split(strings.TrimSpace(string(journal)), "\n") {
+		var r struct{ Kind, Node, Step, Outcome, Detail, Kernel string }
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("journal line %q: %v", line, err)
+		}
+		if r.Kind == "step_finished" && r.Node == VMCanaryName && r.Outcome == "done" {
+			done[r.Step] = r.Kernel
+		}
+		if r.Kind == "lesson" && strings.HasPrefix(r.Detail, "fallback drill on "+VMCanaryName+" passed") {
+			drill = r.Detail
 		}
 	}
-	for _, want := range []string{`"fell_back"`, `"new_kernel"`} {
-		if !strings.Contains(strings.Join(canary, "\n"), want) {
-			t.Errorf("the journal's records of %s lack %s", VMCanaryName, want)
+	for _, step := range []string{"drain", "install", "trial_boot", "verify", "uncordon", "gpu_acceptance", "promote", "gate"} {
+		if _, ok := done[step]; !ok {
+			t.Errorf("the journal shows no %s done on %s", step, VMCanaryName)
 		}
+	}
+	if done["trial_boot"] != img.NewKernel {
+		t.Errorf("the trial boot's record names kernel %q, want %s", done["trial_boot"], img.NewKernel)
+	}
+	if !strings.Contains(drill, "back on "+img.OldKernel) {
+		t.Errorf("no lesson of a fallback drill back on %s: %q", img.OldKernel, drill)
 	}
 	// The promoted default holds across one more boot (GRUB, not only
 	// grubenv's word for it).
@@ -147,6 +182,18 @@ func TestRealVMCanaryRound(t *testing.T) {
 		t.Errorf("after one more reboot the canary runs %s, want the promoted %s", got, img.NewKernel)
 	}
 	t.Logf("boot after the round: %s", time.Since(rebootStart).Round(time.Second))
+
+	// The played driver follows the running kernel's modules: without the
+	// NVIDIA modules for it the driver does not load, and GPU acceptance's
+	// host check is red, as on a server whose new kernel lacks them.
+	sh("mv /lib/modules/$(uname -r)/kernel/" + vmNvidiaKo + " /root/nvidia-modules.away && systemctl restart lab-gpu.service nvidia-fabricmanager.service")
+	gctx, gcancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer gcancel()
+	gc, err := steps.New(c.pool, nil).GPUCheck(gctx, VMCanaryName, steps.GPUCheckInput{ExpectedGPUs: 8, FabricManager: "required"})
+	if gc.Passed || gc.DriverLoaded || gc.GPUCount != 0 || gc.FabricManagerState == "active" {
+		t.Errorf("GPU check without the running kernel's NVIDIA modules: %+v (%v)", gc, err)
+	}
+	t.Logf("GPU check without the NVIDIA modules: %v (%v)", gc.Problems, err)
 	t.Logf("whole test: %s (lab up %s)", time.Since(start).Round(time.Second), labUp.Round(time.Second))
 }
 

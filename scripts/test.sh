@@ -107,13 +107,14 @@ if [ "$rc" -ne 0 ] || [ "$covrc" -ne 0 ]; then
 	echo "test: go test FAILED (every package but round/window and tools: exit $rc; round/window and tools with coverage: exit $covrc)" >&2
 	exit 1
 fi
-# The real-VM phase (lab/vm TestRealVM and TestRealVMUEFI: the image booted
-# under QEMU TCG with SeaBIOS and with OVMF, side by side, each on its own
-# core): alone, so no other test package starves the boots. Each boot's and
-# phase's time is printed; a failure prints the log's tail (with the serial
-# log's). It runs by default (18 min on a quiet 2-core machine with the
-# image cached; README, "real VM"); MCP_PATCH_VM=0 skips it for a quick
-# local run, and the skip is printed.
+# The real-VM phase, alone, so no other test package starves the boots:
+# lab/vm's TestRealVM (the host steps on the image booted by SeaBIOS) beside
+# lab's TestRealVMCanaryRound (the demo round on a lab whose canary GPU
+# server is the image booted by OVMF: `mcp-patch lab up --vm-canary`), each
+# VM on its own core. Each boot's and phase's time is printed; a failure
+# prints the log's tail (with the serial log's). It runs by default (README,
+# "real VM"); MCP_PATCH_VM=0 skips it for a quick local run, and the skip is
+# printed.
 if [ "${MCP_PATCH_VM:-1}" = 0 ]; then
 	echo "test: real-VM phase SKIPPED (MCP_PATCH_VM=0): the trial boot, fallback and promote on real GRUB (BIOS and UEFI) did not run"
 else
@@ -127,11 +128,11 @@ else
 		rm -f "$vm_build_log"
 		phase_took "VM image (beside go test)" "$vm_build_start"
 	fi
-	echo "test: real-VM phase (BIOS and UEFI)"
+	echo "test: real-VM phase (BIOS: host steps; UEFI: the lab's round with the VM canary)"
 	start=$(date +%s)
 	vmlog=$(mktemp)
-	if go test -v -count=1 -timeout 50m -run '^TestRealVM' ./lab/vm >"$vmlog" 2>&1; then
-		grep -E '\.go:[0-9]+: (boot [0-9]+ \(|install.*: took|whole test|image .* ready after)|--- (PASS|FAIL)' "$vmlog" | sed 's/^[[:space:]]*/test:   /'
+	if go test -v -count=1 -timeout 50m -run '^TestRealVM' ./lab/vm ./lab >"$vmlog" 2>&1; then
+		grep -E '\.go:[0-9]+: (boot [0-9]+ \(|install.*: took|whole test|image .* ready after|lab with the VM canary up|round closed in|boot after the round)|--- (PASS|FAIL)' "$vmlog" | sed 's/^[[:space:]]*/test:   /'
 		rm -f "$vmlog"
 	else
 		tail -n 200 "$vmlog"

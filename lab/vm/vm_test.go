@@ -343,7 +343,7 @@ i=0; until grep -q 'continue' /run/lab-holder.log 2>/dev/null; do i=$((i+1)); [ 
 	}
 
 	t.Run("install detached by systemd-run survives a killed SSH session", func(t *testing.T) {
-		r.install(t, sim.Plan.Digest, true)
+		r.install(t, sim.Plan.Digest)
 		// The conffile changed in the package and locally: kept, no prompt.
 		conf := r.sh("cat /etc/lab-agent/agent.conf; ls /etc/lab-agent/")
 		if !strings.Contains(conf, "interval = 15") || !strings.Contains(conf, "agent.conf.dpkg-dist") {
@@ -424,61 +424,10 @@ i=0; until grep -q 'continue' /run/lab-holder.log 2>/dev/null; do i=$((i+1)); [ 
 	})
 }
 
-// TestRealVMUEFI boots the same image under OVMF (GRUB's x86_64-efi image
-// on the EFI system partition, from the boot entry efibootmgr wrote) and
-// runs the host steps whose outcome rests on the bootloader: the install
-// (the kernel's postinst runs update-grub), the fallback drill (a real
-// panic comes back on the old kernel), the trial boot (grub-reboot, the
-// one-shot entry consumed by GRUB at boot) and promote. One VM, four
-// boots; it runs beside TestRealVM.
-func TestRealVMUEFI(t *testing.T) {
-	t.Parallel()
-	testStart := time.Now()
-	r := newRig(t, vm.UEFI)
-	img := r.img
-	defer func() {
-		t.Logf("boots and phases:\n  %s", strings.Join(r.boots, "\n  "))
-		t.Logf("whole test (%s): %s", r.fw, time.Since(testStart).Round(time.Second))
-	}()
-
-	// Booted by UEFI, from GRUB's boot entry; grub.cfg and grubenv stay
-	// on the root filesystem, where the ESP's GRUB image looks for them.
-	efi := r.sh("test -d /sys/firmware/efi && efibootmgr && find /boot/efi -type f | sort && grub-editenv list >/dev/null && ls -l /boot/grub/grubenv")
-	t.Logf("UEFI boot entries, the ESP and grubenv:\n%s", efi)
-	if !strings.Contains(efi, "debian") || !strings.Contains(efi, "/boot/efi/EFI/debian/grubx64.efi") {
-		t.Fatalf("the VM did not boot from GRUB's UEFI boot entry:\n%s", efi)
-	}
-	if cur := r.sh("efibootmgr | sed -n 's/^BootCurrent: //p'"); !strings.Contains(r.sh("efibootmgr | grep '^Boot"+cur+"'"), "debian") {
-		t.Errorf("BootCurrent %s is not the debian entry:\n%s", cur, efi)
-	}
-	insp, err := r.steps.Inspect(r.ctx(5*time.Minute), node, steps.InspectInput{TargetKernel: img.NewKernel})
-	if err != nil {
-		t.Fatalf("inspect: %v", err)
-	}
-	if insp.Kernel != img.OldKernel || !insp.Grub.EnvWritableAtBoot || !insp.Grub.HonoursNextEntry {
-		t.Fatalf("inspect under UEFI: kernel %s, grubenv writable %v, next_entry honoured %v", insp.Kernel, insp.Grub.EnvWritableAtBoot, insp.Grub.HonoursNextEntry)
-	}
-	sim, err := r.steps.Simulate(r.ctx(5*time.Minute), node)
-	if err != nil || sim.Plan.TargetKernel != img.NewKernel || len(sim.Plan.Blockers) != 0 {
-		t.Fatalf("simulate: %+v %v", sim.Plan, err)
-	}
-	if _, err := r.steps.Download(r.ctx(10*time.Minute), node); err != nil {
-		t.Fatalf("download: %v", err)
-	}
-	t.Run("install", func(t *testing.T) { r.install(t, sim.Plan.Digest, false) })
-	if t.Failed() {
-		return
-	}
-	_, oldE, newE := r.entries()
-	t.Run("fallback drill: a real panic comes back on the old kernel", func(t *testing.T) { r.drill(t, oldE, newE) })
-	t.Run("trial boot into the new kernel once", func(t *testing.T) { r.trialBoot(t, oldE, newE) })
-	t.Run("promote: the second boot stays on the new kernel", func(t *testing.T) { r.promote(t) })
-}
-
-// install starts the install of the simulated plan and waits for it to
-// finish; with kill, every SSH session on the VM is killed right after the
-// start (the install runs detached under systemd-run and must not notice).
-func (r *rig) install(t *testing.T, digest string, kill bool) {
+// install starts the install of the simulated plan, kills every SSH
+// session on the VM right after the start (the install runs detached under
+// systemd-run and must not notice) and waits for it to finish.
+func (r *rig) install(t *testing.T, digest string) {
 	t.Helper()
 	installStart := time.Now()
 	st, err := r.steps.Install(r.ctx(5*time.Minute), node, steps.InstallStart, round, digest)
@@ -488,12 +437,10 @@ func (r *rig) install(t *testing.T, digest string, kill bool) {
 	if !strings.HasPrefix(st.Launcher, "systemd-run") {
 		t.Errorf("launcher %q, want systemd-run (systemd is PID 1)", st.Launcher)
 	}
-	if kill {
-		// Kill every SSH session process on the VM, this one included.
-		_, err = r.pool.RunScript(r.ctx(time.Minute), node, []byte("pkill -KILL -f '^sshd: root' || true; sleep 30"), nil)
-		if !errors.Is(err, host.ErrConnectionLost) {
-			t.Logf("the killed session ended with %v", err)
-		}
+	// Kill every SSH session process on the VM, this one included.
+	_, err = r.pool.RunScript(r.ctx(time.Minute), node, []byte("pkill -KILL -f '^sshd: root' || true; sleep 30"), nil)
+	if !errors.Is(err, host.ErrConnectionLost) {
+		t.Logf("the killed session ended with %v", err)
 	}
 	var last steps.InstallState
 	werr := r.vm.WaitFor(r.ctx(40*time.Minute), "the install to finish", func(ctx context.Context) error {
@@ -513,11 +460,7 @@ func (r *rig) install(t *testing.T, digest string, kill bool) {
 	if last.ExitCode == nil || *last.ExitCode != 0 {
 		t.Fatalf("install exit %v\n%s", last.ExitCode, last.LogTail)
 	}
-	what := "install"
-	if kill {
-		what += " (detached, across the killed session)"
-	}
-	r.phase(what, time.Since(installStart))
+	r.phase("install (detached, across the killed session)", time.Since(installStart))
 	// Where the install's time went: dpkg's own log, one line per package
 	// unpacked and configured, with the time.
 	t.Logf("dpkg log of the install:\n%s", r.sh("grep -E ' (unpack|configure|trigproc) ' /var/log/dpkg.log | tail -n 40"))
