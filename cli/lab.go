@@ -148,6 +148,10 @@ running for Claude Code; "lab fault" injects a fault into a running lab.`,
 
 func labDemo(ctx context.Context, opts lab.Options, roundID string, stdio IO, log *slog.Logger) int {
 	start := time.Now()
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
+		return ExitUsage
+	}
 	if err := lab.Fresh(opts.Dir); err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
 		return ExitNotOK
@@ -185,6 +189,10 @@ func indent(s string) string {
 }
 
 func labUp(ctx context.Context, opts lab.Options, httpAddr string, stdio IO, log *slog.Logger) int {
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
+		return ExitUsage
+	}
 	// A lab starts fresh: state left by an earlier one (etcd data, host
 	// roots) would not match the new certificates and keys.
 	if _, err := os.Stat(filepath.Join(opts.Dir, "lab.sock")); err == nil {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mcp-patch/mcp-patch/lab"
 )
 
 // lab up and lab demo --dir on a directory that is not a lab's refuse and
@@ -25,5 +27,37 @@ func TestLabDirNotALabIsRefused(t *testing.T) {
 				t.Errorf("the directory's file is gone or changed: %v %q", err, b)
 			}
 		})
+	}
+}
+
+// lab up and lab demo refuse a VM canary shape they cannot start before
+// they touch the lab directory.
+func TestLabVMCanaryShapeIsRefusedFirst(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--vm-canary", "--canary", "2"}, "the canary count must be 1, not 2"},
+		{[]string{"--vm-canary", "--vm-firmware", "coreboot"}, `not "coreboot"`},
+	} {
+		for _, sub := range []string{"up", "demo"} {
+			t.Run(sub+" "+strings.Join(tc.args, " "), func(t *testing.T) {
+				dir := t.TempDir()
+				keep := filepath.Join(dir, "lab-file")
+				if err := os.WriteFile(filepath.Join(dir, lab.MarkerFile), []byte("x"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(keep, []byte("keep me"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				code, _, errOut := run(t, "", nil, append([]string{"lab", sub, "--dir", dir}, tc.args...)...)
+				if code != ExitUsage || !strings.Contains(errOut, tc.want) {
+					t.Fatalf("exit %d, stderr %q; want %d and %q", code, errOut, ExitUsage, tc.want)
+				}
+				if b, err := os.ReadFile(keep); err != nil || string(b) != "keep me" {
+					t.Errorf("the lab directory was touched: %v %q", err, b)
+				}
+			})
+		}
 	}
 }

@@ -122,6 +122,20 @@ func FindHostBinary() (string, error) {
 	return "", nil
 }
 
+// Validate refuses a shape the lab cannot start, before anything starts
+// (Up calls it after filling in the defaults).
+func (o Options) Validate() error {
+	switch {
+	case o.ControlPlanes < 0 || o.Canary < 0 || o.GPUServers < 0:
+		return fmt.Errorf("lab: host counts cannot be negative (control planes %d, canary %d, GPU servers %d)", o.ControlPlanes, o.Canary, o.GPUServers)
+	case o.VMFirmware != "" && o.VMFirmware != vm.BIOS && o.VMFirmware != vm.UEFI:
+		return fmt.Errorf("lab: the VM canary boots with %q or %q, not %q", vm.UEFI, vm.BIOS, o.VMFirmware)
+	case o.VMCanary && o.Canary != 1:
+		return fmt.Errorf("lab: the VM canary is the lab's one canary GPU server: the canary count must be 1, not %d", o.Canary)
+	}
+	return nil
+}
+
 func (o *Options) defaults() {
 	if o.ControlPlanes == 0 && o.Canary == 0 && o.GPUServers == 0 {
 		o.ControlPlanes, o.Canary, o.GPUServers = 3, 1, 4
@@ -225,13 +239,8 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if opts.Dir == "" {
 		return nil, errors.New("lab: Options.Dir is required")
 	}
-	switch opts.VMFirmware {
-	case "", vm.BIOS, vm.UEFI:
-	default:
-		return nil, fmt.Errorf("lab: the VM canary's firmware is %q or %q, not %q", vm.UEFI, vm.BIOS, opts.VMFirmware)
-	}
-	if opts.VMCanary && opts.Canary != 1 {
-		return nil, fmt.Errorf("lab: a VM canary is the one canary GPU server: Canary must be 1, not %d", opts.Canary)
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	if err := markDir(opts.Dir); err != nil {
 		return nil, err
@@ -302,8 +311,8 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	l.firing, l.maintenance = "", [2]time.Time{}
 	l.Fleet, l.World, l.Receiver, l.Alertmanager, l.VMCanary = nil, nil, nil, nil, nil
 	if opts.VMCanary {
-		if opts.Canary != 1 {
-			return fmt.Errorf("lab: a VM canary is the one canary GPU server: Canary must be 1, not %d", opts.Canary)
+		if err := opts.Validate(); err != nil {
+			return err
 		}
 		say(fmt.Sprintf("VM canary: a real Debian 12 VM under QEMU (%s) as %s (first time: the image is built, minutes)", firmwareName(opts.VMFirmware), VMCanaryName))
 		if l.VMCanary, err = startVMCanary(ctx, opts); err != nil {
