@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -136,18 +137,33 @@ func TestRealVMCanaryRound(t *testing.T) {
 	}
 	done := map[string]string{}
 	drill := ""
+	var took []string // the canary's steps, each from its start to its end
+	started := map[string]time.Time{}
+	var lastEnd time.Time
 	for _, line := range strings.Split(strings.TrimSpace(string(journal)), "\n") {
-		var r struct{ Kind, Node, Step, Outcome, Detail, Kernel string }
+		var r struct {
+			Kind, Node, Step, Outcome, Detail, Kernel string
+			Time                                      time.Time
+		}
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("journal line %q: %v", line, err)
 		}
+		if r.Kind == "step_started" && r.Node == VMCanaryName {
+			started[r.Step] = r.Time
+		}
 		if r.Kind == "step_finished" && r.Node == VMCanaryName && r.Outcome == "done" {
 			done[r.Step] = r.Kernel
+			took = append(took, fmt.Sprintf("%s %s", r.Step, r.Time.Sub(started[r.Step]).Round(time.Second)))
+			lastEnd = r.Time
 		}
 		if r.Kind == "lesson" && strings.HasPrefix(r.Detail, "fallback drill on "+VMCanaryName+" passed") {
 			drill = r.Detail
+			// The drill's arm, reboot through a real panic and disarm, from
+			// the install's end.
+			took = append(took, fmt.Sprintf("fallback_drill %s", r.Time.Sub(lastEnd).Round(time.Second)))
 		}
 	}
+	t.Logf("canary steps: %s", strings.Join(took, ", "))
 	for _, step := range []string{"drain", "install", "trial_boot", "verify", "uncordon", "gpu_acceptance", "promote", "gate"} {
 		if _, ok := done[step]; !ok {
 			t.Errorf("the journal shows no %s done on %s", step, VMCanaryName)

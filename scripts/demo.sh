@@ -80,7 +80,14 @@ pkgs="./cmd/mcp-patch ./lab/cmd/lab-host"
 	echo "$rc" >"$tmp/build.rc"
 ) &
 build_pid=$!
-MCP_PATCH_SETUP_CONTROLPLANE=later scripts/setup.sh --demo
+# `scripts/demo.sh --vm-canary`: the canary is the lab's real VM, whose
+# tools and image (built once, as root: 6-15 minutes) setup.sh adds.
+vm_canary=""
+for arg in "$@"; do
+	[ "$arg" != --vm-canary ] || vm_canary=--vm-canary
+done
+# shellcheck disable=SC2086
+MCP_PATCH_SETUP_CONTROLPLANE=later scripts/setup.sh --demo $vm_canary
 t_quick=0
 if ! $cached; then
 	while [ ! -f "$tmp/preview.rc" ]; do

@@ -11,21 +11,26 @@
 #   MCP_PATCH_SETUP_CONTROLPLANE=later scripts/setup.sh --demo
 #                             the same without the control plane (demo.sh
 #                             builds it after mcp-patch)
+#   scripts/setup.sh --demo --vm-canary
+#                             the demo's, and the lab VM's tools and image
+#                             (scripts/demo.sh --vm-canary)
 #   MCP_PATCH_SETUP_VM=later scripts/setup.sh
 #                             everything but the lab VM image (scripts/test.sh
 #                             builds it beside go test, before its real-VM phase)
 set -eu
 cd "$(dirname "$0")/.."
 
-demo=false
-case ${1:-} in
---demo) demo=true ;;
-"") ;;
-*)
-	echo "usage: $0 [--demo]" >&2
-	exit 2
-	;;
-esac
+demo=false vm_canary=false
+for arg in "$@"; do
+	case $arg in
+	--demo) demo=true ;;
+	--vm-canary) vm_canary=true ;;
+	*)
+		echo "usage: $0 [--demo [--vm-canary]]" >&2
+		exit 2
+		;;
+	esac
+done
 
 # The control-plane build is by far the longest part and needs only Go, the
 # module proxy and a Debian mirror, so it starts first and runs beside the
@@ -57,13 +62,16 @@ t=$(date +%s)
 
 # qemu-system-x86 ... dpkg-dev: the lab VM (a real Debian host under QEMU) and its image build;
 # systemd: systemd-analyze verify/security for deploy/systemd's unit.
-pkgs="openssh-server openssh-client grub2-common shellcheck pssh ansible git sudo procps ca-certificates iproute2 qemu-system-x86 qemu-utils debootstrap grub-pc-bin fdisk e2fsprogs dpkg-dev util-linux systemd"
+vm_pkgs="qemu-system-x86 qemu-utils debootstrap grub-pc-bin fdisk e2fsprogs dpkg-dev util-linux"
+pkgs="openssh-server openssh-client grub2-common shellcheck pssh ansible git sudo procps ca-certificates iproute2 $vm_pkgs systemd"
 # The demo's lab hosts need the real grub-reboot/grub-editenv, flock, pkill,
 # ssh-keygen and git; the rest is for the tests (real sshd, shellcheck, the
 # fan-out peers, the lab VM).
 $demo && pkgs="openssh-client grub2-common git procps ca-certificates util-linux"
 # ovmf, dosfstools: the lab VM's UEFI boot and its EFI system partition.
 $demo || pkgs="$pkgs ovmf dosfstools"
+# The demo with the VM canary (scripts/demo.sh --vm-canary): the lab VM too.
+if $demo && $vm_canary; then pkgs="$pkgs $vm_pkgs ovmf dosfstools"; fi
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -111,9 +119,9 @@ fi
 
 # The lab VM image (debootstrap, two kernels, a first boot under QEMU):
 # mostly downloads and dpkg, so it runs beside the control-plane build.
-# Not for the demo, nor with MCP_PATCH_VM=0 (scripts/test.sh then skips its
-# real-VM phase).
-if ! $demo && [ "${MCP_PATCH_VM:-1}" != 0 ] && [ "${MCP_PATCH_SETUP_VM:-}" != later ] && [ -x scripts/build-vm-image.sh ]; then
+# Not for the demo (but with --vm-canary), nor with MCP_PATCH_VM=0
+# (scripts/test.sh then skips its real-VM phase).
+if { ! $demo || $vm_canary; } && [ "${MCP_PATCH_VM:-1}" != 0 ] && [ "${MCP_PATCH_SETUP_VM:-}" != later ] && [ -x scripts/build-vm-image.sh ]; then
 	echo "setup: lab VM image (built once, then cached)"
 	t=$(date +%s)
 	as_root=""

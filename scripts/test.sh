@@ -132,7 +132,7 @@ else
 	start=$(date +%s)
 	vmlog=$(mktemp)
 	if go test -v -count=1 -timeout 50m -run '^TestRealVM' ./lab/vm ./lab >"$vmlog" 2>&1; then
-		grep -E '\.go:[0-9]+: (boot [0-9]+ \(|install.*: took|whole test|image .* ready after|lab with the VM canary up|round closed in|boot after the round)|--- (PASS|FAIL)' "$vmlog" | sed 's/^[[:space:]]*/test:   /'
+		grep -E '\.go:[0-9]+: (boot [0-9]+ \(|install.*: took|whole test|image .* ready after|lab with the VM canary up|round closed in|canary steps|boot after the round)|--- (PASS|FAIL)' "$vmlog" | sed 's/^[[:space:]]*/test:   /'
 		rm -f "$vmlog"
 	else
 		tail -n 200 "$vmlog"
