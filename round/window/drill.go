@@ -58,6 +58,9 @@ func (w *Window) StartFallbackDrill(ctx context.Context, book DrillBook, p Fallb
 		return DrillOutcome{Drill: &drill}, errors.Join(&HostError{Node: p.Node, Action: "prepare the drill's trial boot", Err: err}, derr, endDrill(book, p.Node, false))
 	}
 	tb, err := w.Host.TrialBootReboot(ctx, p.Node, w.Round)
+	if RebootRefused(err) {
+		return DrillOutcome{Drill: &drill}, w.drillRebootRefused(ctx, book, p.Node, err)
+	}
 	if err != nil {
 		return DrillOutcome{Drill: &drill}, &Uncertain{Reasons: []string{"request the drill reboot: " + err.Error()},
 			Next: "Call fallback_drill again: it checks whether the node rebooted."}
@@ -81,7 +84,9 @@ func (w *Window) FollowFallbackDrill(ctx context.Context, book DrillBook, node s
 			if tb.NextEntry == "" || rec.Plan == nil || tb.NewEntry != rec.Plan.NewEntry {
 				return out, errors.Join(ErrNeedApproval, endDrill(book, node, false))
 			}
-			if _, err := w.Host.TrialBootReboot(ctx, node, w.Round); err != nil {
+			if _, err := w.Host.TrialBootReboot(ctx, node, w.Round); RebootRefused(err) {
+				return out, w.drillRebootRefused(ctx, book, node, err)
+			} else if err != nil {
 				return out, &HostError{Node: node, Action: "request the drill reboot", Err: err}
 			}
 		}
@@ -114,6 +119,18 @@ func (w *Window) FollowFallbackDrill(ctx context.Context, book DrillBook, node s
 	why := fmt.Sprintf("fallback drill on %s did not prove the fallback: outcome %s on kernel %s (drill fired: %v)", node, tb.Outcome, tb.Kernel, drill.Fired)
 	return out, errors.Join(endDrill(book, node, false), w.Rec.Lesson(why),
 		w.Rec.StopWith(round.StepTrialBoot, node, "Stop: tell a person; the canary's fallback is not proven.", why))
+}
+
+// drillRebootRefused ends a drill whose reboot the node refused: the
+// crash unit is disarmed, the drill recorded as not passed and the round
+// stopped at the trial boot for a person (RebootRefused).
+func (w *Window) drillRebootRefused(ctx context.Context, book DrillBook, node string, refusal error) error {
+	why := fmt.Sprintf("fallback drill on %s: the node refused the drill's reboot: %v", node, refusal)
+	var derr error
+	if _, err := w.Host.FallbackDrill(ctx, node, steps.DrillDisarm, "", ""); err != nil {
+		derr = &HostError{Node: node, Action: "disarm the fallback drill", Err: err}
+	}
+	return errors.Join(derr, endDrill(book, node, false), w.Rec.Lesson(why), w.Rec.StopWith(round.StepTrialBoot, node, refusedRebootNext, why))
 }
 
 func endDrill(book DrillBook, node string, passed bool) error {

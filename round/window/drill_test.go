@@ -3,10 +3,12 @@ package window_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
@@ -98,6 +100,27 @@ func TestFallbackDrillOnFakes(t *testing.T) {
 		_, err := r.w.FollowFallbackDrill(ctx, book, node, rec)
 		if err == nil || !strings.Contains(err.Error(), "did not come back within") || r.j.State().Stop == nil {
 			t.Fatalf("overdue drill: %v, stop %+v", err, r.j.State().Stop)
+		}
+	})
+
+	t.Run("the host refuses the drill's reboot: disarmed, not passed, the round stops", func(t *testing.T) {
+		r := newRig(t)
+		r.installed(t)
+		f := r.faulty()
+		f.rebootErr = fmt.Errorf("trial_boot on node %s: %w: the one-shot entry is gone", node, steps.ErrRefused)
+		r.w.Host = f
+		book := &memDrills{}
+		p := r.drillPlan(t)
+		_, err := r.w.StartFallbackDrill(ctx, book, p, grant(p, "a-drill"))
+		var st *window.Stopped
+		if !errors.As(err, &st) || !strings.Contains(err.Error(), "refused the drill's reboot") || book.passed || book.rec != nil {
+			t.Fatalf("refused drill reboot: %v, book %+v", err, book)
+		}
+		if s := r.j.State().Stop; s == nil || s.Step != round.StepTrialBoot {
+			t.Fatalf("the round did not stop at the trial boot: %+v", s)
+		}
+		if r.host.Count("drill-disarm") != 1 || r.host.Count("reboot") != 0 {
+			t.Fatalf("disarmed %d times, rebooted %d times", r.host.Count("drill-disarm"), r.host.Count("reboot"))
 		}
 	})
 

@@ -237,6 +237,27 @@ func TestTrialBootFaults(t *testing.T) {
 			t.Fatalf("re-entry after the crash: %+v %v (reboots %d)", o, err, r.host.Count("reboot"))
 		}
 	})
+	refusal := fmt.Errorf("trial_boot on node %s: %w: /etc/default/grub.d/99-trial-boot.cfg no longer sets GRUB_DEFAULT=\"%s\"; run ACTION=prepare again", node, steps.ErrRefused, "gnulinux-advanced-x>gnulinux-old")
+	t.Run("reboot refused by the host: the round stops, no retry", func(t *testing.T) {
+		r, f, tp := prepared(t)
+		f.rebootErr = refusal
+		_, err := r.w.StartTrialBoot(ctx, tp, grant(tp, "a-trial"), nop)
+		r.stopped(t, err, round.StepTrialBoot, "refused the trial reboot")
+		if !strings.Contains(err.Error(), "no longer sets GRUB_DEFAULT") || r.host.Count("reboot") != 0 {
+			t.Fatalf("refused reboot: %v (reboots %d)", err, r.host.Count("reboot"))
+		}
+	})
+	t.Run("reboot request lost, then refused on re-entry: the round stops", func(t *testing.T) {
+		r, f, tp := prepared(t)
+		f.rebootErr = errors.New("ssh: session closed")
+		if _, err := r.w.StartTrialBoot(ctx, tp, grant(tp, "a-trial"), nop); err == nil {
+			t.Fatal("a lost reboot request answered no error")
+		}
+		r.inFlight(t, round.StepTrialBoot)
+		f.rebootErr = refusal
+		_, err := r.w.FollowTrialBoot(ctx, node)
+		r.stopped(t, err, round.StepTrialBoot, "refused the trial reboot")
+	})
 	t.Run("no watchdog is said", func(t *testing.T) {
 		r, _, tp := prepared(t)
 		w := &noWatchdog{r.host}

@@ -129,6 +129,18 @@ func (w *Window) FollowInstall(ctx context.Context, node string) (InstallOutcome
 
 // ---- trial boot ----
 
+// RebootRefused reports whether a reboot request's error is the host
+// step's refusal: the host checked its prepared trial boot, found it not
+// as prepared (the GRUB drop-in no longer names the old entry, the
+// one-shot entry is gone ...) and rebooted nothing. Asking again cannot
+// change that, so the step stops for a person instead of retrying; any
+// other error (a lost connection) leaves the step in flight to observe.
+func RebootRefused(err error) bool { return errors.Is(err, steps.ErrRefused) }
+
+// refusedRebootNext is the next action when a node refused its trial (or
+// drill) reboot.
+const refusedRebootNext = "Stop and tell a person: the node refused to reboot and was not rebooted; the reason names what it found. A one-shot entry may still be queued (grub-editenv list): clear it (grub-editenv - unset next_entry) before anything reboots the node, then sign resume or abort."
+
 // TrialBootOutcome is where a trial boot stands.
 type TrialBootOutcome struct {
 	Outcome
@@ -155,6 +167,9 @@ func (w *Window) StartTrialBoot(ctx context.Context, p TrialBootPlan, a Approval
 	}
 	progress(1, 3, "prepared: next_entry="+tb.NextEntry)
 	rb, err := w.Host.TrialBootReboot(ctx, p.Node, w.Round)
+	if RebootRefused(err) {
+		return TrialBootOutcome{TrialBoot: &tb}, w.Rec.FailWith(round.StepTrialBoot, p.Node, refusedRebootNext, "the node refused the trial reboot: "+err.Error())
+	}
 	if err != nil {
 		return TrialBootOutcome{TrialBoot: &tb}, &Uncertain{Reasons: []string{"request the reboot of " + p.Node + ": " + err.Error()},
 			Next: "Call trial_boot again: it checks whether the node rebooted before doing anything."}
@@ -219,6 +234,9 @@ func (w *Window) FollowTrialBoot(ctx context.Context, node string) (TrialBootOut
 					fmt.Sprintf("%s is prepared to boot %s with default %s, the approval was for %s with default %s", node, tb.NewEntry, tb.OldEntry, p.NewEntry, p.OldEntry))
 			}
 			rb, err := w.Host.TrialBootReboot(ctx, node, w.Round)
+			if RebootRefused(err) {
+				return out, w.Rec.FailWith(round.StepTrialBoot, node, refusedRebootNext, "the node refused the trial reboot: "+err.Error())
+			}
 			if err != nil {
 				return out, &HostError{Node: node, Action: "request the trial reboot", Err: err}
 			}
