@@ -1,5 +1,6 @@
 // Package lab is the embedded lab: a fleet of emulated Ubuntu GPU servers
-// reached over real SSH (lab/fleet), a real control plane on loopback
+// reached over real SSH (lab/fleet; with Options.VMCanary the canary is a
+// real Debian VM, lab/vm), a real control plane on loopback
 // (lab/cluster) with a 3-member etcd, the platform's workloads on it
 // (lab/world), an intent repository copied from examples/intent, and a
 // lab-only approval key. The unchanged production code drives it through
