@@ -327,7 +327,6 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	if err := l.startFleet(ctx, opts); err != nil {
 		return err
 	}
-	l.Inventory = l.Fleet.InventoryFile()
 	if l.VMCanary != nil {
 		say("VM canary: waiting for its sshd, then its name, operator key, sysctls, bond and played GPUs")
 		start := time.Now()
@@ -415,6 +414,7 @@ func (l *Lab) startFleet(ctx context.Context, opts Options) (err error) {
 		return fmt.Errorf("lab: fleet: %w", err)
 	}
 	l.closers = append(l.closers, l.Fleet.Close)
+	l.Inventory = l.Fleet.InventoryFile()
 	if err := l.provisionSysctls(); err != nil {
 		return fmt.Errorf("lab: sysctls: %w", err)
 	}
