@@ -360,6 +360,15 @@ func control(dir, req string) (string, error) {
 	return strings.TrimSpace(line), err
 }
 
+// controlError is what a failed control request says: the connection's
+// error, else the running lab's answer (sent as "error: ...").
+func controlError(resp string, err error) string {
+	if err != nil {
+		return strings.TrimSpace(err.Error() + " " + resp)
+	}
+	return strings.TrimPrefix(resp, "error: ")
+}
+
 func labFault(name, dir, node, arg string, clear bool, stdio IO) int {
 	verb := "inject"
 	if clear {
@@ -367,7 +376,7 @@ func labFault(name, dir, node, arg string, clear bool, stdio IO) int {
 	}
 	resp, err := control(dir, strings.Join([]string{verb, name, node, arg}, "\t"))
 	if err != nil || resp != "ok" {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch lab fault:", err, resp)
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab fault:", controlError(resp, err))
 		return ExitNotOK
 	}
 	fmt.Fprintf(stdio.Stdout, "%s %s: ok\n", verb, name)
@@ -377,7 +386,7 @@ func labFault(name, dir, node, arg string, clear bool, stdio IO) int {
 func labDown(dir string, stdio IO) int {
 	resp, err := control(dir, "down")
 	if err != nil || resp != "ok" {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch lab down:", err, resp)
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab down:", controlError(resp, err))
 		return ExitNotOK
 	}
 	fmt.Fprintln(stdio.Stdout, "lab stopping")

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +59,22 @@ func TestLabVMCanaryShapeIsRefusedFirst(t *testing.T) {
 					t.Errorf("the lab directory was touched: %v %q", err, b)
 				}
 			})
+		}
+	}
+}
+
+func TestControlError(t *testing.T) {
+	for _, tc := range []struct {
+		resp string
+		err  error
+		want string
+	}{
+		{"error: fault kernel-panic: name a lab host (--node), not \"x\"", nil, "fault kernel-panic: name a lab host (--node), not \"x\""},
+		{"", errors.New("no running lab in /tmp/l"), "no running lab in /tmp/l"},
+		{"partial", errors.New("read: connection reset"), "read: connection reset partial"},
+	} {
+		if got := controlError(tc.resp, tc.err); got != tc.want {
+			t.Errorf("controlError(%q, %v) = %q, want %q", tc.resp, tc.err, got, tc.want)
 		}
 	}
 }

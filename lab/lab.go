@@ -405,8 +405,13 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 // startFleet starts the lab's hosts behind real SSH and provisions their
 // sysctls.
 func (l *Lab) startFleet(ctx context.Context, opts Options) (err error) {
-	opts.Progress(fmt.Sprintf("hosts: %d control-plane, %d canary, %d GPU servers behind real SSH on 127.0.0.1",
-		opts.ControlPlanes, opts.Canary, opts.GPUServers))
+	if l.VMCanary != nil {
+		opts.Progress(fmt.Sprintf("hosts: %d control-plane and %d GPU servers behind real SSH on 127.0.0.1 (the canary is the VM)",
+			opts.ControlPlanes, opts.GPUServers))
+	} else {
+		opts.Progress(fmt.Sprintf("hosts: %d control-plane, %d canary, %d GPU servers behind real SSH on 127.0.0.1",
+			opts.ControlPlanes, opts.Canary, opts.GPUServers))
+	}
 	l.Fleet, err = fleet.New(ctx, fleet.Options{Dir: filepath.Join(opts.Dir, "fleet"), ControlPlanes: opts.ControlPlanes,
 		Canary: opts.Canary, GPUServers: opts.GPUServers, RebootDowntime: opts.RebootDowntime, InstallStep: opts.InstallStep,
 		TimerScale: 0.1, Logger: opts.Logger, ToolBinary: opts.HostBinary})
