@@ -153,6 +153,9 @@ func (o *Options) defaults() {
 			o.RebootTimeout = vmRebootTimeout
 		}
 	}
+	if o.VMCanary && o.VMFirmware == "" {
+		o.VMFirmware = vm.UEFI
+	}
 	if o.GateSettle == 0 {
 		o.GateSettle = 90 * time.Second
 	}
@@ -312,10 +315,7 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	l.firing, l.maintenance = "", [2]time.Time{}
 	l.Fleet, l.World, l.Receiver, l.Alertmanager, l.VMCanary = nil, nil, nil, nil, nil
 	if opts.VMCanary {
-		if err := opts.Validate(); err != nil {
-			return err
-		}
-		say(fmt.Sprintf("VM canary: a real Debian 12 VM under QEMU (%s) as %s (first time: the image is built, minutes)", firmwareName(opts.VMFirmware), VMCanaryName))
+		say(fmt.Sprintf("VM canary: a real Debian 12 VM under QEMU (%s) as %s (first time: the image is built, minutes)", strings.ToUpper(string(opts.VMFirmware)), VMCanaryName))
 		if l.VMCanary, err = startVMCanary(ctx, opts); err != nil {
 			return err
 		}

@@ -197,6 +197,9 @@ func (l *Lab) Reset(ctx context.Context, opts Options) (err error) {
 	if opts.Dir == "" {
 		return errors.New("lab: Options.Dir is required")
 	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
 	if err := markDir(opts.Dir); err != nil {
 		return err
 	}

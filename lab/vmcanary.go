@@ -62,15 +62,11 @@ func startVMCanary(ctx context.Context, opts Options) (*VMCanary, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("lab: VM canary: %w", err)
 	}
-	fw := opts.VMFirmware
-	if fw == "" {
-		fw = vm.UEFI
-	}
-	v, err := vm.Boot(ctx, img, vm.Options{Dir: dir, Name: VMCanaryName, Firmware: fw, Logger: opts.Logger})
+	v, err := vm.Boot(ctx, img, vm.Options{Dir: dir, Name: VMCanaryName, Firmware: opts.VMFirmware, Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("lab: VM canary: %w", err)
 	}
-	return &VMCanary{Name: VMCanaryName, VM: v, Firmware: fw}, nil
+	return &VMCanary{Name: VMCanaryName, VM: v, Firmware: opts.VMFirmware}, nil
 }
 
 // Close stops the probe, the SSH connections and QEMU.
@@ -381,13 +377,6 @@ func (l *Lab) provisionVMCanary(ctx context.Context) error {
 		return fmt.Errorf("lab: VM canary: %w", err)
 	}
 	return nil
-}
-
-func firmwareName(fw vm.Firmware) string {
-	if fw == "" {
-		fw = vm.UEFI
-	}
-	return strings.ToUpper(string(fw))
 }
 
 // SSHCommand is how a person reaches the VM canary as root.

@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/mcp-patch/mcp-patch/host/parse"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/lab/vm"
 )
@@ -112,8 +113,12 @@ func TestRealVMCanaryRound(t *testing.T) {
 	if got := sh("uname -r"); got != img.NewKernel {
 		t.Errorf("the VM canary runs %s after the round, want %s", got, img.NewKernel)
 	}
-	if env := sh("grub-editenv list"); strings.Contains(env, "next_entry=") && !strings.Contains(env, "next_entry=\n") && !strings.HasSuffix(env, "next_entry=") {
-		t.Errorf("a one-shot entry is still queued after promote: %s", env)
+	env, err := parse.ParseGrubEnv([]byte(sh("cat /boot/grub/grubenv")))
+	if err != nil {
+		t.Fatalf("grubenv: %v", err)
+	}
+	if ne := env.Get("next_entry"); ne != "" {
+		t.Errorf("a one-shot entry is still queued after promote: next_entry=%s", ne)
 	}
 	n, err := l.Cluster.Client().CoreV1().Nodes().Get(ctx, VMCanaryName, metav1.GetOptions{})
 	if err != nil {
