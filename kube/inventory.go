@@ -185,12 +185,18 @@ func classifyNode(n *corev1.Node, overrides map[string]string, machineLabel stri
 	case "vm", "virtual", "virtual-machine":
 		out.Machine = MachineVM
 	}
+	out.Ready = NodeReady(n)
+	return out
+}
+
+// NodeReady reports whether the node's kubelet posts Ready=True.
+func NodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			out.Ready = c.Status == corev1.ConditionTrue
+			return c.Status == corev1.ConditionTrue
 		}
 	}
-	return out
+	return false
 }
 
 // ListNodes lists every node, 500 per page.

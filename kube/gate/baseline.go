@@ -199,13 +199,7 @@ func CompareBaseline(ctx context.Context, kc kubernetes.Interface, base Baseline
 func notReadyNodes(nodes []corev1.Node) []string {
 	var out []string
 	for i := range nodes {
-		ready := false
-		for _, c := range nodes[i].Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				ready = true
-			}
-		}
-		if !ready {
+		if !kube.NodeReady(&nodes[i]) {
 			out = append(out, nodes[i].Name)
 		}
 	}

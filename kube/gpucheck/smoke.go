@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -126,12 +127,15 @@ func SmokePod(ctx context.Context, kc kubernetes.Interface, node string, opts Sm
 	if err != nil {
 		return res, fmt.Errorf("GPU smoke pod on node %s: get node: %w", node, err)
 	}
-	// Right after an uncordon the node still carries the unschedulable
-	// taint until the node lifecycle controller removes it; a smoke pod
-	// created then is refused by the scheduler. Wait for the taint to go
-	// (bounded by the smoke timeout) on a node that is not cordoned.
-	if n, err = waitForUncordonTaint(ctx, kc, n, timeout, poll); err != nil {
+	// Right after its reboot and uncordon the node may not be Ready yet, or
+	// still carry the taints the node lifecycle controller removes once it
+	// is; a smoke pod created then is refused by the scheduler. Wait for
+	// them to clear, bounded by the smoke timeout.
+	if n, err = waitSettled(ctx, kc, n, timeout, poll); err != nil {
 		return res, fmt.Errorf("GPU smoke pod on node %s: %w", node, err)
+	}
+	if why := unsettled(n); len(why) > 0 {
+		return done(StatusFailed, fmt.Sprintf("node not ready for the smoke pod after %v: %s", timeout, strings.Join(why, "; ")))
 	}
 	if q, ok := n.Status.Allocatable[kube.ResourceGPU]; ok {
 		res.Allocatable = q.Value()
@@ -177,6 +181,7 @@ func SmokePod(ctx context.Context, kc kubernetes.Interface, node string, opts Sm
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	lastPhase := ""
+	staleSeen := false
 	var last *corev1.Pod
 	for {
 		p, err := kc.CoreV1().Pods(ns).Get(wctx, created.Name, metav1.GetOptions{})
@@ -190,7 +195,20 @@ func SmokePod(ctx context.Context, kc kubernetes.Interface, node string, opts Sm
 				log.Info("smoke pod phase", "pod", res.Pod, "phase", res.Phase)
 				lastPhase = res.Phase
 			}
-			if status, msg, final := judgeSmoke(p, opts.RequireCompletion); final {
+			status, msg, final := judgeSmoke(p, opts.RequireCompletion)
+			if final && status == StatusFailed {
+				// The scheduler may have judged the pod on a reading of the
+				// node from before its taints cleared; it tries again once
+				// it sees the node's update. Wait while the node, read now,
+				// gives it no reason to refuse (bounded by the timeout).
+				if cur, gerr := kc.CoreV1().Nodes().Get(wctx, node, metav1.GetOptions{}); gerr == nil && staleRefusal(p, cur) {
+					if !staleSeen {
+						log.Info("scheduler refused on an older reading of the node; waiting for its retry", "pod", res.Pod)
+					}
+					staleSeen, final = true, false
+				}
+			}
+			if final {
 				if status != StatusOK {
 					res.Events = podEvents(ctx, kc, p)
 				}
@@ -206,7 +224,7 @@ func SmokePod(ctx context.Context, kc kubernetes.Interface, node string, opts Sm
 			if ctx.Err() != nil {
 				why = "cancelled"
 			}
-			return done(StatusFailed, fmt.Sprintf("%s after %v in phase %s%s", why, timeout, res.Phase, waitingReasons(last)))
+			return done(StatusFailed, fmt.Sprintf("%s after %v in phase %s%s", why, timeout, res.Phase, waitingReasons(last)+schedulingReason(last)))
 		case <-t.C:
 		}
 	}
@@ -260,27 +278,36 @@ func smokePodSpec(n *corev1.Node, ns string, gpus int64, opts SmokeOptions, time
 	}
 }
 
-// lingeringUncordonTaint reports whether n is uncordoned but still carries
-// the unschedulable taint the node lifecycle controller has yet to remove.
-func lingeringUncordonTaint(n *corev1.Node) bool {
+// unsettled lists what the cluster has yet to clear on a node that has
+// just come back from its window and that it clears by itself: the kubelet
+// not yet posting Ready after the reboot, the node lifecycle controller's
+// not-ready and unreachable taints that come with it, and the unschedulable
+// taint the controller leaves a moment after an uncordon. A smoke pod made
+// before they clear is refused by the scheduler though nothing is wrong.
+// A cordoned node is settled: the scheduler's refusal is the answer there.
+func unsettled(n *corev1.Node) []string {
 	if n.Spec.Unschedulable {
-		return false
+		return nil
+	}
+	var why []string
+	if !kube.NodeReady(n) {
+		why = append(why, "the kubelet does not post Ready")
 	}
 	for _, t := range n.Spec.Taints {
-		if t.Key == corev1.TaintNodeUnschedulable {
-			return true
+		switch t.Key {
+		case corev1.TaintNodeUnschedulable, corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable:
+			why = append(why, "taint "+t.ToString())
 		}
 	}
-	return false
+	return why
 }
 
-// waitForUncordonTaint returns the node once lingeringUncordonTaint is false,
-// or the last reading when timeout passes (the smoke pod then reports why it
-// cannot schedule).
-func waitForUncordonTaint(ctx context.Context, kc kubernetes.Interface, n *corev1.Node, timeout, poll time.Duration) (*corev1.Node, error) {
+// waitSettled rereads the node until unsettled is empty or timeout passes,
+// and returns the last reading.
+func waitSettled(ctx context.Context, kc kubernetes.Interface, n *corev1.Node, timeout, poll time.Duration) (*corev1.Node, error) {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	for lingeringUncordonTaint(n) {
+	for len(unsettled(n)) > 0 {
 		select {
 		case <-wctx.Done():
 			if ctx.Err() != nil {
@@ -296,6 +323,45 @@ func waitForUncordonTaint(ctx context.Context, kc kubernetes.Interface, n *corev
 		n = next
 	}
 	return n, nil
+}
+
+// blockingTaints lists the node's NoSchedule and NoExecute taints that
+// tolerations do not tolerate.
+func blockingTaints(n *corev1.Node, tolerations []corev1.Toleration) []string {
+	var out []string
+	for i := range n.Spec.Taints {
+		t := &n.Spec.Taints[i]
+		if t.Effect == corev1.TaintEffectPreferNoSchedule {
+			continue
+		}
+		tolerated := false
+		for j := range tolerations {
+			if tolerations[j].ToleratesTaint(logr.Discard(), t, false) {
+				tolerated = true
+				break
+			}
+		}
+		if !tolerated {
+			out = append(out, t.ToString())
+		}
+	}
+	return out
+}
+
+// staleRefusal reports whether the scheduler's "untolerated taint" refusal
+// of p was made on an older reading of node n than the one just read: n is
+// settled and carries no taint p does not tolerate. The scheduler tries the
+// pod again on the node's update, so the refusal is not the answer.
+func staleRefusal(p *corev1.Pod, n *corev1.Node) bool {
+	if n.Spec.Unschedulable || len(unsettled(n)) > 0 || len(blockingTaints(n, p.Spec.Tolerations)) > 0 {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return strings.Contains(c.Message, "untolerated taint")
+		}
+	}
+	return false
 }
 
 // judgeSmoke decides from one reading of the pod; final is false while it
@@ -338,6 +404,19 @@ func terminationDetail(p *corev1.Pod) string {
 		return "no reason given"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// schedulingReason is the scheduler's last refusal of p, if any.
+func schedulingReason(p *corev1.Pod) string {
+	if p == nil {
+		return ""
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+			return " (scheduler: " + c.Message + ")"
+		}
+	}
+	return ""
 }
 
 func waitingReasons(p *corev1.Pod) string {
