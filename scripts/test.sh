@@ -123,6 +123,7 @@ else
 		if ! wait "$vm_build_pid"; then
 			tail -n 100 "$vm_build_log"
 			echo "test: lab VM image build FAILED (whole log: $vm_build_log)" >&2
+			phase_took "VM image (FAILED)" "$vm_build_start"
 			exit 1
 		fi
 		rm -f "$vm_build_log"
@@ -137,6 +138,7 @@ else
 	else
 		tail -n 200 "$vmlog"
 		echo "test: real-VM phase FAILED (whole log: $vmlog)" >&2
+		phase_took "real-VM (FAILED)" "$start"
 		exit 1
 	fi
 	echo "test: real-VM phase took $(($(date +%s) - start))s (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
