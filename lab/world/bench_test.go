@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 
@@ -54,7 +55,7 @@ func BenchmarkSetup(b *testing.B) {
 		}
 		waitBench(b, func() bool {
 			n, err := c.Client().CoreV1().Nodes().Get(ctx, "gpu-1", metav1.GetOptions{})
-			return err == nil && !nodeReady(n)
+			return err == nil && !kube.NodeReady(n)
 		})
 		notReady += time.Since(start)
 		if err := w.Close(); err != nil {

@@ -251,7 +251,7 @@ func (w *World) instanceViews(ctx context.Context) ([]instanceView, error) {
 		case err != nil || node == nil:
 			v.nodeDown = true
 		default:
-			v.nodeDown = !up || !nodeReady(node)
+			v.nodeDown = !up || !kube.NodeReady(node)
 			v.nodeCordoned = node.Spec.Unschedulable
 		}
 		v.nodeUsable = !v.nodeDown && !v.nodeCordoned

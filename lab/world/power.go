@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 
@@ -329,7 +330,7 @@ func (w *World) reconcilePods(ctx context.Context) error {
 			continue
 		}
 		node, err := w.nodes.Get(p.Spec.NodeName)
-		if err != nil || !nodeReady(node) {
+		if err != nil || !kube.NodeReady(node) {
 			continue
 		}
 		atLeast := w.pendingRestarts(p)

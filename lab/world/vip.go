@@ -6,6 +6,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcp-patch/mcp-patch/kube"
 )
 
 // reconcileVIP plays kube-vip's leader election: the holder renews the
@@ -86,7 +88,7 @@ func (w *World) pickVIPHolder(previous string) string {
 				continue
 			}
 			node, err := w.nodes.Get(h.Name)
-			if err != nil || !nodeReady(node) {
+			if err != nil || !kube.NodeReady(node) {
 				continue
 			}
 			if pass == 0 && (node.Spec.Unschedulable || h.Name == previous) {

@@ -190,7 +190,7 @@ func (w *World) setup(ctx context.Context) error {
 			if err != nil {
 				return false, err.Error(), nil
 			}
-			if !nodeReady(n) {
+			if !kube.NodeReady(n) {
 				return false, "node " + h.Name + " not Ready yet", nil
 			}
 		}
@@ -538,15 +538,6 @@ func create(what string, do func() error) error {
 		return fmt.Errorf("create %s: %w", what, err)
 	}
 	return nil
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -448,7 +448,7 @@ func testHostPower(t *testing.T, tw testWorld) {
 	kc := tw.c.Client()
 	nodeReadyNow := func(name string) bool {
 		n, err := kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		return err == nil && nodeReady(n)
+		return err == nil && kube.NodeReady(n)
 	}
 	restartsOn := func(node, namespace string) map[string]int32 {
 		pods, err := kc.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
@@ -523,8 +523,8 @@ func testHostPower(t *testing.T, tw testWorld) {
 			if err != nil {
 				return err
 			}
-			if !nodeReady(n) || n.Status.NodeInfo.KernelVersion != newKernel {
-				return fmt.Errorf("node %s ready %v kernel %s", h, nodeReady(n), n.Status.NodeInfo.KernelVersion)
+			if !kube.NodeReady(n) || n.Status.NodeInfo.KernelVersion != newKernel {
+				return fmt.Errorf("node %s ready %v kernel %s", h, kube.NodeReady(n), n.Status.NodeInfo.KernelVersion)
 			}
 			pods, err := kc.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + h})
 			if err != nil {
