@@ -177,11 +177,16 @@ refuse_interrupted() {
 # apt_locked APT-OUTPUT-FILE: did apt give up waiting for dpkg's lock?
 apt_locked() { grep -Eq 'Could not get lock|Unable to acquire the dpkg' "$1"; }
 # refuse_locked APT-OUTPUT-FILE WAITED: stop, naming the holder apt named
-# ("It is held by process PID (NAME)"); the holder is left alone.
+# ("It is held by process PID (NAME)", or without the name when apt could not
+# read it); when apt named none ("Could not get lock FILE" alone), the holder
+# is read from /proc/locks as inspect does. The holder is left alone.
 refuse_locked() {
-	holder=$(sed -n 's/.*held by process \([0-9][0-9]*\) (\([^)]*\)).*/\1 \2/p' "$1" | head -n 1)
-	lpid=${holder%% *}
-	lname=${holder#* }
+	lpid=$(sed -n 's/.*held by process \([0-9][0-9]*\).*/\1/p' "$1" | head -n 1)
+	lname=$(sed -n 's/.*held by process [0-9][0-9]* (\([^)]*\)).*/\1/p' "$1" | head -n 1)
+	if [ -z "$lpid" ]; then
+		lpid=$(dpkg_lock_holder)
+		[ "$lpid" != "?" ] || lpid=""
+	fi
 	lcmd=$(proc_command "$lpid")
 	[ -n "$lcmd" ] || lcmd=$lname
 	field_bool dpkg_locked 1
