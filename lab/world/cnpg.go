@@ -261,6 +261,25 @@ func (w *World) instanceViews(ctx context.Context) ([]instanceView, error) {
 	return views, nil
 }
 
+// why says what keeps an instance from being ready, for a wait's reason.
+func (v instanceView) why() string {
+	where := v.slot.name + " on " + v.slot.node + ": "
+	switch {
+	case v.ready:
+		return where + "ready"
+	case v.pod == nil:
+		return where + "no pod"
+	case v.nodeDown:
+		return where + "node down or NotReady"
+	case v.pod.DeletionTimestamp != nil:
+		return where + "pod being deleted"
+	case v.pod.Spec.NodeName != v.slot.node:
+		return where + "pod on node " + v.pod.Spec.NodeName
+	default:
+		return fmt.Sprintf("%spod %s, not Ready", where, v.pod.Status.Phase)
+	}
+}
+
 // pickCandidate chooses the ready instance on a usable node, first in
 // instance order, other than the current primary.
 func pickCandidate(views []instanceView, current string) string {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -290,7 +291,13 @@ func (w *World) waitSettled(ctx context.Context) error {
 			return false, err.Error(), nil
 		}
 		if st.Phase != PhaseHealthy || st.ReadyInstances != o.PostgresInstances {
-			return false, fmt.Sprintf("postgres %d/%d ready, phase %q", st.ReadyInstances, o.PostgresInstances, st.Phase), nil
+			var each []string
+			if views, err := w.instanceViews(ctx); err == nil {
+				for _, v := range views {
+					each = append(each, v.why())
+				}
+			}
+			return false, fmt.Sprintf("postgres %d/%d ready, phase %q (%s)", st.ReadyInstances, o.PostgresInstances, st.Phase, strings.Join(each, "; ")), nil
 		}
 		pods, err := w.kc.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: LabelWorld})
 		if err != nil {
@@ -522,7 +529,11 @@ func (w *World) waitFor(ctx context.Context, what string, check func(context.Con
 		if ok {
 			return nil
 		}
-		last = why
+		// A check cut short by the deadline says only that; the reason
+		// before it is the one worth keeping.
+		if ctx.Err() == nil || last == "" {
+			last = why
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for %s: %w (last: %s)", what, context.Cause(ctx), last)
