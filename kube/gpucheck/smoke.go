@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 
 	"github.com/mcp-patch/mcp-patch/kube"
 )
@@ -325,43 +326,22 @@ func waitSettled(ctx context.Context, kc kubernetes.Interface, n *corev1.Node, t
 	return n, nil
 }
 
-// blockingTaints lists the node's NoSchedule and NoExecute taints that
-// tolerations do not tolerate.
-func blockingTaints(n *corev1.Node, tolerations []corev1.Toleration) []string {
-	var out []string
-	for i := range n.Spec.Taints {
-		t := &n.Spec.Taints[i]
-		if t.Effect == corev1.TaintEffectPreferNoSchedule {
-			continue
-		}
-		tolerated := false
-		for j := range tolerations {
-			if tolerations[j].ToleratesTaint(logr.Discard(), t, false) {
-				tolerated = true
-				break
-			}
-		}
-		if !tolerated {
-			out = append(out, t.ToString())
-		}
-	}
-	return out
-}
-
 // staleRefusal reports whether the scheduler's "untolerated taint" refusal
 // of p was made on an older reading of node n than the one just read: n is
 // settled and carries no taint p does not tolerate. The scheduler tries the
 // pod again on the node's update, so the refusal is not the answer.
 func staleRefusal(p *corev1.Pod, n *corev1.Node) bool {
-	if n.Spec.Unschedulable || len(unsettled(n)) > 0 || len(blockingTaints(n, p.Spec.Tolerations)) > 0 {
+	if n.Spec.Unschedulable || len(unsettled(n)) > 0 {
 		return false
 	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return strings.Contains(c.Message, "untolerated taint")
-		}
+	// The scheduler's own test (its TaintToleration plugin's): a NoSchedule
+	// or NoExecute taint that no toleration of the pod tolerates.
+	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(logr.Discard(), n.Spec.Taints, p.Spec.Tolerations,
+		func(t *corev1.Taint) bool { return t.Effect != corev1.TaintEffectPreferNoSchedule }, false); untolerated {
+		return false
 	}
-	return false
+	msg, refused := schedulerRefusal(p)
+	return refused && strings.Contains(msg, "untolerated taint")
 }
 
 // judgeSmoke decides from one reading of the pod; final is false while it
@@ -377,14 +357,11 @@ func judgeSmoke(p *corev1.Pod, requireCompletion bool) (status, msg string, fina
 	case corev1.PodFailed:
 		return StatusFailed, "smoke pod failed: " + terminationDetail(p), true
 	case corev1.PodPending:
-		for _, c := range p.Status.Conditions {
-			if c.Type != corev1.PodScheduled || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable {
-				continue
+		if msg, refused := schedulerRefusal(p); refused {
+			if strings.Contains(msg, "Insufficient "+string(kube.ResourceGPU)) {
+				return StatusNoCapacity, NoCapacityMessage + ": scheduler: " + msg, true
 			}
-			if strings.Contains(c.Message, "Insufficient "+string(kube.ResourceGPU)) {
-				return StatusNoCapacity, NoCapacityMessage + ": scheduler: " + c.Message, true
-			}
-			return StatusFailed, "smoke pod unschedulable: " + c.Message, true
+			return StatusFailed, "smoke pod unschedulable: " + msg, true
 		}
 	}
 	return "", "", false
@@ -406,15 +383,24 @@ func terminationDetail(p *corev1.Pod) string {
 	return strings.Join(parts, "; ")
 }
 
-// schedulingReason is the scheduler's last refusal of p, if any.
-func schedulingReason(p *corev1.Pod) string {
+// schedulerRefusal is the scheduler's last refusal of p: its
+// PodScheduled=False condition with reason Unschedulable.
+func schedulerRefusal(p *corev1.Pod) (msg string, refused bool) {
 	if p == nil {
-		return ""
+		return "", false
 	}
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
-			return " (scheduler: " + c.Message + ")"
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message, true
 		}
+	}
+	return "", false
+}
+
+// schedulingReason is the scheduler's last refusal of p, for a timeout.
+func schedulingReason(p *corev1.Pod) string {
+	if msg, refused := schedulerRefusal(p); refused && msg != "" {
+		return " (scheduler: " + msg + ")"
 	}
 	return ""
 }
