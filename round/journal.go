@@ -583,7 +583,7 @@ func (j *Journal) FindingsCommitted(commit string) (Record, error) {
 }
 
 func withMeta(r Record, m Meta) Record {
-	r.ApprovalID, r.ArgsDigest, r.Detail, r.Kernel = m.ApprovalID, m.ArgsDigest, m.Detail, m.Kernel
+	r.ApprovalID, r.ArgsDigest, r.Detail, r.Kernel, r.BootID = m.ApprovalID, m.ArgsDigest, m.Detail, m.Kernel, m.BootID
 	if r.Kind == KindStepStarted {
 		r.PlanDigest, r.StepPlan = m.PlanDigest, m.StepPlan
 	}

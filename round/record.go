@@ -49,7 +49,10 @@ type Record struct {
 	Decision DecisionName `json:"decision,omitempty"`
 	Detail   string       `json:"detail,omitempty"`
 	// Kernel is the running kernel a finished step observed on its node.
-	Kernel     string `json:"kernel,omitempty"`
+	Kernel string `json:"kernel,omitempty"`
+	// BootID is the node's boot (/proc/sys/kernel/random/boot_id) that
+	// step observed: a trial boot's new boot, the boot a check ran on.
+	BootID     string `json:"boot_id,omitempty"`
 	ApprovalID string `json:"approval_id,omitempty"`
 	// ArgsDigest is ArgsDigest of the tool call's arguments; never the
 	// arguments themselves.
@@ -82,6 +85,9 @@ type Meta struct {
 	// Kernel is the running kernel the step observed on its node; the
 	// report shows the kernel before and after each window from it.
 	Kernel string
+	// BootID is the boot of the node the step observed (ended steps only):
+	// a later step that depends on this one's outcome holds the host to it.
+	BootID string
 	// PlanDigest and StepPlan are the approved plan of a starting step.
 	PlanDigest string
 	StepPlan   json.RawMessage

@@ -124,6 +124,11 @@ type Attempt struct {
 	Outcome    Outcome   `json:"outcome,omitempty"` // "" while in flight
 	Detail     string    `json:"detail,omitempty"`
 	ApprovalID string    `json:"approval_id,omitempty"`
+	// Kernel and BootID are the node's boot the attempt observed when it
+	// ended (a trial boot's new boot, the boot a check ran on); "" when it
+	// observed none.
+	Kernel string `json:"kernel,omitempty"`
+	BootID string `json:"boot_id,omitempty"`
 	// PlanDigest and Plan are the approved plan the attempt acts on.
 	PlanDigest string          `json:"plan_digest,omitempty"`
 	Plan       json.RawMessage `json:"plan,omitempty"`
@@ -532,7 +537,7 @@ func (s *State) applyStep(rec Record) (err error) {
 		return fmt.Errorf("%s of %s, which is not in flight", rec.Kind, rec.Step)
 	}
 	a := r.last()
-	a.EndSeq, a.Ended = rec.Seq, rec.Time
+	a.EndSeq, a.Ended, a.Kernel, a.BootID = rec.Seq, rec.Time, rec.Kernel, rec.BootID
 	if rec.Detail != "" {
 		a.Detail = rec.Detail
 	}
