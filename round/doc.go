@@ -61,6 +61,20 @@
 // live logs and the new segments only, and a window's cost in Git does not
 // grow with its place in the round.
 //
+// # Anchor
+//
+// The journal sits in the intent repository, where the agent can write
+// it. Opened WithAnchor (the server always does), every record is first
+// appended, fsync'd, to the round's anchor in the server's state
+// directory (the record's bytes and a running SHA-256), and each sealed
+// segment's digest follows its seal. Open refuses a journal that does not
+// reproduce the anchor with a *TamperError naming the first record that
+// differs (ErrTampered), except a journal lacking exactly the anchor's
+// last record (a crash between the two writes), which gets it back.
+// Verify, and Hold before a commit, check the files on disk against the
+// anchor while the journal is open; a difference refuses every later
+// append.
+//
 // # Use
 //
 //	order, err := round.PlanOrder(nodes, placement)   // the tool layer maps inventory in

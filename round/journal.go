@@ -80,6 +80,11 @@ type Journal struct {
 	// observe is told of every record on disk (WithObserver).
 	observe func(Record, *State)
 
+	// anchorDir is where the round's anchor lives (WithAnchor), anc the
+	// open anchor; nil: unanchored (tests of this package, views).
+	anchorDir string
+	anc       *anchor
+
 	// splitWrite, for the crash test only, writes each line in two parts
 	// with this pause between, so a kill can land mid-line.
 	splitWrite time.Duration
@@ -104,6 +109,10 @@ type OpenReport struct {
 	// AuditTornBytes is the length of a torn last line of audit.jsonl that
 	// was saved beside it and truncated.
 	AuditTornBytes int `json:"audit_torn_bytes,omitempty"`
+	// Restored is the record written back from the anchor: the journal
+	// lacked exactly the anchor's last record (a crash between the
+	// anchor's write and the journal's, or that record cut away).
+	Restored uint64 `json:"restored,omitempty"`
 }
 
 // Target is a step on a node ("" for round-level steps).
@@ -222,6 +231,11 @@ func (j *Journal) open() error {
 	all, err := j.openSegments(f, path, data, &sc)
 	if err != nil {
 		return err
+	}
+	if j.anchorDir != "" {
+		if err := j.openAnchored(f, &all); err != nil {
+			return err
+		}
 	}
 
 	snap, snapSize := j.readSnapshot()
@@ -415,10 +429,15 @@ func (j *Journal) StepRun(step Step, node string) *StepRun {
 // Hold runs fn with the journal's lock held: no record is appended while
 // it runs, so a commit of the round's files takes journal.jsonl whole and
 // state.json as the snapshot of one of its prefixes (never a record the
-// journal does not hold).
+// journal does not hold). An anchored journal first checks its files
+// against the anchor (Verify): a commit never stores a journal the server
+// did not write, and fn does not run.
 func (j *Journal) Hold(fn func() error) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if err := j.verifyLocked(); err != nil {
+		return err
+	}
 	return fn()
 }
 
@@ -444,6 +463,10 @@ func (j *Journal) closeFiles() error {
 	if j.audit != nil {
 		errs = append(errs, j.audit.Close())
 		j.audit = nil
+	}
+	if j.anc != nil {
+		errs = append(errs, j.anc.close())
+		j.anc = nil
 	}
 	return errors.Join(errs...)
 }
@@ -607,6 +630,15 @@ func (j *Journal) appendLocked(rec Record) (Record, error) {
 	if err != nil {
 		return Record{}, fmt.Errorf("append to round journal %s: %w", j.roundID, err)
 	}
+	if j.anc != nil {
+		// Write-ahead: the anchor holds the record before the journal does.
+		if undoFailed, err := j.anc.appendRecord(rec.Seq, line); err != nil {
+			if undoFailed {
+				j.broken = fmt.Errorf("anchoring failed (%w) and could not be undone; reopen the journal", err)
+			}
+			return Record{}, fmt.Errorf("append to round journal %s: %w", j.roundID, err)
+		}
+	}
 	line = append(line, '\n')
 	if err := j.writeLine(line); err != nil {
 		// Undo a partial write so the file ends on a whole record.
@@ -614,8 +646,15 @@ func (j *Journal) appendLocked(rec Record) (Record, error) {
 			j.broken = fmt.Errorf("write failed (%w) and could not be undone (%v); reopen the journal", err, terr)
 		} else if serr := j.f.Sync(); serr != nil {
 			j.broken = fmt.Errorf("write failed (%w) and the undo could not be synced (%v); reopen the journal", err, serr)
+		} else if j.anc != nil {
+			if ferr := j.anc.forget(); ferr != nil {
+				j.broken = fmt.Errorf("write failed (%w) and its anchor could not be taken back (%v); reopen the journal", err, ferr)
+			}
 		}
 		return Record{}, fmt.Errorf("append to round journal %s: %w", j.roundID, err)
+	}
+	if j.anc != nil {
+		j.anc.live.Write(line)
 	}
 	j.size += int64(len(line))
 	j.sinceSnap += int64(len(line))
@@ -649,6 +688,9 @@ func (j *Journal) sealJournal() {
 	j.segments++
 	j.sealedBytes += j.size
 	j.size = 0
+	if j.anc != nil {
+		j.anchorSeal()
+	}
 }
 
 // sealLive seals a live log (sealLog) and says whether it did. A seal

@@ -1,0 +1,399 @@
+package round
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// anchored opens the journal in dir anchored in anchors, as the server
+// does; segBytes 0 seals nothing.
+func anchored(t *testing.T, dir, anchors string, clk *testClock, segBytes int64) (*Journal, error) {
+	t.Helper()
+	opts := []Option{WithClock(clk.Now), WithLogger(testLogger(t)), WithAnchor(anchors)}
+	if segBytes > 0 {
+		opts = append(opts, WithSegmentBytes(segBytes))
+	}
+	j, err := Open(dir, opts...)
+	if err == nil {
+		t.Cleanup(func() { j.Close() })
+	}
+	return j, err
+}
+
+// fellBack drives cp-1's window to a trial boot that fell back to the old
+// kernel: the round is stopped on it.
+func fellBack(t *testing.T, j *Journal) {
+	t.Helper()
+	noErr(t)(j.Plan(fleetOrder(t), soak48, Meta{}))
+	noErr(t)(j.StartStep(StepBaseline, "", Meta{}))
+	noErr(t)(j.FinishStep(StepBaseline, "", Meta{}))
+	noErr(t)(j.StartStep(StepSnapshot, "cp-1", Meta{}))
+	noErr(t)(j.FinishStep(StepSnapshot, "cp-1", Meta{}))
+	noErr(t)(j.StartStep(StepDrain, "cp-1", Meta{ApprovalID: "ap-1"}))
+	noErr(t)(j.FinishStep(StepDrain, "cp-1", Meta{}))
+	noErr(t)(j.StartStep(StepInstall, "cp-1", Meta{ApprovalID: "ap-2"}))
+	noErr(t)(j.FinishStep(StepInstall, "cp-1", Meta{}))
+	noErr(t)(j.StartStep(StepTrialBoot, "cp-1", Meta{ApprovalID: "ap-3"}))
+	noErr(t)(j.FailStep(StepTrialBoot, "cp-1", Meta{Detail: "fell back to 6.8.0-50-generic"}))
+	if !(j.State().Stop != nil) {
+		t.Fatal("the round did not stop on the fallback")
+	}
+}
+
+// journalLines reads the journal's live file as lines.
+func journalLines(t *testing.T, dir, file string) [][]byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.SplitAfter(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+}
+
+func writeLines(t *testing.T, dir, file string, lines [][]byte) {
+	t.Helper()
+	var b []byte
+	for _, l := range lines {
+		b = append(b, bytes.TrimSuffix(l, []byte("\n"))...)
+		b = append(b, '\n')
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func recordLine(t *testing.T, r Record) []byte {
+	t.Helper()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func seqOf(t *testing.T, line []byte) uint64 {
+	t.Helper()
+	var r Record
+	if err := json.Unmarshal(line, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Seq
+}
+
+// greenAfterFallback is the forgery of the review: the journal cut at the
+// step_failed trial_boot record, then green trial_boot, verify, uncordon
+// and promote-ready records appended and numbered on.
+func greenAfterFallback(t *testing.T, lines [][]byte) [][]byte {
+	t.Helper()
+	var cut [][]byte
+	var seq uint64
+	for _, l := range lines {
+		var r Record
+		if err := json.Unmarshal(l, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Kind == KindStepFailed {
+			break
+		}
+		cut, seq = append(cut, l), r.Seq
+	}
+	add := func(r Record) {
+		seq++
+		r.Seq, r.Time = seq, base
+		cut = append(cut, recordLine(t, r))
+	}
+	add(Record{Kind: KindStepFinished, Step: StepTrialBoot, Node: "cp-1", Outcome: OutcomeDone, Kernel: "6.8.0-51-generic"})
+	for _, s := range []Step{StepVerify, StepUncordon} {
+		add(Record{Kind: KindStepStarted, Step: s, Node: "cp-1"})
+		add(Record{Kind: KindStepFinished, Step: s, Node: "cp-1", Outcome: OutcomeDone})
+	}
+	return cut
+}
+
+func wantTampered(t *testing.T, err error, seq uint64, says ...string) {
+	t.Helper()
+	var te *TamperError
+	if !errors.As(err, &te) || !errors.Is(err, ErrTampered) {
+		t.Fatalf("open = %v, want a TamperError", err)
+	}
+	if te.Seq != seq {
+		t.Errorf("tamper names record %d, want %d (%v)", te.Seq, seq, err)
+	}
+	for _, s := range says {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("tamper error %q does not say %q", err, s)
+		}
+	}
+}
+
+func TestAnchorRefusesAGreenTrialBootWrittenOverAFallback(t *testing.T) {
+	dir, anchors := roundDir(t), t.TempDir()
+	clk := newClock()
+	j, err := anchored(t, dir, anchors, clk, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fellBack(t, j)
+	lines := journalLines(t, dir, JournalFile)
+	failedSeq := j.State().LastSeq
+	j.Close()
+
+	writeLines(t, dir, JournalFile, greenAfterFallback(t, lines))
+	_, err = anchored(t, dir, anchors, clk, 0)
+	wantTampered(t, err, failedSeq, "step_finished trial_boot cp-1", "the server wrote record", "step_failed trial_boot cp-1")
+
+	// Restored from what people committed (here: the lines as they were),
+	// the round opens again, still stopped on the fallback.
+	writeLines(t, dir, JournalFile, lines)
+	j2, err := anchored(t, dir, anchors, clk, 0)
+	if err != nil {
+		t.Fatalf("the restored journal: %v", err)
+	}
+	if !(j2.State().Stop != nil) {
+		t.Fatal("the restored round is not stopped")
+	}
+}
+
+func TestAnchorRefusesAGreenTrialBootWrittenIntoASealedSegment(t *testing.T) {
+	dir, anchors := roundDir(t), t.TempDir()
+	clk := newClock()
+	j, err := anchored(t, dir, anchors, clk, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fellBack(t, j)
+	for i := 0; bytes.Contains(bytes.Join(journalLines(t, dir, JournalFile), nil), []byte(`"step_failed"`)); i++ {
+		if i > 20 {
+			t.Fatal("the failure was never sealed")
+		}
+		noErr(t)(j.Lesson("a note that fills the live file until it is sealed"))
+	}
+	segs := segmentsOf(t, dir, JournalFile)
+	if len(segs) < 2 {
+		t.Fatalf("sealed %d segments, want several", len(segs))
+	}
+	// The segment holding the failure.
+	var seg string
+	var lines [][]byte
+	for _, s := range segs {
+		ls := journalLines(t, dir, s)
+		if bytes.Contains(bytes.Join(ls, nil), []byte(`"step_failed"`)) {
+			seg, lines = s, ls
+		}
+	}
+	if seg == "" {
+		t.Fatal("no sealed segment holds the failure: the journal seals at 512 bytes, it should have sealed it")
+	}
+	j.Close()
+	forged := greenAfterFallback(t, lines)
+	writeLines(t, dir, seg, forged)
+	_, err = anchored(t, dir, anchors, clk, 512)
+	var te *TamperError
+	if !errors.As(err, &te) || te.File != seg {
+		t.Fatalf("open after editing %s = %v, want a TamperError naming it", seg, err)
+	}
+}
+
+func TestAnchorRefusesAnUnsignedDecisionAppended(t *testing.T) {
+	dir, anchors := roundDir(t), t.TempDir()
+	clk := newClock()
+	j, err := anchored(t, dir, anchors, clk, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fellBack(t, j)
+	next := j.State().LastSeq + 1
+	j.Close()
+	lines := journalLines(t, dir, JournalFile)
+	lines = append(lines, recordLine(t, Record{Seq: next, Time: base, Kind: KindDecision, Decision: DecisionResume, Node: "cp-1", Step: StepTrialBoot}))
+	writeLines(t, dir, JournalFile, lines)
+	_, err = anchored(t, dir, anchors, clk, 0)
+	wantTampered(t, err, next, "a record the server never wrote", "decision resume")
+}
+
+func TestAnchorNamesEachKindOfEdit(t *testing.T) {
+	cases := []struct {
+		name string
+		edit func(t *testing.T, lines [][]byte) [][]byte
+		// seq is the record the refusal names: index into lines + 1.
+		seq  func(lines [][]byte) uint64
+		says string
+	}{
+		{"edited", func(t *testing.T, ls [][]byte) [][]byte {
+			ls[4] = bytes.Replace(ls[4], []byte(`"cp-1"`), []byte(`"cp-3"`), 1)
+			return ls
+		}, func([][]byte) uint64 { return 5 }, "differs"},
+		{"deleted in the middle", func(t *testing.T, ls [][]byte) [][]byte {
+			return append(ls[:4:4], ls[5:]...)
+		}, func([][]byte) uint64 { return 5 }, "differs"},
+		{"two deleted at the end", func(t *testing.T, ls [][]byte) [][]byte {
+			return ls[:len(ls)-2]
+		}, func(ls [][]byte) uint64 { return uint64(len(ls) - 1) }, "2 records the server wrote are missing"},
+		{"reordered", func(t *testing.T, ls [][]byte) [][]byte {
+			ls[5], ls[6] = ls[6], ls[5]
+			return ls
+		}, func([][]byte) uint64 { return 6 }, "differs"},
+		{"renumbered", func(t *testing.T, ls [][]byte) [][]byte {
+			ls[6] = bytes.Replace(ls[6], []byte(`"seq":7,`), []byte(`"seq":8,`), 1)
+			return ls
+		}, func([][]byte) uint64 { return 7 }, "differs"},
+		{"inserted", func(t *testing.T, ls [][]byte) [][]byte {
+			extra := recordLine(t, Record{Seq: 3, Time: base, Kind: KindLesson, Detail: "x"})
+			return append(ls[:2:2], append([][]byte{extra}, ls[2:]...)...)
+		}, func([][]byte) uint64 { return 3 }, "differs"},
+		{"emptied", func(t *testing.T, ls [][]byte) [][]byte { return nil },
+			func([][]byte) uint64 { return 1 }, "missing"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, anchors := roundDir(t), t.TempDir()
+			clk := newClock()
+			j, err := anchored(t, dir, anchors, clk, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fellBack(t, j)
+			j.Close()
+			lines := journalLines(t, dir, JournalFile)
+			seq := tc.seq(lines)
+			edited := tc.edit(t, lines)
+			if len(edited) == 0 {
+				if err := os.WriteFile(filepath.Join(dir, JournalFile), nil, 0o640); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				writeLines(t, dir, JournalFile, edited)
+			}
+			_, err = anchored(t, dir, anchors, clk, 0)
+			wantTampered(t, err, seq, tc.says)
+		})
+	}
+}
+
+func TestAnchorWritesBackTheLastRecordCutAway(t *testing.T) {
+	// The anchor is written before the journal: a crash between the two,
+	// or an agent cutting the last record, leaves the journal one short.
+	// The record comes back; the stop it made stays.
+	dir, anchors := roundDir(t), t.TempDir()
+	clk := newClock()
+	j, err := anchored(t, dir, anchors, clk, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fellBack(t, j)
+	j.Close()
+	lines := journalLines(t, dir, JournalFile)
+	last := lines[len(lines)-1]
+	writeLines(t, dir, JournalFile, lines[:len(lines)-1])
+
+	j2, err := anchored(t, dir, anchors, clk, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := j2.Opened().Restored; got != seqOf(t, last) {
+		t.Fatalf("restored record %d, want %d", got, seqOf(t, last))
+	}
+	if !(j2.State().Stop != nil) {
+		t.Fatal("the round is not stopped after its last record came back")
+	}
+	after := journalLines(t, dir, JournalFile)
+	if !bytes.Equal(bytes.TrimSuffix(after[len(lines)-1], []byte("\n")), bytes.TrimSuffix(last, []byte("\n"))) {
+		t.Fatalf("record %d written back as %s, want %s", seqOf(t, last), after[len(lines)-1], last)
+	}
+	checkConsistent(t, j2)
+}
+
+func TestAnchorRefusesAJournalItNeverAnchored(t *testing.T) {
+	dir := roundDir(t)
+	clk := newClock()
+	j := openJournal(t, dir, clk) // written without an anchor
+	noErr(t)(j.Plan(fleetOrder(t), soak48, Meta{}))
+	j.Close()
+	_, err := anchored(t, dir, t.TempDir(), clk, 0)
+	wantTampered(t, err, 0, "holds no anchor for this round")
+}
+
+func TestAnchorVerifyCatchesEditsWhileTheServerRuns(t *testing.T) {
+	t.Run("live file", func(t *testing.T) {
+		dir, anchors := roundDir(t), t.TempDir()
+		clk := newClock()
+		j, err := anchored(t, dir, anchors, clk, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fellBack(t, j)
+		if err := j.Verify(); err != nil {
+			t.Fatalf("verify of an untouched journal: %v", err)
+		}
+		lines := journalLines(t, dir, JournalFile)
+		lines[len(lines)-1] = bytes.Replace(lines[len(lines)-1], []byte(`step_failed`), []byte(`step_finish`), 1)
+		writeLines(t, dir, JournalFile, lines)
+		err = j.Verify()
+		if !errors.Is(err, ErrTampered) {
+			t.Fatalf("verify after an edit of the live file = %v", err)
+		}
+		if _, err := j.Lesson("after the edit"); !errors.Is(err, ErrTampered) {
+			t.Fatalf("append after a tamper = %v, want refused with the tamper", err)
+		}
+	})
+	t.Run("sealed segment", func(t *testing.T) {
+		dir, anchors := roundDir(t), t.TempDir()
+		clk := newClock()
+		j, err := anchored(t, dir, anchors, clk, 512)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fellBack(t, j)
+		if err := j.Verify(); err != nil {
+			t.Fatalf("verify of an untouched journal: %v", err)
+		}
+		segs := segmentsOf(t, dir, JournalFile)
+		seg := segs[0]
+		ls := journalLines(t, dir, seg)
+		ls[0] = bytes.Replace(ls[0], []byte(`"seq":1`), []byte(`"seq":1 `), 1)
+		writeLines(t, dir, seg, ls)
+		var te *TamperError
+		if err := j.Verify(); !errors.As(err, &te) || te.File != seg {
+			t.Fatalf("verify after an edit of %s = %v, want a TamperError naming it", seg, err)
+		}
+		j.Close()
+		_, err = anchored(t, dir, anchors, clk, 512)
+		if !errors.Is(err, ErrTampered) {
+			t.Fatalf("reopen after the edit = %v, want tampered", err)
+		}
+	})
+}
+
+func TestAnchorFollowsSealsAndReopens(t *testing.T) {
+	dir, anchors := roundDir(t), t.TempDir()
+	clk := newClock()
+	j, err := anchored(t, dir, anchors, clk, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fellBack(t, j)
+	seq, head := j.Head()
+	if seq != j.State().LastSeq || len(head) != 64 {
+		t.Fatalf("head = %d %q, want the last record %d and a SHA-256", seq, head, j.State().LastSeq)
+	}
+	j.Close()
+	for i := range 3 {
+		j2, err := anchored(t, dir, anchors, clk, 512)
+		if err != nil {
+			t.Fatalf("reopen %d: %v", i, err)
+		}
+		noErr(t)(j2.Lesson("reopened"))
+		if err := j2.Verify(); err != nil {
+			t.Fatalf("verify after reopen %d: %v", i, err)
+		}
+		j2.Close()
+	}
+	if n := len(segmentsOf(t, dir, JournalFile)); n < 3 {
+		t.Fatalf("%d segments, want several", n)
+	}
+}
