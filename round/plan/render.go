@@ -52,73 +52,7 @@ func Markdown(w io.Writer, f Fleet) error {
 		p("- %s\n", l)
 	}
 	for _, n := range f.Nodes {
-		p("\n## %d. %s\n\n", n.Position, n.Node)
-		p("- kernel: %s → %s\n", orDash(n.Running), orDash(n.Target))
-		if len(n.Runs) > 0 {
-			p("- runs here: %s\n", strings.Join(n.Runs, "; "))
-		}
-		p("- approval: %s (%d signature(s)), window digest `%s`\n", strings.ReplaceAll(n.Approval, "_", " "), n.Signatures(), n.Window)
-		p("\n### Packages that move (%d)\n\n", n.Packages.Count())
-		group := func(name string, lines []string) {
-			if len(lines) == 0 {
-				return
-			}
-			p("- %s: %s\n", name, strings.Join(lines, ", "))
-		}
-		group("kernel", n.Packages.Kernel)
-		group("NVIDIA", n.Packages.Nvidia)
-		group("Kubernetes", n.Packages.Kubernetes)
-		group("other", n.Packages.Other)
-		if n.Packages.Count() == 0 {
-			p("- none\n")
-		}
-		p("- package plan digest `%s`\n", orDash(n.PackageDigest))
-		p("\n### GRUB\n\n")
-		if n.Grub.Old == "" {
-			p("- no trial boot entries\n")
-		} else {
-			p("- default during the trial (running kernel): `%s`\n", n.Grub.Old)
-			note := ""
-			if n.Grub.NewPredicted {
-				note = " (the id update-grub will give it; checked again at the trial boot)"
-			}
-			p("- booted once (target kernel): `%s`%s\n", n.Grub.New, note)
-			p("- kernel.panic for the trial: %d s\n", n.Grub.PanicSeconds)
-		}
-		p("\n### Drain preview\n\n")
-		if n.Drain.Pods == 0 {
-			p("- evicts nothing (DaemonSet and static pods stay)\n")
-		} else {
-			p("- evicts %d pod(s) of %d workload(s):\n", n.Drain.Pods, len(n.Drain.Workloads))
-			for _, wl := range n.Drain.Workloads {
-				p("  - %s (%d)\n", wl.Key(), wl.Pods)
-			}
-		}
-		for _, r := range n.Drain.Refused {
-			p("- refused now by the API server: %s\n", r)
-		}
-		if len(n.Drain.WaitsFor) > 0 {
-			p("- cordons, then waits up to %d min for %d running job(s) before evicting (then the round stops):\n", n.Drain.JobWaitMinutes, len(n.Drain.WaitsFor))
-			for _, j := range n.Drain.WaitsFor {
-				p("  - %s\n", j)
-			}
-		}
-		if len(n.Risks) > 0 {
-			p("\n### Risks\n\n")
-			for _, r := range n.Risks {
-				p("- %s\n", r)
-			}
-		}
-		if len(n.Blockers) > 0 {
-			p("\n### Blockers\n\n")
-			for _, bl := range n.Blockers {
-				p("- %s — %s\n", bl.Cause, bl.Fix)
-			}
-		}
-		p("\n### Step digests\n\n")
-		for _, s := range WindowSteps {
-			p("- %s `%s`\n", s, orDash(n.Steps[s]))
-		}
+		writeNode(&b, n)
 	}
 	p("\n## Lessons and open questions that bear on this round\n\n")
 	if len(f.Notes) == 0 {
@@ -131,11 +65,93 @@ func Markdown(w io.Writer, f Fleet) error {
 		}
 		p("- %s %s%s: %s\n", nt.Component, strings.ReplaceAll(nt.Kind, "_", " "), ref, oneLine(nt.Text))
 	}
-	p("\n## Signing\n\nSign the plan digest before the first cordon: `mcp-patch approve` shows this summary. ")
+	p("\n## Signing\n\nSign the plan digest before the first cordon: `mcp-patch approve` renders this plan from plan.json itself and shows it before it signs. ")
 	p("Every step is checked against this plan before it runs; a node that drifted is refused with a diff and planned again, ")
 	p("and only the steps that changed are signed again.\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// NodeMarkdown writes one node's section of plan.md: kernels, packages,
+// GRUB entries, drain preview, risks, blockers and step digests. It is
+// what a person reads before approving the node's whole window.
+func NodeMarkdown(w io.Writer, n Node) error {
+	var b strings.Builder
+	writeNode(&b, n)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeNode writes node n's section of plan.md to b.
+func writeNode(b *strings.Builder, n Node) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("\n## %d. %s\n\n", n.Position, n.Node)
+	p("- kernel: %s → %s\n", orDash(n.Running), orDash(n.Target))
+	if len(n.Runs) > 0 {
+		p("- runs here: %s\n", strings.Join(n.Runs, "; "))
+	}
+	p("- approval: %s (%d signature(s)), window digest `%s`\n", strings.ReplaceAll(n.Approval, "_", " "), n.Signatures(), n.Window)
+	p("\n### Packages that move (%d)\n\n", n.Packages.Count())
+	group := func(name string, lines []string) {
+		if len(lines) == 0 {
+			return
+		}
+		p("- %s: %s\n", name, strings.Join(lines, ", "))
+	}
+	group("kernel", n.Packages.Kernel)
+	group("NVIDIA", n.Packages.Nvidia)
+	group("Kubernetes", n.Packages.Kubernetes)
+	group("other", n.Packages.Other)
+	if n.Packages.Count() == 0 {
+		p("- none\n")
+	}
+	p("- package plan digest `%s`\n", orDash(n.PackageDigest))
+	p("\n### GRUB\n\n")
+	if n.Grub.Old == "" {
+		p("- no trial boot entries\n")
+	} else {
+		p("- default during the trial (running kernel): `%s`\n", n.Grub.Old)
+		note := ""
+		if n.Grub.NewPredicted {
+			note = " (the id update-grub will give it; checked again at the trial boot)"
+		}
+		p("- booted once (target kernel): `%s`%s\n", n.Grub.New, note)
+		p("- kernel.panic for the trial: %d s\n", n.Grub.PanicSeconds)
+	}
+	p("\n### Drain preview\n\n")
+	if n.Drain.Pods == 0 {
+		p("- evicts nothing (DaemonSet and static pods stay)\n")
+	} else {
+		p("- evicts %d pod(s) of %d workload(s):\n", n.Drain.Pods, len(n.Drain.Workloads))
+		for _, wl := range n.Drain.Workloads {
+			p("  - %s (%d)\n", wl.Key(), wl.Pods)
+		}
+	}
+	for _, r := range n.Drain.Refused {
+		p("- refused now by the API server: %s\n", r)
+	}
+	if len(n.Drain.WaitsFor) > 0 {
+		p("- cordons, then waits up to %d min for %d running job(s) before evicting (then the round stops):\n", n.Drain.JobWaitMinutes, len(n.Drain.WaitsFor))
+		for _, j := range n.Drain.WaitsFor {
+			p("  - %s\n", j)
+		}
+	}
+	if len(n.Risks) > 0 {
+		p("\n### Risks\n\n")
+		for _, r := range n.Risks {
+			p("- %s\n", r)
+		}
+	}
+	if len(n.Blockers) > 0 {
+		p("\n### Blockers\n\n")
+		for _, bl := range n.Blockers {
+			p("- %s — %s\n", bl.Cause, bl.Fix)
+		}
+	}
+	p("\n### Step digests\n\n")
+	for _, s := range WindowSteps {
+		p("- %s `%s`\n", s, orDash(n.Steps[s]))
+	}
 }
 
 func cell(s string) string { return strings.ReplaceAll(oneLine(s), "|", "\\|") }
