@@ -397,3 +397,52 @@ func TestAnchorFollowsSealsAndReopens(t *testing.T) {
 		t.Fatalf("%d segments, want several", n)
 	}
 }
+
+func TestDecisionWithoutAProofCountsForNothing(t *testing.T) {
+	dir, anchors := roundDir(t), t.TempDir()
+	clk := newClock()
+	j, err := anchored(t, dir, anchors, clk, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fellBack(t, j)
+	noErr(t)(j.Decide(DecisionResume, "cp-1", StepTrialBoot, Meta{ApprovalID: "ap-resume", Detail: "resumed by alice"}))
+	if j.State().Stop != nil {
+		t.Fatal("the resume did not lift the stop")
+	}
+	j.Close()
+
+	// Reopened with the signature proven: the resume stands.
+	proven := func(Record) error { return nil }
+	j2, err := Open(dir, WithClock(clk.Now), WithAnchor(anchors), WithDecisionCheck(proven))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j2.State().Stop != nil {
+		t.Fatal("a proven resume did not lift the stop after reopening")
+	}
+	j2.Close()
+
+	// Reopened when its kept signature no longer verifies: the round is
+	// stopped again and the state names the decision.
+	var checked []uint64
+	unproven := func(r Record) error {
+		checked = append(checked, r.Seq)
+		return errors.New("the kept signature ap-resume no longer verifies: key not in allowed_signers")
+	}
+	j3, err := Open(dir, WithClock(clk.Now), WithAnchor(anchors), WithDecisionCheck(unproven))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j3.Close()
+	st := j3.State()
+	if st.Stop == nil || st.Stop.Step != StepTrialBoot {
+		t.Fatalf("stop after an unproven resume = %+v, want the trial boot's", st.Stop)
+	}
+	if len(checked) != 1 || len(st.Unproven) != 1 || !strings.Contains(st.Unproven[0].Detail, "decision resume on cp-1 (approval ap-resume) counts for nothing") {
+		t.Fatalf("checked %v, unproven %+v", checked, st.Unproven)
+	}
+	if _, err := j3.StartStep(StepUncordon, "cp-1", Meta{}); ruleOf(err) == "" {
+		t.Fatal("a step was admitted while the round is stopped")
+	}
+}

@@ -34,6 +34,7 @@ func (s *State) Clone() *State {
 	c.Decisions = slices.Clone(s.Decisions)
 	c.Lessons = slices.Clone(s.Lessons)
 	c.Recoveries = slices.Clone(s.Recoveries)
+	c.Unproven = slices.Clone(s.Unproven)
 	c.Notifications = slices.Clone(s.Notifications)
 	c.Rollbacks = slices.Clone(s.Rollbacks)
 	c.Releases = slices.Clone(s.Releases)
@@ -91,6 +92,7 @@ func (s *State) successor(rec Record) *State {
 	c.Decisions = slices.Clip(s.Decisions)
 	c.Lessons = slices.Clip(s.Lessons)
 	c.Recoveries = slices.Clip(s.Recoveries)
+	c.Unproven = slices.Clip(s.Unproven)
 	c.Notifications = slices.Clip(s.Notifications)
 	c.Releases = slices.Clip(s.Releases)
 	// A rollback's end changes its entry in place.

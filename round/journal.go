@@ -85,6 +85,9 @@ type Journal struct {
 	anchorDir string
 	anc       *anchor
 
+	// checkDecision proves a decision record at replay (WithDecisionCheck).
+	checkDecision func(Record) error
+
 	// splitWrite, for the crash test only, writes each line in two parts
 	// with this pause between, so a kill can land mid-line.
 	splitWrite time.Duration
@@ -136,6 +139,26 @@ func WithClock(now func() time.Time) Option { return func(j *Journal) { j.clock 
 // It is how notifications, metrics and Kubernetes Events follow the round
 // whichever tool recorded the step.
 func WithObserver(f func(Record, *State)) Option { return func(j *Journal) { j.observe = f } }
+
+// WithDecisionCheck has Open prove every decision record it replays with
+// check (the caller verifies the person's kept signature again): a
+// decision whose check fails counts for nothing, and the state names it
+// (State.Unproven). The server's own appends were checked before they
+// were written.
+func WithDecisionCheck(check func(Record) error) Option {
+	return func(j *Journal) { j.checkDecision = check }
+}
+
+// replay applies one record read at open to st.
+func (j *Journal) replay(st *State, rec Record) error {
+	if rec.Kind == KindDecision && j.checkDecision != nil {
+		if err := j.checkDecision(rec); err != nil {
+			j.log.Warn("a decision record is not proven by a kept signature; it counts for nothing", "round", j.roundID, "seq", rec.Seq, "err", err)
+			return st.ApplyUnproven(rec, err.Error())
+		}
+	}
+	return st.Apply(rec)
+}
 
 // WithRepoRoot makes Open refuse a round directory that is not inside the
 // repository at root or is reached through a symbolic link (CheckDir).
@@ -242,7 +265,7 @@ func (j *Journal) open() error {
 	st := NewState(j.roundID)
 	snapMatches := snap == nil && len(all.records) == 0
 	for _, rec := range all.records {
-		if err := st.Apply(rec); err != nil {
+		if err := j.replay(st, rec); err != nil {
 			return fmt.Errorf("replay %s: %w", path, err)
 		}
 		if snap != nil && st.LastSeq == snap.LastSeq {

@@ -46,6 +46,10 @@ type State struct {
 	FindingsCommit    string `json:"findings_commit,omitempty"`
 	// Recoveries are torn journal tails found and truncated on open.
 	Recoveries []Recovery `json:"recoveries,omitempty"`
+	// Unproven are decision records that counted for nothing when the
+	// state was rebuilt: their kept signature was missing or no longer
+	// verified (WithDecisionCheck). Detail says why.
+	Unproven []Recovery `json:"unproven,omitempty"`
 	// Notifications are the delivery outcomes of notifications sent.
 	Notifications []Notification `json:"notifications,omitempty"`
 	// Rollbacks are the nodes brought back to their old kernel.
@@ -197,6 +201,33 @@ type Lesson struct {
 	Seq  uint64    `json:"seq"`
 	Time time.Time `json:"time"`
 	Text string    `json:"text"`
+}
+
+// ApplyUnproven takes a decision record whose signature could not be
+// proven as a record that changes nothing but its place in the journal:
+// the decision does not count, and the state names it (Unproven).
+func (s *State) ApplyUnproven(rec Record, why string) error {
+	if rec.Seq != s.LastSeq+1 {
+		return fmt.Errorf("journal record %d (%s): sequence %d after %d", rec.Seq, rec.Kind, rec.Seq, s.LastSeq)
+	}
+	s.Unproven = append(s.Unproven, Recovery{Seq: rec.Seq, Time: rec.Time,
+		Detail: fmt.Sprintf("decision %s on %s (approval %s) counts for nothing: %s", rec.Decision, orFleet(rec.Node), orNone(rec.ApprovalID), why)})
+	s.LastSeq, s.Updated = rec.Seq, rec.Time
+	return nil
+}
+
+func orFleet(node string) string {
+	if node == "" {
+		return "the round"
+	}
+	return node
+}
+
+func orNone(id string) string {
+	if id == "" {
+		return "none"
+	}
+	return id
 }
 
 // Recovery records a torn journal tail that was saved and truncated.
