@@ -402,30 +402,43 @@ func (j *Journal) Head() (uint64, string) {
 func (j *Journal) Verify() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.verifyLocked()
+	return j.verifyLocked(true)
 }
 
-func (j *Journal) verifyLocked() error {
+// verifyLocked checks the files (the sealed segments too when full) and
+// keeps a difference as the journal's breakage, so that nothing is
+// appended after it; files that are again what the server wrote (a person
+// restored them) lift it. A breakage of another kind is left to the
+// caller. j.mu is held.
+func (j *Journal) verifyLocked(full bool) error {
 	if j.anc == nil || j.view {
 		return nil
 	}
-	if j.broken != nil {
-		var te *TamperError
-		if errors.As(j.broken, &te) {
-			return j.broken
-		}
+	var prior *TamperError
+	if j.broken != nil && !errors.As(j.broken, &prior) {
+		return nil
 	}
-	err := j.checkFiles()
+	err := j.checkFiles(full)
 	var te *TamperError
-	if errors.As(err, &te) {
+	switch {
+	case errors.As(err, &te):
+		if prior == nil {
+			j.log.Warn("the round's files are not what the server wrote; nothing is appended until they are", "round", j.roundID, "err", err)
+		}
 		j.broken = te
+	case err == nil && prior != nil:
+		j.log.Warn("the round's files are again what the server wrote; appends resume", "round", j.roundID, "was", prior.Error())
+		j.broken = nil
 	}
 	return err
 }
 
-func (j *Journal) checkFiles() error {
+func (j *Journal) checkFiles(full bool) error {
 	tamper := func(file, reason string) error {
 		return &TamperError{Round: j.roundID, File: file, Reason: reason}
+	}
+	if err := j.checkLive(tamper); err != nil || !full {
+		return err
 	}
 	n, err := segmentCount(j.dir, JournalFile)
 	if err != nil {
@@ -454,9 +467,19 @@ func (j *Journal) checkFiles() error {
 		}
 		j.anc.checked[i] = st
 	}
+	return nil
+}
+
+// checkLive checks that journal.jsonl is the file the server appends to
+// (not one put in its place) and holds exactly what it wrote there.
+func (j *Journal) checkLive(tamper func(file, reason string) error) error {
 	fi, err := j.f.Stat()
 	if err != nil {
 		return fmt.Errorf("check %s: %w", JournalFile, err)
+	}
+	onDisk, err := os.Lstat(filepath.Join(j.dir, JournalFile))
+	if err != nil || !os.SameFile(fi, onDisk) {
+		return tamper(JournalFile, "the live journal was replaced by another file")
 	}
 	if fi.Size() != j.size {
 		return tamper(JournalFile, fmt.Sprintf("the live journal holds %d bytes, the server wrote %d", fi.Size(), j.size))

@@ -331,6 +331,7 @@ func TestAnchorVerifyCatchesEditsWhileTheServerRuns(t *testing.T) {
 			t.Fatalf("verify of an untouched journal: %v", err)
 		}
 		lines := journalLines(t, dir, JournalFile)
+		orig := append([][]byte{}, lines...)
 		lines[len(lines)-1] = bytes.Replace(lines[len(lines)-1], []byte(`step_failed`), []byte(`step_finish`), 1)
 		writeLines(t, dir, JournalFile, lines)
 		err = j.Verify()
@@ -339,6 +340,30 @@ func TestAnchorVerifyCatchesEditsWhileTheServerRuns(t *testing.T) {
 		}
 		if _, err := j.Lesson("after the edit"); !errors.Is(err, ErrTampered) {
 			t.Fatalf("append after a tamper = %v, want refused with the tamper", err)
+		}
+		// Put back as the server wrote it, the journal takes records again.
+		writeLines(t, dir, JournalFile, orig)
+		noErr(t)(j.Lesson("after the restore"))
+		if err := j.Verify(); err != nil {
+			t.Fatalf("verify after the restore: %v", err)
+		}
+	})
+	t.Run("a record appended by hand", func(t *testing.T) {
+		dir, anchors := roundDir(t), t.TempDir()
+		clk := newClock()
+		j, err := anchored(t, dir, anchors, clk, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fellBack(t, j)
+		next := j.State().LastSeq + 1
+		lines := journalLines(t, dir, JournalFile)
+		writeLines(t, dir, JournalFile, append(lines, recordLine(t, Record{Seq: next, Time: base, Kind: KindDecision, Decision: DecisionResume, Node: "cp-1", Step: StepTrialBoot})))
+		if _, err := j.Lesson("after the forged line"); !errors.Is(err, ErrTampered) {
+			t.Fatalf("append after a hand-written record = %v, want refused", err)
+		}
+		if n := len(journalLines(t, dir, JournalFile)); n != len(lines)+1 {
+			t.Fatalf("the journal holds %d lines, want the %d the server wrote and the forged one", n, len(lines))
 		}
 	})
 	t.Run("sealed segment", func(t *testing.T) {

@@ -458,7 +458,7 @@ func (j *Journal) StepRun(step Step, node string) *StepRun {
 func (j *Journal) Hold(fn func() error) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if err := j.verifyLocked(); err != nil {
+	if err := j.verifyLocked(true); err != nil {
 		return err
 	}
 	return fn()
@@ -640,6 +640,10 @@ func withMeta(r Record, m Meta) Record {
 // and fsyncs, then keeps the new state and rewrites the state file. If the
 // record does not fit the state, nothing is written. j.mu must be held.
 func (j *Journal) appendLocked(rec Record) (Record, error) {
+	// Nothing is appended after records the server did not write.
+	if err := j.verifyLocked(false); err != nil {
+		return Record{}, fmt.Errorf("append to round journal %s: %w", j.roundID, err)
+	}
 	if j.broken != nil {
 		return Record{}, fmt.Errorf("append to round journal %s: %w", j.roundID, j.broken)
 	}
