@@ -9,8 +9,11 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -595,4 +598,109 @@ func (j *Journal) anchorSeal() {
 	if st, err := statStamp(filepath.Join(j.dir, segmentName(JournalFile, j.segments))); err == nil {
 		j.anc.checked[j.segments] = st
 	}
+}
+
+// RestoreReport says what RestoreFromAnchor wrote.
+type RestoreReport struct {
+	// Records is how many records the journal holds now.
+	Records int `json:"records"`
+	// Segments is how many sealed segments it holds.
+	Segments int `json:"segments"`
+	// Replaced names the files whose bytes changed (or were removed).
+	Replaced []string `json:"replaced,omitempty"`
+}
+
+// RestoreFromAnchor writes the journal of the round in dir back from its
+// anchor in anchorDir: each sealed segment as it was sealed and the live
+// file with the records after them, byte for byte as the server wrote
+// them; segment files the server never sealed are removed. It is the way
+// out of a tampered journal for a person who holds the state directory
+// (the anchor only ever gives back what the server wrote), and refuses
+// while a process holds the journal open (ErrLocked).
+func RestoreFromAnchor(dir, anchorDir string) (RestoreReport, error) {
+	dir = filepath.Clean(dir)
+	id := filepath.Base(dir)
+	if !ValidRoundID(id) {
+		return RestoreReport{}, fmt.Errorf("restore round journal %s: directory name %q is not a valid round id", dir, id)
+	}
+	fail := func(err error) (RestoreReport, error) {
+		return RestoreReport{}, fmt.Errorf("restore round journal %s from its anchor: %w", dir, err)
+	}
+	f, err := openFile(dir, JournalFile, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return fail(ErrLocked)
+		}
+		return fail(err)
+	}
+	a, err := openAnchor(anchorDir, id)
+	if err != nil {
+		return fail(err)
+	}
+	defer a.close()
+	if len(a.records) == 0 {
+		return fail(fmt.Errorf("the state directory holds no anchor for round %s", id))
+	}
+	files := map[string][]byte{}
+	seg := 1
+	var cur []byte
+	for _, e := range a.records {
+		cur = append(append(cur, e.Line...), '\n')
+		if s, ok := a.seals[seg]; ok && s.LastSeq == e.Seq {
+			files[segmentName(JournalFile, seg)] = cur
+			cur, seg = nil, seg+1
+		}
+	}
+	files[JournalFile] = cur
+	for n, s := range a.seals {
+		name := segmentName(JournalFile, n)
+		if b, ok := files[name]; !ok || hex.EncodeToString(sha256Sum(b)) != s.SHA256 {
+			return fail(fmt.Errorf("the anchor's records do not make %s as it was sealed", name))
+		}
+	}
+	rep := RestoreReport{Records: len(a.records), Segments: seg - 1}
+	names := slices.Sorted(maps.Keys(files))
+	for _, name := range names {
+		old, err := readFile(dir, name)
+		if err == nil && bytes.Equal(old, files[name]) {
+			continue
+		}
+		if name == JournalFile {
+			// In place: the lock this restore holds is the file's.
+			err = f.Truncate(0)
+			if err == nil {
+				_, err = f.WriteAt(files[name], 0)
+			}
+			if err == nil {
+				err = f.Sync()
+			}
+		} else {
+			err = writeFileAtomic(dir, name, files[name])
+		}
+		if err != nil {
+			return fail(err)
+		}
+		rep.Replaced = append(rep.Replaced, name)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fail(err)
+	}
+	for _, e := range entries {
+		if _, ok := files[e.Name()]; ok || !strings.HasPrefix(e.Name(), "journal-") || !strings.HasSuffix(e.Name(), ".jsonl") {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			return fail(err)
+		}
+		rep.Replaced = append(rep.Replaced, e.Name())
+	}
+	if err := syncDir(dir); err != nil {
+		return fail(err)
+	}
+	return rep, nil
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -469,5 +471,59 @@ func TestDecisionWithoutAProofCountsForNothing(t *testing.T) {
 	}
 	if _, err := j3.StartStep(StepUncordon, "cp-1", Meta{}); ruleOf(err) == "" {
 		t.Fatal("a step was admitted while the round is stopped")
+	}
+}
+
+func TestRestoreFromAnchorGivesBackWhatTheServerWrote(t *testing.T) {
+	for _, segBytes := range []int64{0, 512} {
+		t.Run(fmt.Sprintf("segments of %d bytes", segBytes), func(t *testing.T) {
+			dir, anchors := roundDir(t), t.TempDir()
+			clk := newClock()
+			j, err := anchored(t, dir, anchors, clk, segBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fellBack(t, j)
+			want := j.State()
+			if _, err := RestoreFromAnchor(dir, anchors); !errors.Is(err, ErrLocked) {
+				t.Fatalf("restore while the journal is open = %v, want ErrLocked", err)
+			}
+			j.Close()
+			before, err := ReadJournal(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The forgery of the review, then a segment the server never
+			// sealed beside it.
+			writeLines(t, dir, JournalFile, greenAfterFallback(t, journalLines(t, dir, JournalFile)))
+			if err := os.WriteFile(filepath.Join(dir, segmentName(JournalFile, 40)), []byte("{}\n"), 0o640); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := anchored(t, dir, anchors, clk, segBytes); !errors.Is(err, ErrTampered) {
+				t.Fatalf("open of the forged journal = %v, want tampered", err)
+			}
+			rep, err := RestoreFromAnchor(dir, anchors)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(rep.Replaced, JournalFile) || !slices.Contains(rep.Replaced, segmentName(JournalFile, 40)) {
+				t.Errorf("restore replaced %v, want the live file and the stray segment", rep.Replaced)
+			}
+			after, err := ReadJournal(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(after, before) {
+				t.Fatalf("restored journal differs from what the server wrote (%d vs %d bytes)", len(after), len(before))
+			}
+			j2, err := anchored(t, dir, anchors, clk, segBytes)
+			if err != nil {
+				t.Fatalf("open after the restore: %v", err)
+			}
+			got := j2.State()
+			if got.Stop == nil || got.Stop.Seq != want.Stop.Seq {
+				t.Fatalf("stop after the restore = %+v, want %+v", got.Stop, want.Stop)
+			}
+		})
 	}
 }

@@ -252,6 +252,11 @@ func (j *Journal) open() error {
 	j.size = int64(sc.good)
 
 	all, err := j.openSegments(f, path, data, &sc)
+	if err != nil && j.anchorDir != "" && !errors.Is(err, ErrUnsafePath) && !errors.Is(err, os.ErrNotExist) {
+		// An anchored journal's segments are the server's: one missing,
+		// out of place or cut is not what it left.
+		return &TamperError{Round: j.roundID, Reason: "the sealed segments are not as the server left them: " + err.Error()}
+	}
 	if err != nil {
 		return err
 	}
