@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/mcp-patch/mcp-patch/kube/drain"
@@ -74,13 +75,19 @@ func ApproveWindow() Tool {
 		if err != nil {
 			return ApproveWindowOut{}, Refuse("Ask a person to sign a new request: call approve_window without the approval to get it.", "approval refused: "+err.Error(), "nothing was recorded")
 		}
-		if err := d.keepProof(s.id, proof{Tool: "approve_window", Node: in.Node, ApprovalID: a.ID, Approval: a.Text}); err != nil {
+		// The kept approval carries what its report says: the report is
+		// rendered from what the server kept.
+		ws := windowSignature{Node: in.Node, Window: n.Window, Principal: a.Principal, ApprovalID: a.ID, Tools: wa.Tools, Time: d.now().UTC()}
+		kept, err := json.Marshal(ws)
+		if err != nil {
+			return ApproveWindowOut{}, fmt.Errorf("record the window approval: %w", err)
+		}
+		if err := d.keepProof(s.id, proof{Tool: "approve_window", Node: in.Node, ApprovalID: a.ID, Approval: a.Text, Plan: kept}); err != nil {
 			return ApproveWindowOut{}, Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was recorded")
 		}
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return ApproveWindowOut{}, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")
 		}
-		ws := windowSignature{Node: in.Node, Window: n.Window, Principal: a.Principal, ApprovalID: a.ID, Tools: wa.Tools, Time: d.now().UTC()}
 		if err := d.saveWindowSignature(s.id, ws); err != nil {
 			return ApproveWindowOut{}, fmt.Errorf("record the window approval: %w", err)
 		}

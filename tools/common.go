@@ -377,9 +377,17 @@ const commitSettle = 10 * time.Second
 // commitRound commits the round's record files to the intent repository's
 // working branch and returns the commit hash.
 func (d *Deps) commitRound(ctx context.Context, s *session, why string) (string, error) {
+	c, _, err := d.commitRoundNamed(ctx, s, why)
+	return c, err
+}
+
+// commitRoundNamed is commitRound that also answers the reports it wrote
+// again or left out (tools/reports.go).
+func (d *Deps) commitRoundNamed(ctx context.Context, s *session, why string) (string, reportNames, error) {
+	var names reportNames
 	r, err := d.intentRepo(s.id)
 	if err != nil {
-		return "", err
+		return "", names, err
 	}
 	// The notices and Events the call's records started land in the
 	// journal first (bounded: a receiver that is down does not hold the
@@ -391,23 +399,30 @@ func (d *Deps) commitRound(ctx context.Context, s *session, why string) (string,
 	}
 	var c intent.Commit
 	err = s.j.Hold(func() error {
-		files, err := d.Book.Files(s.id)
+		// The reports the server owns are its own renders, never an
+		// edit behind its back (tools/reports.go).
+		files, n, err := d.guardedFiles(s.id)
+		names = n
 		if err != nil {
 			return err
 		}
-		c, err = r.CommitFilesSealed(ctx, fmt.Sprintf("round %s: %s", s.id, why), files.Files, files.Sealed)
+		msg := fmt.Sprintf("round %s: %s", s.id, why)
+		if body := names.message(); body != "" {
+			msg += "\n\n" + body
+		}
+		c, err = r.CommitFilesSealed(ctx, msg, files.Files, files.Sealed)
 		if err == nil || errors.Is(err, intent.ErrNoChange) {
 			d.Book.Committed(s.id, files)
 		}
 		return err
 	})
 	if errors.Is(err, intent.ErrNoChange) {
-		return "(no change)", nil
+		return "(no change)", names, nil
 	}
 	if err != nil {
-		return "", err
+		return "", names, err
 	}
-	return c.Hash, nil
+	return c.Hash, names, nil
 }
 
 // commitRoundLast commits the round's files as the call's last act, after
@@ -417,7 +432,9 @@ func (d *Deps) commitRound(ctx context.Context, s *session, why string) (string,
 // Outside a tool's run it commits at once and adds to reasons.
 func (d *Deps) commitRoundLast(ctx context.Context, s *session, why string, done func(hash string) string, failed string, reasons *[]string) {
 	commit := func(ctx context.Context, res *Result) {
-		if c, err := d.commitRound(ctx, s, why); err == nil {
+		c, names, err := d.commitRoundNamed(ctx, s, why)
+		res.Reasons = append(res.Reasons, names.reasons(s.id)...)
+		if err == nil {
 			res.Reasons = append(res.Reasons, done(short(c)))
 		} else {
 			res.Reasons = append(res.Reasons, failed+err.Error())

@@ -27,8 +27,10 @@ import (
 // reach, and every decision that rests on an earlier approval (the signed
 // plan, a window approval, the approved plan of a drain carried on)
 // verifies the signature again, against allowed_signers as it is now, at
-// the moment it decides. rounds/<id>/plan-signatures.json in the intent
-// repository is a report for people: nothing reads it to decide.
+// the moment it decides. rounds/<id>/plan-signatures.json and
+// window-signatures/<node>.json in the intent repository are reports for
+// people, rendered from these (tools/reports.go): nothing reads them to
+// decide.
 
 // proof is one kept approval.
 type proof struct {
@@ -42,7 +44,10 @@ type proof struct {
 	ApprovalID string `json:"approval_id"`
 	// Approval is the request text and its signature, as signed.
 	Approval string `json:"approval"`
-	// Plan is the typed plan the step ran (destructive steps).
+	// Plan is the typed plan the step ran (destructive steps); for a
+	// standing approval, what its report says of it (sign_plan: the
+	// planSignature, approve_window: the windowSignature), which the
+	// report is rendered from.
 	Plan json.RawMessage `json:"plan,omitempty"`
 	Time time.Time       `json:"time"`
 }

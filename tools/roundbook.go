@@ -32,6 +32,9 @@ type RoundBook struct {
 	// ReadOnly (a --read-only server) opens every journal as a view
 	// (round.OpenView): nothing this process does can write a round.
 	ReadOnly bool
+	// CheckDecision, when set, proves each decision record a journal
+	// replays at open (round.WithDecisionCheck) for round id.
+	CheckDecision func(id string) func(round.Record) error
 	// SegmentBytes, when set, is the size at which a round's live journal
 	// and audit log are sealed into segments (round.WithSegmentBytes;
 	// default round.SegmentBytes). Tests seal small logs.
@@ -50,6 +53,9 @@ type RoundBook struct {
 	// committed is, per round id, what this book's commits have already
 	// stored, so that the next commit names only what changed since.
 	committed map[string]*committedFiles
+	// reports is what the book keeps to tell the reports it owns from an
+	// edit behind its back (tools/reports.go).
+	reports bookReports
 }
 
 // committedFiles is what a book's commits of one round have stored: until
@@ -176,9 +182,10 @@ func (b *RoundBook) Journal(id string, create bool) (*round.Journal, error) {
 	if b.Clock != nil {
 		opts = append(opts, round.WithClock(b.Clock))
 	}
-	if b.Observe != nil {
-		opts = append(opts, round.WithObserver(b.Observe))
+	if b.CheckDecision != nil {
+		opts = append(opts, round.WithDecisionCheck(b.CheckDecision(id)))
 	}
+	opts = append(opts, round.WithObserver(b.observer(id, b.Observe)))
 	if b.SegmentBytes > 0 {
 		opts = append(opts, round.WithSegmentBytes(b.SegmentBytes))
 	}
@@ -194,6 +201,7 @@ func (b *RoundBook) Journal(id string, create bool) (*round.Journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open journal of round %s: %w", id, err)
 	}
+	b.opened(id, j)
 	b.open[id] = j
 	return j, nil
 }

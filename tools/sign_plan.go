@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/mcp-patch/mcp-patch/round/window"
@@ -45,10 +46,6 @@ func SignPlan() Tool {
 			}
 			return SignPlanOut{}, Refuse("Fix the blockers and call plan_round again; a plan with blockers cannot be signed.", why...)
 		}
-		ps, err := d.planSignatures(s.id)
-		if err != nil {
-			return SignPlanOut{}, err
-		}
 		// Signed means a kept signature of this digest verifies now; the
 		// report in plan-signatures.json is not asked.
 		sp, signed, err := d.planProof(ctx, s.id)
@@ -63,8 +60,17 @@ func SignPlan() Tool {
 			}
 			return SignPlanOut{Plan: st, Result: Result{Reasons: []string{"the plan " + f.Digest + " is already signed by " + sp.Principal}}}, nil
 		}
-		// What changed since the last signature this server verified (the
-		// report's copy of its step digests, checked against its digest).
+		// What people read is what they sign: plan.md must be the render
+		// of plan.json, whose digest the person signs.
+		if err := d.checkPlanMD(s.id, f); err != nil {
+			return SignPlanOut{}, err
+		}
+		// What changed since the last signature this server verified (its
+		// step digests as this server kept them with it).
+		ps, err := d.keptPlanSignatures(s.id)
+		if err != nil && signed {
+			return SignPlanOut{}, err
+		}
 		var changed []string
 		if signed {
 			if last, ok := ps.signedFor(sp.Digest); ok {
@@ -82,17 +88,24 @@ func SignPlan() Tool {
 		if err != nil {
 			return SignPlanOut{}, Refuse("Ask a person to sign a new request: call sign_plan without the approval to get it.", "approval refused: "+err.Error(), "nothing was recorded")
 		}
-		if err := d.keepProof(s.id, proof{Tool: "sign_plan", Node: window.FleetTarget, ApprovalID: a.ID, Approval: a.Text}); err != nil {
+		// The kept signature carries what the report says of it: the
+		// report is rendered from what the server kept.
+		sig := planSignature{Digest: f.Digest, Revision: f.Revision, Principal: a.Principal, ApprovalID: a.ID,
+			Time: d.now().UTC(), Nodes: stepDigests(f), Changed: changed}
+		kept, err := json.Marshal(sig)
+		if err != nil {
+			return SignPlanOut{}, fmt.Errorf("record the plan signature: %w", err)
+		}
+		if err := d.keepProof(s.id, proof{Tool: "sign_plan", Node: window.FleetTarget, ApprovalID: a.ID, Approval: a.Text, Plan: kept}); err != nil {
 			return SignPlanOut{}, Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was recorded")
 		}
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return SignPlanOut{}, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")
 		}
-		sig := planSignature{Digest: f.Digest, Revision: f.Revision, Principal: a.Principal, ApprovalID: a.ID,
-			Time: d.now().UTC(), Nodes: stepDigests(f), Changed: changed}
-		ps.Plan = append(ps.Plan, sig)
-		carryWindows(&ps, f, sig)
-		if err := d.savePlanSignatures(s.id, ps); err != nil {
+		if ps, err = d.keptPlanSignatures(s.id); err != nil {
+			return SignPlanOut{}, fmt.Errorf("record the plan signature: %w", err)
+		}
+		if err := d.writePlanSignatures(s.id, ps); err != nil {
 			return SignPlanOut{}, fmt.Errorf("record the plan signature: %w", err)
 		}
 		out := SignPlanOut{Result: Result{Reasons: []string{fmt.Sprintf("plan %s (revision %d) signed by %s", f.Digest, f.Revision, a.Principal)}}}

@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -48,11 +47,9 @@ type windowSignature struct {
 }
 
 // planSignatures is rounds/<id>/plan-signatures.json: the plan's
-// signatures. Windows is read from rounds written before each window's
-// signature had a file of its own (window-signatures/<node>.json).
+// signatures, rendered from those the server kept (plansSigned).
 type planSignatures struct {
-	Plan    []planSignature            `json:"plan"`
-	Windows map[string]windowSignature `json:"windows,omitempty"`
+	Plan []planSignature `json:"plan"`
 }
 
 // windowSignaturesDir holds one report per approved window,
@@ -60,27 +57,17 @@ type planSignatures struct {
 // node's file, not a fleet-wide one that grows with every window.
 const windowSignaturesDir = "window-signatures"
 
-// saveWindowSignature writes the report of a node's window approval.
+// saveWindowSignature writes the report of a node's window approval, as
+// the commit renders it from the kept approval (tools/reports.go).
 func (d *Deps) saveWindowSignature(id string, ws windowSignature) error {
-	b, err := json.MarshalIndent(ws, "", "  ")
-	if err != nil {
-		return err
-	}
-	return d.Book.WriteNodeFile(id, windowSignaturesDir, ws.Node, append(b, '\n'))
+	return d.Book.WriteNodeFile(id, windowSignaturesDir, ws.Node, renderWindowSignature(ws))
 }
 
 // windowListed says whether a report (a file the agent can write) lists a
-// window approval of node: its own file or the older plan-signatures.json.
+// window approval of node.
 func (d *Deps) windowListed(id, node string) bool {
-	if _, err := d.Book.ReadNodeFile(id, windowSignaturesDir, node); err == nil {
-		return true
-	}
-	ps, err := d.planSignatures(id)
-	if err != nil {
-		return false
-	}
-	_, listed := ps.Windows[node]
-	return listed
+	_, err := d.Book.ReadNodeFile(id, windowSignaturesDir, node)
+	return err == nil
 }
 
 // signedFor returns the signature of the plan with this digest, if any.
@@ -186,43 +173,48 @@ func (d *Deps) writeFleetPlan(id string, f plan.Fleet) error {
 	if err != nil {
 		return err
 	}
-	var md bytes.Buffer
-	if err := plan.Markdown(&md, f); err != nil {
-		return fmt.Errorf("render plan.md: %w", err)
+	md, err := planMarkdown(f)
+	if err != nil {
+		return err
 	}
 	if err := d.Book.WriteFile(id, fleetPlanFile, b); err != nil {
 		return fmt.Errorf("write plan.json: %w", err)
 	}
-	if err := d.Book.WriteFile(id, fleetPlanMD, md.Bytes()); err != nil {
+	if err := d.Book.WriteFile(id, fleetPlanMD, md); err != nil {
 		return fmt.Errorf("write plan.md: %w", err)
 	}
 	return nil
 }
 
-func (d *Deps) planSignatures(id string) (planSignatures, error) {
-	ps := planSignatures{Windows: map[string]windowSignature{}}
-	b, err := d.Book.ReadFile(id, planSignedFile)
-	if errors.Is(err, os.ErrNotExist) {
-		return ps, nil
-	}
+// keptPlanSignatures are the plan signatures this server kept (in its
+// state directory), in the order it kept them.
+func (d *Deps) keptPlanSignatures(id string) (planSignatures, error) {
+	ps, err := d.proofs(id)
 	if err != nil {
-		return ps, fmt.Errorf("read %s: %w", planSignedFile, err)
+		return planSignatures{}, err
+	}
+	return plansSigned(ps), nil
+}
+
+// listedPlanSignatures reads rounds/<id>/plan-signatures.json as it is in
+// the working copy: only to say, in a refusal, that it lists what the
+// server holds no signature of.
+func (d *Deps) listedPlanSignatures(id string) (planSignatures, error) {
+	var ps planSignatures
+	b, err := d.Book.ReadFile(id, planSignedFile)
+	if err != nil {
+		return ps, err
 	}
 	if err := json.Unmarshal(b, &ps); err != nil {
 		return ps, fmt.Errorf("read %s: %w", planSignedFile, err)
 	}
-	if ps.Windows == nil {
-		ps.Windows = map[string]windowSignature{}
-	}
 	return ps, nil
 }
 
-func (d *Deps) savePlanSignatures(id string, ps planSignatures) error {
-	b, err := json.MarshalIndent(ps, "", "  ")
-	if err != nil {
-		return err
-	}
-	return d.Book.WriteFile(id, planSignedFile, append(b, '\n'))
+// writePlanSignatures writes rounds/<id>/plan-signatures.json, the report
+// of the kept plan signatures ps, as the commit renders it.
+func (d *Deps) writePlanSignatures(id string, ps planSignatures) error {
+	return d.Book.WriteFile(id, planSignedFile, renderPlanSignatures(ps))
 }
 
 func stepDigests(f plan.Fleet) map[string]map[plan.Step]string {
@@ -330,7 +322,7 @@ func (d *Deps) signedPlan(ctx context.Context, roundID string) (plan.Fleet, bool
 		if ok {
 			reasons = append(reasons, "the round's latest plan signature ("+sp.ID+" by "+sp.Principal+") binds digest "+sp.Digest)
 		}
-		if ps, err := d.planSignatures(roundID); err == nil {
+		if ps, err := d.listedPlanSignatures(roundID); err == nil {
 			if _, listed := ps.signedFor(f.Digest); listed {
 				reasons = append(reasons, "rounds/"+roundID+"/"+planSignedFile+" lists a signature of this digest, but the server holds no signature of it that verifies: that file is a report for people, never a proof")
 			}
@@ -364,7 +356,7 @@ func (d *Deps) windowApproval(ctx context.Context, roundID, tool string, p windo
 	}
 	if !ok {
 		if d.windowListed(roundID, node) {
-			note = "rounds/" + roundID + "/" + windowSignaturesDir + "/" + node + ".json (or " + planSignedFile + ") lists a window approval of " + node + ", but the server holds no signature of it that verifies: that file is a report for people, never an approval"
+			note = "rounds/" + roundID + "/" + windowSignaturesDir + "/" + node + ".json lists a window approval of " + node + ", but the server holds no signature of it that verifies: that file is a report for people, never an approval"
 		}
 		return Approved{}, false, note, nil
 	}
@@ -410,36 +402,6 @@ func (d *Deps) windowApproval(ctx context.Context, roundID, tool string, p windo
 	return a, true, "", nil
 }
 
-// carryWindows moves the per-window approvals onto a re-planned plan that
-// a person signed: the steps that changed are covered by that signature,
-// the others by the window approval as before. A changed drain is left
-// out (its preview digest is only known at the drain): it asks for its
-// own signature.
-func carryWindows(ps *planSignatures, f plan.Fleet, sig planSignature) {
-	for node, ws := range ps.Windows {
-		n, ok := f.Node(node)
-		if !ok || n.Window == ws.Window {
-			continue
-		}
-		tools := window.WindowTools(n, ws.Tools["drain_node"])
-		if previousSteps(ps, node)[plan.StepDrain] != n.Steps[plan.StepDrain] {
-			delete(tools, "drain_node")
-		}
-		ws.Window, ws.Tools = n.Window, tools
-		ws.ApprovalID, ws.Principal = ws.ApprovalID+"+"+sig.ApprovalID, ws.Principal+", re-plan signed by "+sig.Principal
-		ps.Windows[node] = ws
-	}
-}
-
-// previousSteps are a node's step digests as the signature before the
-// last one signed them.
-func previousSteps(ps *planSignatures, node string) map[plan.Step]string {
-	if n := len(ps.Plan); n >= 2 {
-		return ps.Plan[n-2].Nodes[node]
-	}
-	return nil
-}
-
 // planSummary is the plan in plain words for the request a person signs.
 func planSummary(f plan.Fleet, changed []string) []string {
 	out := append([]string{}, f.Summary...)
@@ -456,7 +418,8 @@ func planSummary(f plan.Fleet, changed []string) []string {
 			n.Position, n.Node, n.Role, orDash(n.Running), orDash(n.Target), n.Packages.Count(), n.Drain.Pods, orDash(n.Grub.New),
 			strings.ReplaceAll(n.Approval, "_", " "), n.Signatures())))
 	}
-	return append(out, "read rounds/"+f.Round+"/plan.md for every package, GRUB id and pod", "plan digest "+f.Digest)
+	return append(out, "mcp-patch approve shows the whole plan, every package, GRUB id and pod, rendered from rounds/"+f.Round+"/plan.json (plan.md is the same render)",
+		"plan digest "+f.Digest)
 }
 
 // planSummaryNodes is how many nodes the plan's signing request lists one

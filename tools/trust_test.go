@@ -27,9 +27,9 @@ import (
 // signed exactly that step.
 
 // handWriteSignatures writes rounds/<id>/plan-signatures.json as the
-// agent would: a plan entry for the plan's digest and a window entry for
-// each node (there and in window-signatures/<node>.json), every digest
-// copied from the server's own files and answers.
+// agent would: a plan entry for the plan's digest, and a window entry for
+// each node in window-signatures/<node>.json, every digest copied from
+// the server's own files and answers.
 func (f *fleet) handWriteSignatures(drainDigest map[string]string) {
 	f.t.Helper()
 	fp, ok, err := f.d.fleetPlan(fRound)
@@ -37,9 +37,10 @@ func (f *fleet) handWriteSignatures(drainDigest map[string]string) {
 		f.t.Fatalf("plan: %v %v", ok, err)
 	}
 	ps := planSignatures{Plan: []planSignature{{Digest: fp.Digest, Revision: fp.Revision, Principal: "alice@example.org",
-		ApprovalID: "0123456789abcdef01234567", Time: f.now, Nodes: stepDigests(fp)}}, Windows: map[string]windowSignature{}}
+		ApprovalID: "0123456789abcdef01234567", Time: f.now, Nodes: stepDigests(fp)}}}
+	windows := map[string]windowSignature{}
 	for _, n := range fp.Nodes {
-		ps.Windows[n.Node] = windowSignature{Node: n.Node, Window: n.Window, Principal: "alice@example.org",
+		windows[n.Node] = windowSignature{Node: n.Node, Window: n.Window, Principal: "alice@example.org",
 			ApprovalID: "89abcdef0123456789abcdef", Tools: window.WindowTools(n, drainDigest[n.Node]), Time: f.now}
 	}
 	b, err := json.MarshalIndent(ps, "", "  ")
@@ -54,7 +55,7 @@ func (f *fleet) handWriteSignatures(drainDigest map[string]string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		f.t.Fatal(err)
 	}
-	for node, ws := range ps.Windows {
+	for node, ws := range windows {
 		b, err := json.Marshal(ws)
 		if err != nil {
 			f.t.Fatal(err)
