@@ -23,9 +23,16 @@ func (a *app) approveCommand() *cobra.Command {
 		Short: "Show an approval request in plain words and sign it with your SSH key",
 		Long: `Show an approval request in plain words and sign it with your SSH key
 (namespace mcp-patch): from ssh-agent (hardware keys included) or a key file.
-The approval goes to stdout (or -o FILE), to hand back to the operator.`,
+The approval goes to stdout (or -o FILE), to hand back to the operator.
+
+A request to sign a round's plan (sign_plan) or a whole window
+(approve_window) is shown with the plan it binds, rendered by this binary
+from the round's plan.json (--plan, or rounds/<round>/plan.json of the
+intent repository), never from plan.md; a plan.json whose digest is not
+the request's is not signed.`,
 		Example: `  mcp-patch approve request.txt
-  mcp-patch approve --key ~/.ssh/id_ed25519 -o approval.txt request.txt`,
+  mcp-patch approve --key ~/.ssh/id_ed25519 -o approval.txt request.txt
+  mcp-patch approve --plan rounds/2026-11/plan.json request.txt`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("approve takes one request file (or - for stdin), got %d arguments", len(args))
@@ -41,12 +48,16 @@ The approval goes to stdout (or -o FILE), to hand back to the operator.`,
 	fl.StringVar(&f.keyFP, "key-fingerprint", "", "with ssh-agent: the SHA256 fingerprint of the key to use (when it holds several)")
 	fl.BoolVar(&f.yes, "yes", false, "do not ask for confirmation (you have read the request)")
 	fl.StringVarP(&f.out, "output", "o", "", "write the approval to this file instead of stdout")
+	fl.StringVar(&f.plan, "plan", "", "the round's plan.json, shown with a sign_plan or approve_window request (default: rounds/<round>/plan.json in the intent repository)")
 	return c
 }
 
 type approveFlags struct {
 	keyFile, keyFP, out string
-	yes                 bool
+	// plan is the plan.json a plan or window request is shown from; ""
+	// means the round's in the intent repository.
+	plan string
+	yes  bool
 }
 
 // runApprove is `mcp-patch approve FILE|-`: a person reads the request in
@@ -80,6 +91,14 @@ func runApprove(ctx context.Context, g *globals, stdio IO, f approveFlags, file 
 		fmt.Fprintf(stdio.Stderr, "mcp-patch approve: not signed: %s. Ask the server for a fresh request.\n", why)
 		return ExitNotOK
 	}
+	// What a person reads is what they sign: the plan the request binds,
+	// from plan.json by this binary, not a file the agent could rewrite.
+	shown, err := planShown(req, f.plan, c.IntentRepo)
+	if err != nil {
+		fmt.Fprintf(stdio.Stderr, "mcp-patch approve: not signed: %v\n", err)
+		return ExitNotOK
+	}
+	fmt.Fprint(stdio.Stderr, shown)
 	if !*yes {
 		ok, err := confirm(stdio)
 		if err != nil {
