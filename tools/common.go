@@ -153,6 +153,13 @@ func (s *session) fail(step round.Step, node, detail string) error {
 // check records a read-only check after it ran: green finishes it, red
 // fails it (which stops the round). Without a round nothing is recorded.
 func (s *session) check(step round.Step, node string, ok bool, kernel, detail string) error {
+	return s.checkOn(step, node, ok, window.Boot{Kernel: kernel}, detail)
+}
+
+// checkOn is check for a check that ran on the node's boot b: the boot
+// is recorded with it, green or red, and the steps that depend on the
+// check hold the host to it (window.DecideOnTrialBoot).
+func (s *session) checkOn(step round.Step, node string, ok bool, b window.Boot, detail string) error {
 	if s == nil {
 		return nil
 	}
@@ -160,9 +167,9 @@ func (s *session) check(step round.Step, node string, ok bool, kernel, detail st
 		return err
 	}
 	if ok {
-		return s.finish(step, node, kernel, detail)
+		return s.rec().FinishOn(step, node, b, detail)
 	}
-	return s.fail(step, node, detail)
+	return s.rec().FailOn(step, node, b, detail)
 }
 
 // hostFailure records a check that could not run on its host as failed

@@ -93,8 +93,8 @@ func (f *fleetHosts) TrialBootReboot(ctx context.Context, node, round string) (s
 func (f *fleetHosts) TrialBootStatus(ctx context.Context, node, round string) (steps.TrialBoot, error) {
 	return f.of(node).TrialBootStatus(ctx, node, round)
 }
-func (f *fleetHosts) Promote(ctx context.Context, node, round, kernel string) (steps.PromoteResult, error) {
-	return f.of(node).Promote(ctx, node, round, kernel)
+func (f *fleetHosts) Promote(ctx context.Context, node string, in steps.PromoteInput) (steps.PromoteResult, error) {
+	return f.of(node).Promote(ctx, node, in)
 }
 func (f *fleetHosts) FallbackDrill(ctx context.Context, node, action, round, kernel string) (steps.DrillState, error) {
 	return f.of(node).FallbackDrill(ctx, node, action, round, kernel)

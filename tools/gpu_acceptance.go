@@ -51,8 +51,18 @@ func GPUAcceptance() Tool {
 		if err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		w, err := d.window(ctx, s, 0)
+		w, err := d.window(ctx, s, needHost)
 		if err != nil {
+			return GPUAcceptanceOut{}, err
+		}
+		// GPU acceptance speaks for the boot that was trial-booted and
+		// verified: the node, read now, must still run it.
+		now, err := w.ObserveBoot(ctx, in.Node)
+		if err != nil {
+			return GPUAcceptanceOut{}, err
+		}
+		if _, err := window.DecideOnTrialBoot(in.Node, s.stepRun(round.StepTrialBoot, in.Node), now,
+			window.Checked{Step: round.StepVerify, Run: s.stepRun(round.StepVerify, in.Node), Tool: "record_verification"}); err != nil {
 			return GPUAcceptanceOut{}, err
 		}
 		if err := w.HoldLease(ctx, round.StepGPUAcceptance, in.Node); err != nil {
@@ -64,15 +74,17 @@ func GPUAcceptance() Tool {
 		c := window.RunGPUAcceptance(ctx, gpuProbes{d: d, hosts: h, kube: kc.Kube, gpu: g}, in.Node, p)
 		out := GPUAcceptanceOut{Host: &c.Host, Smoke: &c.Smoke, Completion: &c.Completion}
 		problems, notes := window.JudgeGPUAcceptance(c)
+		// The boot the host check ran on: promote is held to it.
+		boot := window.Boot{Kernel: c.Host.Kernel, ID: c.Host.BootID}
 		if len(problems) > 0 {
-			if err := s.fail(round.StepGPUAcceptance, in.Node, strings.Join(problems, "; ")); err != nil {
+			if err := s.rec().FailOn(round.StepGPUAcceptance, in.Node, boot, strings.Join(problems, "; ")); err != nil {
 				problems = append(problems, "the failure could not be recorded in the journal: "+err.Error())
 			}
 			out.Result = Result{Status: StatusFailed, Reasons: problems,
 				NextAction: "Stop: GPU acceptance failed on the new kernel (the old kernel is still the default). Tell a person; they sign resume (after fixing) or abort."}
 			return out, nil
 		}
-		if err := s.finish(round.StepGPUAcceptance, in.Node, "", strings.Join(notes, "; ")); err != nil {
+		if err := s.rec().FinishOn(round.StepGPUAcceptance, in.Node, boot, strings.Join(notes, "; ")); err != nil {
 			return out, err
 		}
 		out.Reasons = window.GPUAccepted(c, notes)

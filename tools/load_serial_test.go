@@ -5,8 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/mcp-patch/mcp-patch/round"
 )
 
 // Under load, a round's destructive calls stay serialised per node: 20
@@ -16,9 +14,7 @@ import (
 func TestDestructiveSerialisedUnderReadLoad(t *testing.T) {
 	r := newWRig(t)
 	r.drained(t)
-	for _, st := range []round.Step{round.StepInstall, round.StepTrialBoot, round.StepVerify, round.StepUncordon, round.StepGPUAcceptance} {
-		r.green(t, st, wNode)
-	}
+	r.readyToPromote(t)
 	_, res := r.call(t, "promote_kernel", map[string]any{"node": wNode})
 	if res.Status != StatusApprovalRequired {
 		t.Fatalf("promote: %s %v", res.Status, res.Reasons)

@@ -25,8 +25,9 @@ func PromoteKernel() Tool {
 	return NewDestructive[PromoteIn, PromoteOut, window.PromotePlan](Spec{
 		Name:  "promote_kernel",
 		Title: "Promote the new kernel",
-		Description: "Make the trial-booted kernel GRUB's default (trial-boot drop-in removed, update-grub), confirmed. Only after" +
-			" verify_node (and gpu_acceptance on GPU servers) is green.",
+		Description: "Make the trial-booted kernel GRUB's default (trial-boot drop-in removed, update-grub), confirmed. Only while" +
+			" the node runs the boot its trial boot proved (kernel and boot id, read from the node now) and record_verification" +
+			" (and gpu_acceptance on GPU servers) is green on that boot.",
 		Idempotent: true, OpenWorld: true,
 	}, Steps[PromoteIn, PromoteOut, window.PromotePlan]{
 		Target: func(in PromoteIn) string { return in.Node },
@@ -55,8 +56,14 @@ func PromoteKernel() Tool {
 					return "", window.PromotePlan{}, err
 				}
 			}
+			// Decided from the host observed now: the trial kernel running,
+			// on the boot the trial boot proved and the checks ran on.
+			w, err := d.window(ctx, s, needHost)
+			if err != nil {
+				return "", window.PromotePlan{}, err
+			}
 			np, _ := s.nodePlan(d, in.Node)
-			plan, err := window.DecidePromote(in.Node, s.stepRun(round.StepTrialBoot, in.Node), np.TargetKernel)
+			plan, err := w.PlanPromote(ctx, in.Node, np.TargetKernel)
 			return s.id, plan, err
 		},
 		Do: func(ctx context.Context, d *Deps, in PromoteIn, plan window.PromotePlan, a Approved, p Progress) (PromoteOut, error) {

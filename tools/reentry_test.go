@@ -19,9 +19,7 @@ func TestCrashAfterJournaledStartNeedsAFreshApproval(t *testing.T) {
 		{"trial_boot", round.StepTrialBoot, func(t *testing.T, r *wrig) { r.installDone(t) }, []string{"prepare", "reboot"}},
 		{"promote_kernel", round.StepPromote, func(t *testing.T, r *wrig) {
 			r.drained(t)
-			for _, st := range []round.Step{round.StepInstall, round.StepTrialBoot, round.StepVerify, round.StepUncordon, round.StepGPUAcceptance} {
-				r.green(t, st, wNode)
-			}
+			r.readyToPromote(t)
 		}, []string{"promote"}},
 	} {
 		t.Run(c.tool, func(t *testing.T) {

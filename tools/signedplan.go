@@ -392,7 +392,7 @@ func (d *Deps) windowApproval(ctx context.Context, roundID, tool string, p windo
 		// and asks for its own signature when it differs.
 		want = window.WindowTools(n, "")[tool]
 	}
-	got := p.Digest()
+	got := window.WindowBound(p)
 	if got != want {
 		return Approved{}, false, "", Refuse("Call replan_node for "+node+", then approve its window again.",
 			fmt.Sprintf("%s on %s: the live plan digest %s differs from %s, which the window approval binds", tool, node, got, want), "nothing was executed")

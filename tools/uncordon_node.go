@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // UncordonOut says what happened.
@@ -20,8 +21,8 @@ func UncordonNode() Tool {
 	return New[NodeIn, UncordonOut](Spec{
 		Name:  "uncordon_node",
 		Title: "Uncordon a node",
-		Description: "Make the node schedulable again, only if this round cordoned it. After verify_node is green; needed " +
-			"before gpu_acceptance.",
+		Description: "Make the node schedulable again, only if this round cordoned it. After record_verification is green on the boot " +
+			"the node runs now (its trial boot's, read from the node); needed before gpu_acceptance.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in NodeIn, p Progress) (UncordonOut, error) {
 		if err := ValidNode(in.Node); err != nil {
@@ -56,8 +57,19 @@ func UncordonNode() Tool {
 			return UncordonOut{}, Refuse("Leave it: only the person or tool that cordoned the node may uncordon it.",
 				fmt.Sprintf("%s was not cordoned by this server (%s)", in.Node, st.Describe()), "nothing was changed")
 		}
-		w, err := d.window(ctx, s, 0)
+		w, err := d.window(ctx, s, needHost)
 		if err != nil {
+			return UncordonOut{}, err
+		}
+		// Workloads come back only to the boot that was verified: the node,
+		// read now, still runs the boot its trial boot proved, and verify
+		// was green on that boot (the journal alone does not say so).
+		now, err := w.ObserveBoot(ctx, in.Node)
+		if err != nil {
+			return UncordonOut{}, err
+		}
+		if _, err := window.DecideOnTrialBoot(in.Node, s.stepRun(round.StepTrialBoot, in.Node), now,
+			window.Checked{Step: round.StepVerify, Run: s.stepRun(round.StepVerify, in.Node), Tool: "record_verification"}); err != nil {
 			return UncordonOut{}, err
 		}
 		if err := w.HoldLease(ctx, round.StepUncordon, in.Node); err != nil {

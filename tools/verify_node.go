@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // VerifyOut is the node's health after its trial boot.
@@ -71,7 +72,7 @@ func verifyNode(record bool) Tool {
 		}
 		out := VerifyOut{Verification: &v}
 		if !v.Passed {
-			if err := rec.check(round.StepVerify, in.Node, false, v.Kernel, strings.Join(v.Problems, "; ")); err != nil {
+			if err := rec.checkOn(round.StepVerify, in.Node, false, window.Boot{Kernel: v.Kernel, ID: v.BootID}, strings.Join(v.Problems, "; ")); err != nil {
 				return out, err
 			}
 			out.Result = Result{Status: StatusFailed, Reasons: v.Problems,
@@ -82,7 +83,7 @@ func verifyNode(record bool) Tool {
 			}
 			return out, nil
 		}
-		if err := rec.check(round.StepVerify, in.Node, true, v.Kernel, "verify green on "+v.Kernel); err != nil {
+		if err := rec.checkOn(round.StepVerify, in.Node, true, window.Boot{Kernel: v.Kernel, ID: v.BootID}, "verify green on "+v.Kernel+", boot id "+v.BootID); err != nil {
 			return out, err
 		}
 		out.Reasons = append([]string{"kernel " + v.Kernel + ", bonds, RDMA and sysctls as the intent says"}, v.IdentityProblems...)

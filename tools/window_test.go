@@ -232,7 +232,7 @@ func TestToolsRunAWindowOnFakes(t *testing.T) {
 		t.Fatalf("trial boot follow: %s %v", res.Status, res.Reasons)
 	}
 	for _, st := range []round.Step{round.StepVerify, round.StepUncordon, round.StepGPUAcceptance} {
-		r.green(t, st, wNode)
+		r.onBoot(t, st, wNode)
 	}
 	if res := r.approve(t, "promote_kernel", map[string]any{"node": wNode}); res.Status != StatusOK {
 		t.Fatalf("promote: %s %v", res.Status, res.Reasons)
@@ -295,9 +295,7 @@ func TestBypassPlanFileRewrittenBeforeReentry(t *testing.T) {
 func TestBypassConcurrentCallsOneApproval(t *testing.T) {
 	r := newWRig(t)
 	r.drained(t)
-	for _, st := range []round.Step{round.StepInstall, round.StepTrialBoot, round.StepVerify, round.StepUncordon, round.StepGPUAcceptance} {
-		r.green(t, st, wNode)
-	}
+	r.readyToPromote(t)
 	_, res := r.call(t, "promote_kernel", map[string]any{"node": wNode})
 	if res.Status != StatusApprovalRequired {
 		t.Fatalf("promote: %s %v", res.Status, res.Reasons)

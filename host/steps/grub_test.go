@@ -109,7 +109,7 @@ func TestTrialBootCycle(t *testing.T) {
 
 	// Promote: the drop-in goes, update-grub restores GRUB_DEFAULT=0, whose
 	// first entry boots the newest kernel.
-	pr, err := sNew.Promote(ctx, testNode, "r1", "")
+	pr, err := sNew.Promote(ctx, testNode, PromoteInput{Round: "r1", ExpectedKernel: r.newKernel, ExpectedBootID: "22222222-2222-2222-2222-222222222222"})
 	if err != nil || !pr.Promoted || !pr.DropinRemoved || pr.NextBootKernel != r.newKernel || pr.CfgDefault != "0" {
 		t.Fatalf("promote: %v %+v", err, pr)
 	}
@@ -117,15 +117,98 @@ func TestTrialBootCycle(t *testing.T) {
 		t.Error("drop-in still there")
 	}
 	// Promote again only re-checks.
-	if pr, err = sNew.Promote(ctx, testNode, "r1", r.newKernel); err != nil || pr.DropinRemoved || !pr.Promoted {
+	if pr, err = sNew.Promote(ctx, testNode, PromoteInput{Round: "r1", ExpectedKernel: r.newKernel}); err != nil || pr.DropinRemoved || !pr.Promoted {
 		t.Fatalf("promote again: %v %+v", err, pr)
 	}
 	// Promoting a kernel GRUB would not boot is a check failure.
-	pr, err = s.Promote(ctx, testNode, "r1", r.oldKernel)
+	pr, err = s.Promote(ctx, testNode, PromoteInput{Round: "r1", ExpectedKernel: r.oldKernel})
 	var se *StepError
 	if !errors.As(err, &se) || se.Status != StatusCheckFailed || pr.Promoted || pr.NextBootKernel != r.newKernel {
 		t.Fatalf("promote old kernel: %v %+v", err, pr)
 	}
+}
+
+// TestPromoteRefusesAnotherBoot: promote.sh reads the host before it
+// changes anything. A host that fell back to the old kernel after its
+// trial boot (whatever a record says of it), or that booted again since
+// the boot it was checked on, is refused: the drop-in, grub.cfg and
+// grubenv stay byte for byte, so the old kernel stays the default.
+func TestPromoteRefusesAnotherBoot(t *testing.T) {
+	const trialBoot = "22222222-2222-2222-2222-222222222222"
+	unameNew := func(r *grubRoot) string {
+		return `if [ "${1:-}" = -r ]; then echo ` + r.newKernel + `; else exec /usr/bin/uname "$@"; fi` + "\n"
+	}
+	tests := []struct {
+		name string
+		// onNew: uname -r names the trial kernel; bootID is the boot
+		// running when promote is called.
+		onNew  bool
+		bootID string
+		in     func(r *grubRoot) PromoteInput
+		want   string
+	}{
+		{name: "fell back to the old kernel", bootID: trialBoot,
+			in: func(r *grubRoot) PromoteInput {
+				return PromoteInput{Round: "r1", ExpectedKernel: r.newKernel, ExpectedBootID: trialBoot}
+			},
+			want: "the running kernel is "},
+		{name: "fell back, no boot id given", bootID: trialBoot,
+			in:   func(r *grubRoot) PromoteInput { return PromoteInput{Round: "r1", ExpectedKernel: r.newKernel} },
+			want: "the running kernel is "},
+		{name: "booted again since its checks", onNew: true, bootID: "33333333-3333-3333-3333-333333333333",
+			in: func(r *grubRoot) PromoteInput {
+				return PromoteInput{Round: "r1", ExpectedKernel: r.newKernel, ExpectedBootID: trialBoot}
+			},
+			want: "the boot id is 33333333-3333-3333-3333-333333333333, not " + trialBoot},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newGrubRoot(t, "grub/grub.cfg_ubuntu2204-aws-2kernels-partuuid-initrdless.cfg")
+			stubs := stubDir(t, map[string]string{"update-grub": updateGrubStub, "reboot": "true\n"})
+			paths := merge(r.paths(), Paths{SystemdDir: filepath.Join(r.dir, "no-systemd")})
+			ctx := ctxT(t)
+			if _, err := newSteps(t, paths, stubs).TrialBootPrepare(ctx, testNode, TrialBootInput{Round: "r1", OldEntry: r.oldEntry, NewEntry: r.newEntry}); err != nil {
+				t.Fatal(err)
+			}
+			r.bootAs(t, tc.bootID)
+			path := stubs
+			if tc.onNew {
+				path = stubDir(t, map[string]string{"uname": unameNew(r)}) + ":" + stubs
+			}
+			before := map[string]string{"drop-in": mustRead(t, r.dropin), "grub.cfg": mustRead(t, r.cfg), "grubenv": mustRead(t, filepath.Join(r.grubDir, "grubenv"))}
+
+			pr, err := newSteps(t, paths, path).Promote(ctx, testNode, tc.in(r))
+			var se *StepError
+			if !errors.Is(err, ErrRefused) || !errors.As(err, &se) || se.ExitCode != 3 || !strings.Contains(se.Reason, tc.want) {
+				t.Fatalf("promote: %v, want refused with %q", err, tc.want)
+			}
+			if pr.Promoted || pr.DropinRemoved || pr.BootID != tc.bootID {
+				t.Errorf("promote result: %+v", pr)
+			}
+			after := map[string]string{"drop-in": mustRead(t, r.dropin), "grub.cfg": mustRead(t, r.cfg), "grubenv": mustRead(t, filepath.Join(r.grubDir, "grubenv"))}
+			if diff := cmp.Diff(before, after); diff != "" {
+				t.Errorf("a refused promote changed the host (-before +after):\n%s", diff)
+			}
+			if nb := nextBootKernel(t, r); nb != r.oldKernel {
+				t.Errorf("GRUB boots %s next, want the old kernel %s", nb, r.oldKernel)
+			}
+		})
+	}
+}
+
+// nextBootKernel is the kernel GRUB boots next on r, as the Go parser
+// reads grub.cfg and grubenv.
+func nextBootKernel(t *testing.T, r *grubRoot) string {
+	t.Helper()
+	env, err := parse.ParseGrubEnv([]byte(mustRead(t, filepath.Join(r.grubDir, "grubenv"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb, err := parse.NextBoot(parse.ParseGrubCfg(mustRead(t, r.cfg)), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nb.Entry.Kernel
 }
 
 func TestTrialBootRefusals(t *testing.T) {
@@ -495,7 +578,7 @@ func TestRollbackCycle(t *testing.T) {
 
 	// A promoted node whose gate turned red: the drop-in is gone and GRUB
 	// defaults to the new kernel; rollback sets the default back first.
-	if _, err := onNew.Promote(ctx, testNode, "r2", ""); err != nil {
+	if _, err := onNew.Promote(ctx, testNode, PromoteInput{Round: "r2", ExpectedKernel: r.newKernel}); err != nil {
 		t.Fatal(err)
 	}
 	rb, err = onNew.RollbackPrepare(ctx, testNode, RollbackInput{Round: "r2", OldEntry: r.oldEntry, OldKernel: r.oldKernel})

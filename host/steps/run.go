@@ -195,7 +195,10 @@ var (
 		return regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?([.+~_-][A-Za-z0-9]+){0,12}$`)
 	})
 	digestPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sha256:[0-9a-f]{64}$`) })
-	entryPattern  = sync.OnceValue(func() *regexp.Regexp {
+	bootIDPattern = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	})
+	entryPattern = sync.OnceValue(func() *regexp.Regexp {
 		return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,199}(>[A-Za-z0-9][A-Za-z0-9._-]{0,199})?$`)
 	})
 )
@@ -213,6 +216,15 @@ func ValidateRound(round string) error {
 func ValidateKernel(what, release string) error {
 	if len(release) > 100 || !kernelPattern().MatchString(release) {
 		return fmt.Errorf("%w: %s %q is not a kernel release", ErrBadInput, what, release)
+	}
+	return nil
+}
+
+// ValidateBootID checks a boot id as /proc/sys/kernel/random/boot_id
+// names a boot (a UUID).
+func ValidateBootID(id string) error {
+	if !bootIDPattern().MatchString(id) {
+		return fmt.Errorf("%w: boot id %q is not a UUID", ErrBadInput, id)
 	}
 	return nil
 }

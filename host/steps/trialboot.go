@@ -158,15 +158,33 @@ func (s *Steps) TrialBootStatus(ctx context.Context, node, round string) (TrialB
 	return s.trialBoot(ctx, node, round, "status", nil)
 }
 
+// PromoteInput are the inputs of Promote: the round, and the boot a
+// person approved promoting, which the host must be running.
+type PromoteInput struct {
+	Round string `json:"round"`
+	// ExpectedKernel is the trial kernel; promote.sh refuses, changing
+	// nothing, unless it is the running kernel. Required.
+	ExpectedKernel string `json:"expected_kernel"`
+	// ExpectedBootID is the trial boot's boot id; promote.sh refuses,
+	// changing nothing, when the host booted again since. "" is not
+	// checked (a person running it by hand).
+	ExpectedBootID string `json:"expected_boot_id,omitempty"`
+}
+
 // PromoteResult is what promote.sh found after making the new kernel the
 // default.
 type PromoteResult struct {
 	Node           string `json:"node"`
 	ExpectedKernel string `json:"expected_kernel"`
-	DropinRemoved  bool   `json:"dropin_removed"`
-	CfgDefault     string `json:"cfg_default"`
-	NextEntry      string `json:"next_entry"`
-	SavedEntry     string `json:"saved_entry"`
+	ExpectedBootID string `json:"expected_boot_id,omitempty"`
+	// RunningKernel and BootID are the host as promote.sh found it before
+	// changing anything.
+	RunningKernel string `json:"running_kernel"`
+	BootID        string `json:"boot_id"`
+	DropinRemoved bool   `json:"dropin_removed"`
+	CfgDefault    string `json:"cfg_default"`
+	NextEntry     string `json:"next_entry"`
+	SavedEntry    string `json:"saved_entry"`
 	// NextBootSource is "next_entry" or "default"; NextBootEntry the value
 	// GRUB resolves, NextBootID and NextBootKernel the entry it names.
 	NextBootSource string `json:"next_boot_source"`
@@ -177,39 +195,49 @@ type PromoteResult struct {
 	Promoted bool `json:"promoted"`
 }
 
-// Promote removes the trial-boot drop-in, runs update-grub and checks GRUB
-// now boots expectedKernel ("" means the running kernel). When it does
-// not, Promoted is false and the error says what GRUB will boot.
-func (s *Steps) Promote(ctx context.Context, node, round, expectedKernel string) (PromoteResult, error) {
-	res := PromoteResult{Node: node, ExpectedKernel: expectedKernel}
-	if err := ValidateRound(round); err != nil {
+// Promote makes in.ExpectedKernel the default, on the boot in names only:
+// promote.sh first refuses (ErrRefused, nothing changed) unless the host
+// runs that kernel and, when in.ExpectedBootID is set, that boot; then it
+// removes the trial-boot drop-in, runs update-grub and checks GRUB now
+// boots it. When it does not, Promoted is false and the error says what
+// GRUB will boot.
+func (s *Steps) Promote(ctx context.Context, node string, in PromoteInput) (PromoteResult, error) {
+	res := PromoteResult{Node: node, ExpectedKernel: in.ExpectedKernel, ExpectedBootID: in.ExpectedBootID}
+	if err := ValidateRound(in.Round); err != nil {
 		return res, fmt.Errorf("promote on node %s: %w", node, err)
 	}
-	env := map[string]string{"ROUND": round}
-	if expectedKernel != "" {
-		if err := ValidateKernel("expected kernel", expectedKernel); err != nil {
+	if err := ValidateKernel("expected kernel", in.ExpectedKernel); err != nil {
+		return res, fmt.Errorf("promote on node %s: %w", node, err)
+	}
+	env := map[string]string{"ROUND": in.Round, "EXPECTED_KERNEL": in.ExpectedKernel}
+	if in.ExpectedBootID != "" {
+		if err := ValidateBootID(in.ExpectedBootID); err != nil {
 			return res, fmt.Errorf("promote on node %s: %w", node, err)
 		}
-		env["EXPECTED_KERNEL"] = expectedKernel
+		env["EXPECTED_BOOT_ID"] = in.ExpectedBootID
 	}
 	var o struct {
-		Expected   string `json:"expected_kernel"`
-		Removed    bool   `json:"dropin_removed"`
-		CfgDefault string `json:"cfg_default"`
-		Next       string `json:"next_entry"`
-		Saved      string `json:"saved_entry"`
-		Source     string `json:"next_boot_source"`
-		Entry      string `json:"next_boot_entry"`
-		ID         string `json:"next_boot_id"`
-		Kernel     string `json:"next_boot_kernel"`
+		Expected       string `json:"expected_kernel"`
+		ExpectedBootID string `json:"expected_boot_id"`
+		Running        string `json:"running_kernel"`
+		BootID         string `json:"boot_id"`
+		Removed        bool   `json:"dropin_removed"`
+		CfgDefault     string `json:"cfg_default"`
+		Next           string `json:"next_entry"`
+		Saved          string `json:"saved_entry"`
+		Source         string `json:"next_boot_source"`
+		Entry          string `json:"next_boot_entry"`
+		ID             string `json:"next_boot_id"`
+		Kernel         string `json:"next_boot_kernel"`
 	}
 	env0, err := s.run(ctx, "promote", node, env, &o, true)
-	res = PromoteResult{Node: node, ExpectedKernel: o.Expected, DropinRemoved: o.Removed, CfgDefault: o.CfgDefault,
+	res = PromoteResult{Node: node, ExpectedKernel: in.ExpectedKernel, ExpectedBootID: in.ExpectedBootID,
+		RunningKernel: o.Running, BootID: strings.TrimSpace(o.BootID), DropinRemoved: o.Removed, CfgDefault: o.CfgDefault,
 		NextEntry: o.Next, SavedEntry: o.Saved, NextBootSource: o.Source, NextBootEntry: o.Entry, NextBootID: o.ID, NextBootKernel: o.Kernel}
 	if err != nil {
 		return res, err
 	}
-	res.Promoted = env0.Status == StatusOK && o.Kernel == o.Expected
+	res.Promoted = env0.Status == StatusOK && o.Kernel == in.ExpectedKernel
 	if !res.Promoted {
 		return res, &StepError{Step: "promote", Node: node, Status: env0.Status, Reason: env0.Reason, ExitCode: 4}
 	}

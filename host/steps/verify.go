@@ -48,8 +48,11 @@ type IdentityLookup struct {
 
 // NodeVerification is the node check after a trial boot.
 type NodeVerification struct {
-	Node      string           `json:"node"`
-	Kernel    string           `json:"kernel"`
+	Node   string `json:"node"`
+	Kernel string `json:"kernel"`
+	// BootID is the boot the check ran on: uncordon and promote are held
+	// to it.
+	BootID    string           `json:"boot_id"`
 	KernelOK  bool             `json:"kernel_ok"`
 	Bonds     []parse.Bond     `json:"bonds"`
 	RDMAPorts []parse.RDMAPort `json:"rdma_ports"`
@@ -85,6 +88,7 @@ func (s *Steps) Verify(ctx context.Context, node string, in VerifyInput) (NodeVe
 	}
 	var o struct {
 		Kernel   string `json:"kernel"`
+		BootID   string `json:"boot_id"`
 		KernelOK bool   `json:"kernel_ok"`
 		Bonds    []struct {
 			Name string `json:"name"`
@@ -108,7 +112,7 @@ func (s *Steps) Verify(ctx context.Context, node string, in VerifyInput) (NodeVe
 	if _, err := s.run(ctx, "verify", node, env, &o, true); err != nil {
 		return v, err
 	}
-	v.Kernel, v.KernelOK = o.Kernel, o.KernelOK
+	v.Kernel, v.BootID, v.KernelOK = o.Kernel, strings.TrimSpace(o.BootID), o.KernelOK
 	v.Sysctls, v.Users, v.Groups = nonNil(o.Sysctls), nonNil(o.Users), nonNil(o.Groups)
 	v.Problems, v.IdentityProblems, v.IdentityOK = nonNil(o.Problems), nonNil(o.IdentityProblems), o.IdentityOK
 	v.Bonds, v.RDMAPorts = []parse.Bond{}, []parse.RDMAPort{}
@@ -194,7 +198,11 @@ type GPUCheckInput struct {
 
 // GPUCheck is the state of the NVIDIA stack on a node.
 type GPUCheck struct {
-	Node          string      `json:"node"`
+	Node string `json:"node"`
+	// Kernel and BootID are the boot the check ran on: promote is held to
+	// it.
+	Kernel        string      `json:"kernel"`
+	BootID        string      `json:"boot_id"`
 	DriverLoaded  bool        `json:"driver_loaded"`
 	DriverVersion string      `json:"driver_version"`
 	CUDAVersion   string      `json:"cuda_version"`
@@ -236,6 +244,8 @@ func (s *Steps) GPUCheck(ctx context.Context, node string, in GPUCheckInput) (GP
 		return g, fmt.Errorf("gpu check on node %s: %w: fabric manager %q must be auto, required or skip", node, ErrBadInput, in.FabricManager)
 	}
 	var o struct {
+		Kernel      string   `json:"kernel"`
+		BootID      string   `json:"boot_id"`
 		ProcVersion string   `json:"proc_version"`
 		Loaded      bool     `json:"driver_loaded"`
 		SMIExit     int      `json:"nvidia_smi_exit"`
@@ -249,6 +259,7 @@ func (s *Steps) GPUCheck(ctx context.Context, node string, in GPUCheckInput) (GP
 	if _, err := s.run(ctx, "gpu_check", node, env, &o, true); err != nil {
 		return g, err
 	}
+	g.Kernel, g.BootID = o.Kernel, strings.TrimSpace(o.BootID)
 	g.DriverLoaded, g.GPUCount, g.NVSwitch, g.FabricManagerState, g.FabricRequired = o.Loaded, o.GPUCount, o.NVSwitch, o.FMState, o.Required
 	g.Problems = nonNil(o.Problems)
 	if v, err := parse.ParseNvidiaProcVersion(o.ProcVersion); err == nil {

@@ -178,19 +178,101 @@ func TestTrialBootCycle(t *testing.T) {
 		t.Errorf("second reboot: outcome %v on %v, want fell_back on %s", st["outcome"], st["kernel"], OldKernel)
 	}
 
-	// Promote (on the old kernel here, so name the expected one).
-	pr, out := step(t, p, h.Name, "promote", map[string]string{"ROUND": round, "EXPECTED_KERNEL": NewKernel})
+	// Back on the old kernel, promote refuses and changes nothing.
+	promoteRefusedOffTheTrialKernel(t, f, p, h, round, st["boot_id"].(string))
+
+	// A second trial boot reaches the new kernel; promote, held to that
+	// boot, makes it the default.
+	prep, out = step(t, p, h.Name, "trial_boot", map[string]string{"ACTION": "prepare", "ROUND": round, "OLD_ENTRY": oldID, "NEW_ENTRY": newID})
+	wantStatus(t, prep, out, "ok")
+	rb, out = step(t, p, h.Name, "trial_boot", map[string]string{"ACTION": "reboot", "ROUND": round})
+	wantStatus(t, rb, out, "ok")
+	waitDownThenUp(t, h)
+	p.Forget(h.Name)
+	st, out = step(t, p, h.Name, "trial_boot", map[string]string{"ACTION": "status", "ROUND": round})
+	wantStatus(t, st, out, "ok")
+	if st["outcome"] != "new_kernel" {
+		t.Fatalf("second trial boot: outcome %v on %v", st["outcome"], st["kernel"])
+	}
+	pr, out := step(t, p, h.Name, "promote", map[string]string{"ROUND": round, "EXPECTED_KERNEL": NewKernel, "EXPECTED_BOOT_ID": st["boot_id"].(string)})
 	wantStatus(t, pr, out, "ok")
-	if pr["dropin_removed"] != true || pr["next_boot_kernel"] != NewKernel {
-		t.Errorf("promote: dropin_removed %v, next boot kernel %v", pr["dropin_removed"], pr["next_boot_kernel"])
+	if pr["dropin_removed"] != true || pr["next_boot_kernel"] != NewKernel || pr["running_kernel"] != NewKernel {
+		t.Errorf("promote: dropin_removed %v, next boot kernel %v, running %v", pr["dropin_removed"], pr["next_boot_kernel"], pr["running_kernel"])
 	}
 	rebootAndWait(t, f, h)
 	if got := sh(t, f, h, "uname -r"); got != NewKernel+"\n" {
 		t.Errorf("after promote and reboot: uname -r = %q", got)
 	}
-	want := []string{"up " + OldKernel, "up " + NewKernel + " (next_entry)", "up " + OldKernel, "up " + NewKernel}
+	want := []string{"up " + OldKernel, "up " + NewKernel + " (next_entry)", "up " + OldKernel, "up " + NewKernel + " (next_entry)", "up " + NewKernel}
 	if diff := cmp.Diff(want, bootRecords(h)); diff != "" {
 		t.Errorf("boot history (-want +got):\n%s", diff)
+	}
+}
+
+// promoteRefusedOffTheTrialKernel runs promote.sh for the new kernel on h,
+// which runs the old one (boot bootID): it must refuse (exit 3) before
+// touching anything, and the trial-boot drop-in, grub.cfg and grubenv stay
+// byte for byte, so GRUB still boots the old kernel by default. A boot id
+// that is not the running one is refused the same way.
+func promoteRefusedOffTheTrialKernel(t *testing.T, f *Fleet, p *host.Pool, h *Host, round, bootID string) {
+	t.Helper()
+	grub := func() string {
+		return sh(t, f, h, `cat "$GRUB_DROPIN" "$GRUB_CFG"; grub-editenv "$GRUB_DIR/grubenv" list`)
+	}
+	before := grub()
+	for _, env := range []map[string]string{
+		{"ROUND": round, "EXPECTED_KERNEL": NewKernel},
+		{"ROUND": round, "EXPECTED_KERNEL": NewKernel, "EXPECTED_BOOT_ID": bootID},
+		{"ROUND": round, "EXPECTED_KERNEL": OldKernel, "EXPECTED_BOOT_ID": "00000000-0000-0000-0000-000000000000"},
+	} {
+		pr, out := step(t, p, h.Name, "promote", env)
+		wantStatus(t, pr, out, "refused")
+		if out.ExitCode != 3 || pr["running_kernel"] != OldKernel || pr["boot_id"] != bootID || pr["dropin_removed"] != nil {
+			t.Errorf("promote %v on the old kernel: exit %d, %v", env, out.ExitCode, pr)
+		}
+	}
+	if after := grub(); after != before {
+		t.Errorf("a refused promote changed GRUB:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if !strings.Contains(before, "GRUB_DEFAULT=") {
+		t.Errorf("the trial-boot drop-in is gone before promote:\n%s", before)
+	}
+}
+
+// TestPromoteRefusesAFallenBackHost: the trial kernel panics and GRUB
+// brings the host back on the old kernel. promote.sh, asked to promote the
+// new kernel (as a rewritten journal would have it), reads uname -r and
+// refuses: the old kernel stays GRUB's default, and the next reboot boots
+// it.
+func TestPromoteRefusesAFallenBackHost(t *testing.T) {
+	f := newTestFleet(t, Options{GPUServers: 1})
+	p := pool(t, f)
+	h := f.Host("gpu-1")
+	const round = "r-fell-back"
+	if done := installViaScripts(t, p, h.Name, round); done["exit_code"] != float64(0) {
+		t.Fatalf("install failed: %v", done["log_tail"])
+	}
+	if err := h.Inject(KernelPanic{}); err != nil {
+		t.Fatal(err)
+	}
+	oldID, newID := entryIDs(t, h)
+	prep, out := step(t, p, h.Name, "trial_boot", map[string]string{"ACTION": "prepare", "ROUND": round, "OLD_ENTRY": oldID, "NEW_ENTRY": newID})
+	wantStatus(t, prep, out, "ok")
+	rb, out := step(t, p, h.Name, "trial_boot", map[string]string{"ACTION": "reboot", "ROUND": round})
+	wantStatus(t, rb, out, "ok")
+	waitDownThenUp(t, h)
+	p.Forget(h.Name)
+	st, out := step(t, p, h.Name, "trial_boot", map[string]string{"ACTION": "status", "ROUND": round})
+	wantStatus(t, st, out, "ok")
+	if st["outcome"] != "fell_back" {
+		t.Fatalf("outcome %v on %v, want fell_back", st["outcome"], st["kernel"])
+	}
+
+	promoteRefusedOffTheTrialKernel(t, f, p, h, round, st["boot_id"].(string))
+
+	rebootAndWait(t, f, h)
+	if got := sh(t, f, h, "uname -r"); got != OldKernel+"\n" {
+		t.Errorf("after a refused promote the host booted %q, want the old kernel", got)
 	}
 }
 

@@ -547,7 +547,12 @@ func (r *rig) trialBoot(t *testing.T, oldE, newE parse.GrubEntry) {
 // promote makes the new kernel GRUB's default and reboots: it stays.
 func (r *rig) promote(t *testing.T) {
 	t.Helper()
-	p, err := r.steps.Promote(r.ctx(5*time.Minute), node, round, r.img.NewKernel)
+	// Held to the boot running now, as the round holds it to its trial boot.
+	now, err := r.steps.Kernel(r.ctx(2*time.Minute), node)
+	if err != nil {
+		t.Fatalf("read the boot before promote: %v", err)
+	}
+	p, err := r.steps.Promote(r.ctx(5*time.Minute), node, steps.PromoteInput{Round: round, ExpectedKernel: r.img.NewKernel, ExpectedBootID: now.BootID})
 	if err != nil || p.NextBootKernel != r.img.NewKernel {
 		t.Fatalf("promote: %+v %v", p, err)
 	}

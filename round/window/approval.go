@@ -68,7 +68,9 @@ func WindowTools(n plan.Node, livePreviewDigest string) map[string]string {
 		"install_updates": n.PackageDigest,
 		"trial_boot": TrialBootPlan{Node: n.Node, RunningKernel: n.Running, TargetKernel: n.Target,
 			OldEntry: n.Grub.Old, NewEntry: n.Grub.New, PanicSeconds: n.Grub.PanicSeconds}.Digest(),
-		"promote_kernel": PromotePlan{Node: n.Node, Kernel: n.Target, NewEntry: n.Grub.New}.Digest(),
+		// The boot promote binds is not known before the trial boot: the
+		// window binds the reviewed part (WindowBound).
+		"promote_kernel": PromotePlan{Node: n.Node, Kernel: n.Target, NewEntry: n.Grub.New}.ReviewedDigest(),
 	}
 	if n.Canary {
 		out["fallback_drill"] = FallbackDrillPlan{Node: n.Node, RunningKernel: n.Running, TargetKernel: n.Target,

@@ -182,20 +182,51 @@ func DecideFallbackDrill(node string, insp steps.Inspection, target string, cana
 	return FallbackDrillPlan{Node: node, RunningKernel: insp.Kernel, TargetKernel: target, OldEntry: oldE.ID, NewEntry: newE.ID, PanicSeconds: panicSecs}, nil
 }
 
+// PromoteFacts are what promote decides from: the round's records of the
+// node's trial boot and checks, and the host observed now.
+type PromoteFacts struct {
+	Node string
+	// Trial, Verify and GPU are the node's runs of trial_boot, verify and
+	// gpu_acceptance.
+	Trial, Verify, GPU *round.StepRun
+	// GPUServer: gpu_acceptance must be green on the trial boot too.
+	GPUServer bool
+	// RecordedTarget is the target kernel simulate_upgrade recorded, for a
+	// trial boot journaled without its plan.
+	RecordedTarget string
+	// Now is the node's running kernel and boot id, read just now.
+	Now Boot
+}
+
 // DecidePromote takes the kernel and entry to promote from the trial boot
-// a person approved and that booted green; the recorded target is the
-// fallback for a trial boot journaled without its plan.
-func DecidePromote(node string, trial *round.StepRun, recordedTarget string) (PromotePlan, error) {
-	if trial == nil || !trial.Green() {
-		return PromotePlan{}, refuse("trial_boot this node first.", "no green trial boot of "+node+" this round")
+// a person approved and that booted green, and binds the plan to that
+// boot: the host must run it now, and verify (and gpu_acceptance on a GPU
+// server) must be green on it (DecideOnTrialBoot). Anything else refuses
+// and nothing runs.
+func DecidePromote(f PromoteFacts) (PromotePlan, error) {
+	if !f.Trial.Green() {
+		return PromotePlan{}, refuse("trial_boot this node first.", "no green trial boot of "+f.Node+" this round")
 	}
-	if tb, err := Approved[TrialBootPlan](trial.Last()); err == nil {
-		return PromotePlan{Node: node, Kernel: tb.TargetKernel, NewEntry: tb.NewEntry}, nil
+	p := PromotePlan{Node: f.Node, Kernel: f.RecordedTarget}
+	if tb, err := Approved[TrialBootPlan](f.Trial.Last()); err == nil {
+		p.Kernel, p.NewEntry = tb.TargetKernel, tb.NewEntry
+	} else if f.RecordedTarget == "" {
+		return PromotePlan{}, refuse("Run simulate_upgrade on the node first: it names the target kernel.", "no target kernel is recorded for "+f.Node)
 	}
-	if recordedTarget == "" {
-		return PromotePlan{}, refuse("Run simulate_upgrade on the node first: it names the target kernel.", "no target kernel is recorded for "+node)
+	checks := []Checked{{Step: round.StepVerify, Run: f.Verify, Tool: "record_verification"}}
+	if f.GPUServer {
+		checks = append(checks, Checked{Step: round.StepGPUAcceptance, Run: f.GPU, Tool: "gpu_acceptance"})
 	}
-	return PromotePlan{Node: node, Kernel: recordedTarget}, nil
+	boot, err := DecideOnTrialBoot(f.Node, f.Trial, f.Now, checks...)
+	if err != nil {
+		return PromotePlan{}, err
+	}
+	if boot.Kernel != p.Kernel {
+		return PromotePlan{}, refuse("Stop and tell a person: the trial boot did not prove the kernel to promote.",
+			fmt.Sprintf("the trial boot of %s proved %s, the kernel to promote is %s", f.Node, boot, p.Kernel), "nothing was executed")
+	}
+	p.BootID = boot.ID
+	return p, nil
 }
 
 // DecideAutoremove turns each node's simulated autoremove into the fleet

@@ -181,24 +181,65 @@ func TestDecideAutoremove(t *testing.T) {
 func TestDecidePromote(t *testing.T) {
 	tp := window.TrialBootPlan{Node: node, RunningKernel: running, TargetKernel: target, OldEntry: "o", NewEntry: "n", PanicSeconds: 10}
 	raw, _ := json.Marshal(tp)
-	green := &round.StepRun{State: round.Done, Attempts: []round.Attempt{{Outcome: round.OutcomeDone, PlanDigest: tp.Digest(), Plan: raw}}}
+	const trialBoot = "boot-2"
+	onBoot := func(state round.StepState, kernel, id string, plan ...json.RawMessage) *round.StepRun {
+		a := round.Attempt{Outcome: round.OutcomeDone, Kernel: kernel, BootID: id}
+		if state == round.Failed {
+			a.Outcome = round.OutcomeFailed
+		}
+		if len(plan) > 0 {
+			a.PlanDigest, a.Plan = tp.Digest(), plan[0]
+		}
+		return &round.StepRun{State: state, Attempts: []round.Attempt{a}}
+	}
+	trial := onBoot(round.Done, target, trialBoot, raw)
+	verified := onBoot(round.Done, target, trialBoot)
+	green := window.PromoteFacts{Node: node, Trial: trial, Verify: verified, GPU: verified, GPUServer: true, RecordedTarget: "6.8.0-99-generic",
+		Now: window.Boot{Kernel: target, ID: trialBoot}}
+	with := func(change func(f *window.PromoteFacts)) window.PromoteFacts {
+		f := green
+		change(&f)
+		return f
+	}
 	for _, tc := range []struct {
-		name   string
-		run    *round.StepRun
-		rec    string
-		want   window.PromotePlan
-		refuse bool
+		name  string
+		facts window.PromoteFacts
+		want  window.PromotePlan
+		// refuse, when set, is a phrase of the refusal.
+		refuse string
 	}{
-		{name: "from the approved trial boot", run: green, rec: "6.8.0-99-generic", want: window.PromotePlan{Node: node, Kernel: target, NewEntry: "n"}},
-		{name: "no trial boot", run: nil, refuse: true},
-		{name: "trial boot failed", run: &round.StepRun{State: round.Failed}, refuse: true},
-		{name: "journal without a plan", run: &round.StepRun{State: round.Done, Attempts: []round.Attempt{{Outcome: round.OutcomeDone}}}, rec: target, want: window.PromotePlan{Node: node, Kernel: target}},
+		{name: "from the approved trial boot, on its boot", facts: green, want: window.PromotePlan{Node: node, Kernel: target, NewEntry: "n", BootID: trialBoot}},
+		{name: "no trial boot", facts: with(func(f *window.PromoteFacts) { f.Trial = nil }), refuse: "no green trial boot"},
+		{name: "trial boot failed", facts: with(func(f *window.PromoteFacts) { f.Trial = onBoot(round.Failed, running, "boot-3", raw) }), refuse: "no green trial boot"},
+		{name: "journal without a plan", facts: with(func(f *window.PromoteFacts) {
+			f.Trial, f.RecordedTarget = onBoot(round.Done, target, trialBoot), target
+		}), want: window.PromotePlan{Node: node, Kernel: target, BootID: trialBoot}},
+		{name: "host fell back to the old kernel", facts: with(func(f *window.PromoteFacts) { f.Now = window.Boot{Kernel: running, ID: "boot-3"} }),
+			refuse: "runs " + running + " (boot id boot-3) now, not the trial kernel " + target},
+		{name: "host booted again since", facts: with(func(f *window.PromoteFacts) { f.Now.ID = "boot-3" }),
+			refuse: "runs boot id boot-3 now, not boot-2"},
+		{name: "trial boot recorded no boot", facts: with(func(f *window.PromoteFacts) { f.Trial = onBoot(round.Done, "", "", raw) }),
+			refuse: "recorded no boot"},
+		{name: "verify green on another boot", facts: with(func(f *window.PromoteFacts) { f.Verify = onBoot(round.Done, target, "boot-1") }),
+			refuse: "no green verify of " + node + " on its trial boot (boot id boot-2): the green one ran on boot id boot-1"},
+		{name: "verify without a boot", facts: with(func(f *window.PromoteFacts) { f.Verify = onBoot(round.Done, target, "") }),
+			refuse: "recorded no boot id"},
+		{name: "verify red", facts: with(func(f *window.PromoteFacts) { f.Verify = onBoot(round.Failed, target, trialBoot) }),
+			refuse: "the last one is failed"},
+		{name: "no verify", facts: with(func(f *window.PromoteFacts) { f.Verify = nil }), refuse: "none is recorded"},
+		{name: "GPU acceptance on another boot", facts: with(func(f *window.PromoteFacts) { f.GPU = onBoot(round.Done, target, "boot-1") }),
+			refuse: "no green gpu_acceptance"},
+		{name: "a CPU node needs no GPU acceptance", facts: with(func(f *window.PromoteFacts) { f.GPU, f.GPUServer = nil, false }),
+			want: window.PromotePlan{Node: node, Kernel: target, NewEntry: "n", BootID: trialBoot}},
+		{name: "trial boot proved another kernel", facts: with(func(f *window.PromoteFacts) {
+			f.Trial, f.Now.Kernel = onBoot(round.Done, "6.8.0-98-generic", trialBoot, raw), "6.8.0-98-generic"
+		}), refuse: "the kernel to promote is " + target},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := window.DecidePromote(node, tc.run, tc.rec)
-			if tc.refuse {
-				if !isRefusal(err) {
-					t.Fatalf("got %v", err)
+			p, err := window.DecidePromote(tc.facts)
+			if tc.refuse != "" {
+				if !isRefusal(err) || !strings.Contains(err.Error(), tc.refuse) {
+					t.Fatalf("got %v, want a refusal saying %q", err, tc.refuse)
 				}
 				return
 			}
@@ -206,6 +247,24 @@ func TestDecidePromote(t *testing.T) {
 				t.Fatal(diff, err)
 			}
 		})
+	}
+}
+
+// TestPromoteDigestBindsTheBoot: a signature over promote binds the boot
+// the person saw; a window approval, signed before the boot exists, binds
+// the reviewed part only.
+func TestPromoteDigestBindsTheBoot(t *testing.T) {
+	a := window.PromotePlan{Node: node, Kernel: target, NewEntry: "n", BootID: "boot-2"}
+	b := a
+	b.BootID = "boot-3"
+	if a.Digest() == b.Digest() {
+		t.Fatal("two boots, one promote digest")
+	}
+	if window.WindowBound(a) != window.WindowBound(b) || window.WindowBound(a) != a.ReviewedDigest() {
+		t.Fatal("the window approval's promote digest depends on the boot")
+	}
+	if tp := (window.TrialBootPlan{Node: node}); window.WindowBound(tp) != tp.Digest() {
+		t.Fatal("a plan without a reviewed part binds its own digest in a window approval")
 	}
 }
 

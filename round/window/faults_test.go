@@ -55,8 +55,8 @@ func (f *faulty) TrialBootStatus(ctx context.Context, node, r string) (steps.Tri
 	return tb, err
 }
 
-func (f *faulty) Promote(ctx context.Context, node, r, k string) (steps.PromoteResult, error) {
-	res, err := f.Host.Promote(ctx, node, r, k)
+func (f *faulty) Promote(ctx context.Context, node string, in steps.PromoteInput) (steps.PromoteResult, error) {
+	res, err := f.Host.Promote(ctx, node, in)
 	if f.promote != nil {
 		return f.promote(res, err)
 	}
@@ -347,10 +347,10 @@ func TestPromoteFaults(t *testing.T) {
 		if _, err := r.w.FollowTrialBoot(ctx, node); err != nil {
 			t.Fatal(err)
 		}
-		for _, st := range []round.Step{round.StepVerify, round.StepUncordon, round.StepGPUAcceptance} {
-			r.green(t, st, node)
-		}
-		pp, err := window.DecidePromote(node, r.run(round.StepTrialBoot), "")
+		r.checked(t, round.StepVerify)
+		r.green(t, round.StepUncordon, node)
+		r.checked(t, round.StepGPUAcceptance)
+		pp, err := r.w.PlanPromote(ctx, node, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,9 +18,11 @@ type Host interface {
 	TrialBootPrepare(ctx context.Context, node string, in steps.TrialBootInput) (steps.TrialBoot, error)
 	TrialBootReboot(ctx context.Context, node, round string) (steps.TrialBoot, error)
 	TrialBootStatus(ctx context.Context, node, round string) (steps.TrialBoot, error)
-	Promote(ctx context.Context, node, round, expectedKernel string) (steps.PromoteResult, error)
+	Promote(ctx context.Context, node string, in steps.PromoteInput) (steps.PromoteResult, error)
 	FallbackDrill(ctx context.Context, node, action, round, kernel string) (steps.DrillState, error)
 	Autoremove(ctx context.Context, node string, in steps.AutoremoveInput) (steps.AutoremoveResult, error)
+	// Kernel reads the running kernel and boot id (ObserveBoot).
+	Kernel(ctx context.Context, node string) (steps.KernelInfo, error)
 }
 
 var _ Host = (*steps.Steps)(nil)

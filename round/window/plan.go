@@ -118,18 +118,48 @@ func (p TrialBootPlan) Summary() []string {
 	}
 }
 
-// PromotePlan makes the trial-booted kernel the default.
+// PromotePlan makes the trial-booted kernel the default, on the boot the
+// trial boot proved and the checks ran on: its digest covers that boot, so
+// a person's signature binds the boot they saw, and promote.sh refuses on
+// a host that runs another kernel or another boot.
 type PromotePlan struct {
 	Node     string `json:"node"`
 	Kernel   string `json:"kernel"`
 	NewEntry string `json:"new_entry"`
+	// BootID is the trial boot's boot id (/proc/sys/kernel/random/boot_id),
+	// which the host, observed now, runs.
+	BootID string `json:"boot_id"`
 }
 
 func (p PromotePlan) Step() round.Step { return round.StepPromote }
 func (p PromotePlan) Target() string   { return p.Node }
-func (p PromotePlan) Digest() string   { return DigestOf("promote_kernel", p.Node, p.Kernel, p.NewEntry) }
+func (p PromotePlan) Digest() string {
+	return DigestOf("promote_kernel", p.Node, p.Kernel, p.NewEntry, p.BootID)
+}
+
+// ReviewedDigest is the part of the digest the reviewed plan fixes before
+// any trial boot: node, kernel and entry. A window approval, signed before
+// the boot exists, binds this; the boot is then held by the server's own
+// observation (DecideOnTrialBoot) and by promote.sh.
+func (p PromotePlan) ReviewedDigest() string {
+	return DigestOf("promote_kernel", p.Node, p.Kernel, p.NewEntry)
+}
+
 func (p PromotePlan) Summary() []string {
-	return []string{fmt.Sprintf("make %s the default kernel of %s (remove the trial-boot drop-in, update-grub)", p.Kernel, p.Node)}
+	return []string{
+		fmt.Sprintf("make %s the default kernel of %s (remove the trial-boot drop-in, update-grub)", p.Kernel, p.Node),
+		fmt.Sprintf("only while %s runs the boot its trial boot proved and verify checked: boot id %s on %s", p.Node, p.BootID, p.Kernel),
+	}
+}
+
+// WindowBound is the digest a window approval binds for p: the plan's
+// digest, or for a plan that also binds what only the window itself
+// observes (promote's boot), the part the reviewed plan fixes.
+func WindowBound(p Plan) string {
+	if r, ok := p.(interface{ ReviewedDigest() string }); ok {
+		return r.ReviewedDigest()
+	}
+	return p.Digest()
 }
 
 // NodeRemoval is what autoremove takes off one node.

@@ -121,7 +121,13 @@ func (r *Recorder) Begin(step round.Step, node string) error {
 
 // Finish records that a step in flight ended green.
 func (r *Recorder) Finish(step round.Step, node, kernel, detail string) error {
-	rec, err := r.J.FinishStep(step, node, round.Meta{Kernel: kernel, Detail: detail})
+	return r.FinishOn(step, node, Boot{Kernel: kernel}, detail)
+}
+
+// FinishOn records that a step in flight ended green on the node's boot
+// b: what a later step holds the host to (DecideOnTrialBoot).
+func (r *Recorder) FinishOn(step round.Step, node string, b Boot, detail string) error {
+	rec, err := r.J.FinishStep(step, node, round.Meta{Kernel: b.Kernel, BootID: b.ID, Detail: detail})
 	if err != nil {
 		return fmt.Errorf("record %s on %s as finished: %w", step, orRound(node), err)
 	}
@@ -131,8 +137,14 @@ func (r *Recorder) Finish(step round.Step, node, kernel, detail string) error {
 
 // Fail records that a step in flight failed: the round stops.
 func (r *Recorder) Fail(step round.Step, node, detail string) error {
+	return r.FailOn(step, node, Boot{}, detail)
+}
+
+// FailOn records that a check failed on the node's boot b: the round
+// stops; a person who accepts the risk accepts it for that boot.
+func (r *Recorder) FailOn(step round.Step, node string, b Boot, detail string) error {
 	wasStopped := r.J.Shared().Stop != nil
-	rec, err := r.J.FailStep(step, node, round.Meta{Detail: detail})
+	rec, err := r.J.FailStep(step, node, round.Meta{Kernel: b.Kernel, BootID: b.ID, Detail: detail})
 	if err != nil {
 		return fmt.Errorf("record %s on %s as failed: %w", step, orRound(node), err)
 	}

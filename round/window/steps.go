@@ -249,7 +249,9 @@ func (w *Window) FollowTrialBoot(ctx context.Context, node string) (TrialBootOut
 	}
 	switch tb.Outcome {
 	case steps.OutcomeNewKernel:
-		if err := w.Rec.Finish(round.StepTrialBoot, node, tb.Kernel, "booted "+tb.Kernel+" once (old kernel still default)"); err != nil {
+		// The boot proven here is what verify, uncordon and promote are
+		// held to.
+		if err := w.Rec.FinishOn(round.StepTrialBoot, node, Boot{Kernel: tb.Kernel, ID: tb.BootID}, "booted "+tb.Kernel+" once (old kernel still default), boot id "+tb.BootID); err != nil {
 			return out, err
 		}
 		out.Reasons = []string{fmt.Sprintf("%s rebooted (boot_id %s) into the new kernel %s; the old kernel is still the default", node, tb.BootID, tb.Kernel)}
@@ -271,18 +273,49 @@ type PromoteOutcome struct {
 	Promote *steps.PromoteResult
 }
 
-// Promote makes the approved kernel the default and records it. A promote
-// in flight cannot be observed without acting, so re-entry needs a fresh
-// approval (FollowPromote) and this runs again under it (idempotent).
+// PlanPromote decides the promote of node from the round's records and
+// the host observed now (DecidePromote); recordedTarget is the target
+// kernel simulate_upgrade recorded. It writes nothing.
+func (w *Window) PlanPromote(ctx context.Context, node, recordedTarget string) (PromotePlan, error) {
+	f := PromoteFacts{Node: node, Trial: w.Rec.J.StepRun(round.StepTrialBoot, node), Verify: w.Rec.J.StepRun(round.StepVerify, node),
+		GPU: w.Rec.J.StepRun(round.StepGPUAcceptance, node), RecordedTarget: recordedTarget}
+	if n := w.Rec.J.Shared().Node(node); n != nil {
+		f.GPUServer = n.GPU
+	}
+	if f.Trial.Green() {
+		now, err := w.ObserveBoot(ctx, node)
+		if err != nil {
+			return PromotePlan{}, err
+		}
+		f.Now = now
+	}
+	return DecidePromote(f)
+}
+
+// Promote makes the approved kernel the default and records it, on the
+// approved boot only: promote.sh refuses, changing nothing, unless the
+// host runs p.Kernel with boot id p.BootID. A promote in flight cannot be
+// observed without acting, so re-entry needs a fresh approval
+// (FollowPromote) and this runs again under it (idempotent).
 func (w *Window) Promote(ctx context.Context, p PromotePlan, a Approval) (PromoteOutcome, error) {
+	if p.BootID == "" {
+		return PromoteOutcome{}, refuse("Call promote_kernel again: it decides the plan from the boot the node runs now.",
+			"the promote plan of "+p.Node+" names no boot to hold the host to", "nothing was executed")
+	}
 	if err := w.HoldLease(ctx, round.StepPromote, p.Node); err != nil {
 		return PromoteOutcome{}, err
 	}
 	if err := w.Rec.Start(p, a); err != nil {
 		return PromoteOutcome{}, err
 	}
-	res, err := w.Host.Promote(ctx, p.Node, w.Round, p.Kernel)
+	res, err := w.Host.Promote(ctx, p.Node, steps.PromoteInput{Round: w.Round, ExpectedKernel: p.Kernel, ExpectedBootID: p.BootID})
 	out := PromoteOutcome{Promote: &res}
+	if errors.Is(err, steps.ErrRefused) {
+		return out, w.Rec.FailWith(round.StepPromote, p.Node,
+			"Stop and tell a person: the node no longer runs the boot approved for promotion. GRUB's default was not changed: the old kernel stays the default.",
+			fmt.Sprintf("%s refused the promote and changed nothing: it runs %s, the approval was for %s: %v",
+				p.Node, Boot{Kernel: res.RunningKernel, ID: res.BootID}, Boot{Kernel: p.Kernel, ID: p.BootID}, err))
+	}
 	if err != nil || !res.Promoted {
 		why := fmt.Sprintf("promote on %s: default is now %q (%s), want %s", p.Node, res.NextBootKernel, res.NextBootEntry, p.Kernel)
 		if err != nil {

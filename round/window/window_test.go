@@ -99,6 +99,18 @@ func (r *rig) green(t *testing.T, st round.Step, n string) {
 
 func (r *rig) run(st round.Step) *round.StepRun { return window.StepRun(r.j.State(), st, node) }
 
+// checked records a check st green on the boot the fake host runs now, as
+// record_verification and gpu_acceptance record it.
+func (r *rig) checked(t *testing.T, st round.Step) {
+	t.Helper()
+	if _, err := r.j.StartStep(st, node, round.Meta{}); err != nil {
+		t.Fatalf("start %s: %v", st, err)
+	}
+	if _, err := r.j.FinishStep(st, node, round.Meta{Kernel: r.host.Running, BootID: r.host.CurrentBoot()}); err != nil {
+		t.Fatalf("finish %s: %v", st, err)
+	}
+}
+
 func grant(p window.Plan, id string) window.Approval {
 	return window.Approval{ID: id, Digest: p.Digest()}
 }
@@ -156,11 +168,11 @@ func TestWindowRunsWholeOnFakes(t *testing.T) {
 	if o, err := r.w.FollowTrialBoot(ctx, node); err != nil || o.InProgress {
 		t.Fatalf("follow trial boot: %+v %v", o, err)
 	}
-	r.green(t, round.StepVerify, node)
+	r.checked(t, round.StepVerify)
 	r.green(t, round.StepUncordon, node)
-	r.green(t, round.StepGPUAcceptance, node)
-	pp, err := window.DecidePromote(node, r.run(round.StepTrialBoot), "")
-	if err != nil || pp.NewEntry != fakes.Entry(target) || pp.Kernel != target {
+	r.checked(t, round.StepGPUAcceptance)
+	pp, err := r.w.PlanPromote(ctx, node, "")
+	if err != nil || pp.NewEntry != fakes.Entry(target) || pp.Kernel != target || pp.BootID != r.host.CurrentBoot() {
 		t.Fatalf("promote plan from the approved trial boot: %+v %v", pp, err)
 	}
 	if _, err := r.w.Promote(ctx, pp, grant(pp, "a-promote")); err != nil {
@@ -290,7 +302,7 @@ func TestLostLeaseStopsTheWindow(t *testing.T) {
 func TestPromoteReentryNeedsApproval(t *testing.T) {
 	r := newRig(t)
 	r.installed(t)
-	pp := window.PromotePlan{Node: node, Kernel: target}
+	pp := window.PromotePlan{Node: node, Kernel: target, BootID: "boot-2"}
 	// promote's start journaled, then the process died before it ran
 	r.green(t, round.StepTrialBoot, node)
 	r.green(t, round.StepVerify, node)

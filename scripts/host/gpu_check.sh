@@ -9,6 +9,8 @@
 # the GPU operator the driver lives in a container: set
 # NVIDIA_DRIVER_ROOT=/run/nvidia/driver and nvidia-smi runs chrooted there.
 # The full XML is returned for the caller to read ECC, retired pages, etc.
+# It reports the boot it checked (kernel, boot_id): the round holds promote
+# to that boot.
 #
 # Environment (default in brackets):
 #   NVIDIA_DRIVER_ROOT  [/]
@@ -17,6 +19,7 @@
 #                       devices exist]
 #   PROC_DRIVER_NVIDIA  [/proc/driver/nvidia]
 #   PROC_NVSWITCH       [/proc/driver/nvidia-nvswitch/devices]
+#   BOOT_ID_FILE        [/proc/sys/kernel/random/boot_id]
 #
 # Output: one JSON object (README.md, "gpu_check").
 # Exit status: 0 pass, 4 a check failed, 1 error, 2 bad input.
@@ -146,9 +149,10 @@ check_kernel() {
 : "${FABRIC_MANAGER:=auto}"
 : "${PROC_DRIVER_NVIDIA:=/proc/driver/nvidia}"
 : "${PROC_NVSWITCH:=/proc/driver/nvidia-nvswitch/devices}"
+: "${BOOT_ID_FILE:=/proc/sys/kernel/random/boot_id}"
 
 STAGE='checking input'
-for v in NVIDIA_DRIVER_ROOT PROC_DRIVER_NVIDIA PROC_NVSWITCH; do
+for v in NVIDIA_DRIVER_ROOT PROC_DRIVER_NVIDIA PROC_NVSWITCH BOOT_ID_FILE; do
 	eval "check_path $v \"\$$v\""
 done
 if [ -n "$EXPECTED_GPUS" ]; then check EXPECTED_GPUS "$EXPECTED_GPUS" '[0-9]{1,3}' 'a GPU count'; fi
@@ -157,6 +161,10 @@ make_tmpdir
 
 problems=''
 problem() { problems="$problems$1$NL"; }
+
+STAGE='reading the running kernel and boot id'
+field_str kernel "$(uname -r)"
+field_str boot_id "$(cat "$BOOT_ID_FILE")"
 
 STAGE='checking the NVIDIA kernel driver'
 loaded=0

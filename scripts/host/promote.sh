@@ -1,25 +1,35 @@
 #!/bin/sh
 # promote.sh — make the new kernel the default after a good trial boot.
 #
-# Runbook: run as root once the node passed verify (and GPU acceptance).
-#   1. removes the trial-boot drop-in (GRUB_DEFAULT=<old entry>) if present
+# Runbook: run as root once the node passed verify (and GPU acceptance) on
+# the boot of its trial boot, that boot still running.
+#   1. refuses, changing nothing, unless the running kernel (uname -r) is
+#      EXPECTED_KERNEL and, when EXPECTED_BOOT_ID is given, the boot is that
+#      one (/proc/sys/kernel/random/boot_id): a host that fell back to the
+#      old kernel, or booted again since its checks, is not promoted;
+#   2. removes the trial-boot drop-in (GRUB_DEFAULT=<old entry>) if present
 #      and runs update-grub;
-#   2. works out what GRUB will boot next: next_entry from grubenv if set,
+#   3. works out what GRUB will boot next: next_entry from grubenv if set,
 #      else grub.cfg's default (a number, an id, a title path, or
 #      ${saved_entry} from grubenv), resolved to a menu entry;
-#   3. checks that entry boots EXPECTED_KERNEL (by default the running one).
+#   4. checks that entry boots EXPECTED_KERNEL.
 # Running it again only re-checks.
+#
+#   ssh node 'sudo env ROUND=2026-11 EXPECTED_KERNEL=6.8.0-51-generic EXPECTED_BOOT_ID=<id> sh -s' < promote.sh
 #
 # Environment (default in brackets):
 #   ROUND            round id (required)
-#   EXPECTED_KERNEL  [uname -r]
+#   EXPECTED_KERNEL  the trial kernel to promote (required): it must be running
+#   EXPECTED_BOOT_ID the trial boot's boot id [not checked]
+#   BOOT_ID_FILE     [/proc/sys/kernel/random/boot_id]
 #   GRUB_CFG         [/boot/grub/grub.cfg]
 #   GRUB_DIR         [/boot/grub]
 #   GRUB_DROPIN      [/etc/default/grub.d/99-trial-boot.cfg]
 #   STATE_DIR        [/var/lib/mcp-patch]
 #
 # Output: one JSON object (README.md, "promote").
-# Exit status: 0 ok, 1 error, 2 bad input, 4 the default does not boot
+# Exit status: 0 ok, 1 error, 2 bad input, 3 refused (another kernel or
+# boot runs; nothing was changed), 4 the default does not boot
 # EXPECTED_KERNEL.
 # shellcheck disable=SC2317 # shared helpers below: not every script calls each one
 set -eu
@@ -237,6 +247,8 @@ grub_entries() {
 
 : "${ROUND:=}"
 : "${EXPECTED_KERNEL:=}"
+: "${EXPECTED_BOOT_ID:=}"
+: "${BOOT_ID_FILE:=/proc/sys/kernel/random/boot_id}"
 : "${GRUB_CFG:=/boot/grub/grub.cfg}"
 : "${GRUB_DIR:=/boot/grub}"
 : "${GRUB_DROPIN:=/etc/default/grub.d/99-trial-boot.cfg}"
@@ -244,12 +256,30 @@ grub_entries() {
 
 STAGE='checking input'
 check_round ROUND "$ROUND"
-for v in GRUB_CFG GRUB_DIR GRUB_DROPIN STATE_DIR; do
+for v in BOOT_ID_FILE GRUB_CFG GRUB_DIR GRUB_DROPIN STATE_DIR; do
 	eval "check_path $v \"\$$v\""
 done
-[ -n "$EXPECTED_KERNEL" ] || EXPECTED_KERNEL=$(uname -r)
+[ -n "$EXPECTED_KERNEL" ] || bad_input 'EXPECTED_KERNEL (the trial kernel to promote) is required'
 check_kernel EXPECTED_KERNEL "$EXPECTED_KERNEL"
+RE_BOOT_ID='[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}'
+if [ -n "$EXPECTED_BOOT_ID" ]; then check EXPECTED_BOOT_ID "$EXPECTED_BOOT_ID" "$RE_BOOT_ID" 'a boot id'; fi
 field_str expected_kernel "$EXPECTED_KERNEL"
+field_str expected_boot_id "$EXPECTED_BOOT_ID"
+
+# The host as it is now, before anything changes: only the boot that was
+# trial-booted and checked is promoted.
+STAGE='reading the running kernel'
+running=$(uname -r)
+field_str running_kernel "$running"
+STAGE="reading $BOOT_ID_FILE"
+boot_id=$(cat "$BOOT_ID_FILE")
+field_str boot_id "$boot_id"
+if [ "$running" != "$EXPECTED_KERNEL" ]; then
+	refuse "the running kernel is $running, not $EXPECTED_KERNEL: only a host running the trial kernel is promoted (nothing was changed)"
+fi
+if [ -n "$EXPECTED_BOOT_ID" ] && [ "$boot_id" != "$EXPECTED_BOOT_ID" ]; then
+	refuse "the boot id is $boot_id, not $EXPECTED_BOOT_ID: the host booted again since its trial boot and checks (nothing was changed)"
+fi
 grubenv="$GRUB_DIR/grubenv"
 dir="$STATE_DIR/$ROUND"
 

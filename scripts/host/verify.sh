@@ -10,6 +10,8 @@
 #   sysctls   each key=value of EXPECTED_SYSCTLS (read from /proc/sys);
 #   identity  getent finds each of VERIFY_USERS and VERIFY_GROUPS (reported on its own:
 #             it does not fail the node check).
+# It reports the boot it checked (boot_id): the round holds later steps
+# (uncordon, promote) to that boot.
 #
 # Environment (default in brackets):
 #   TARGET_KERNEL        kernel release expected to run (required)
@@ -21,6 +23,7 @@
 #   PROC_BONDING         [/proc/net/bonding]
 #   SYS_INFINIBAND       [/sys/class/infiniband]
 #   PROC_SYS             [/proc/sys]
+#   BOOT_ID_FILE         [/proc/sys/kernel/random/boot_id]
 #
 # Output: one JSON object (README.md, "verify").
 # Exit status: 0 all node checks pass, 4 a check failed, 1 error, 2 bad input.
@@ -154,6 +157,7 @@ check_kernel() {
 : "${PROC_BONDING:=/proc/net/bonding}"
 : "${SYS_INFINIBAND:=/sys/class/infiniband}"
 : "${PROC_SYS:=/proc/sys}"
+: "${BOOT_ID_FILE:=/proc/sys/kernel/random/boot_id}"
 
 STAGE='checking input'
 check_kernel TARGET_KERNEL "$TARGET_KERNEL"
@@ -164,7 +168,7 @@ RE_SYSCTL='[A-Za-z0-9_][A-Za-z0-9_./-]*=[^,=]*'
 if [ -n "$EXPECTED_SYSCTLS" ]; then check EXPECTED_SYSCTLS "$EXPECTED_SYSCTLS" "$RE_SYSCTL(,$RE_SYSCTL)*" 'key=value,key=value'; fi
 if [ -n "$VERIFY_USERS" ]; then check VERIFY_USERS "$VERIFY_USERS" "$RE_NAME(,$RE_NAME)*" 'a comma-separated list of user names'; fi
 if [ -n "$VERIFY_GROUPS" ]; then check VERIFY_GROUPS "$VERIFY_GROUPS" "$RE_NAME(,$RE_NAME)*" 'a comma-separated list of group names'; fi
-for v in PROC_BONDING SYS_INFINIBAND PROC_SYS; do
+for v in PROC_BONDING SYS_INFINIBAND PROC_SYS BOOT_ID_FILE; do
 	eval "check_path $v \"\$$v\""
 done
 case $EXPECTED_SYSCTLS in *..*) bad_input 'EXPECTED_SYSCTLS must not contain ..' ;; esac
@@ -175,6 +179,8 @@ problem() { problems="$problems$1$NL"; }
 STAGE='checking the running kernel'
 kernel=$(uname -r)
 field_str kernel "$kernel"
+STAGE="reading $BOOT_ID_FILE"
+field_str boot_id "$(cat "$BOOT_ID_FILE")"
 field_str target_kernel "$TARGET_KERNEL"
 if [ "$kernel" = "$TARGET_KERNEL" ]; then field_bool kernel_ok 1; else
 	field_bool kernel_ok 0

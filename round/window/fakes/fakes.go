@@ -52,6 +52,13 @@ type Host struct {
 	// BootNeedKB (150 MiB), and a /boot with less is short, as
 	// simulate.sh reports it.
 	BootFreeKB int64
+	// BootID is the boot running now; "" is "boot-N" after N-1 reboots
+	// (Boot). Every read of the host reports it, as the scripts do.
+	BootID string
+	boots  int
+	// DefaultKernel is the kernel GRUB boots by default; "" is the one
+	// the host started on. Promote changes it, and only Promote.
+	DefaultKernel string
 }
 
 // BootNeedKB is what the fake's new kernel and initrd take on /boot.
@@ -81,6 +88,29 @@ func Entry(kernel string) string {
 	return "gnulinux-advanced-u>gnulinux-" + kernel + "-advanced-u"
 }
 
+// bootID is the boot running now.
+func (h *Host) bootID() string {
+	if h.BootID != "" {
+		return h.BootID
+	}
+	return fmt.Sprintf("boot-%d", h.boots+1)
+}
+
+// CurrentBoot is the boot id the host runs now.
+func (h *Host) CurrentBoot() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.bootID()
+}
+
+// Default is the kernel GRUB boots by default ("" until a promote: the
+// kernel the host started on).
+func (h *Host) Default() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.DefaultKernel
+}
+
 func (h *Host) down() error {
 	if h.Unreachable {
 		return errors.New("dial tcp: connection refused")
@@ -94,7 +124,7 @@ func (h *Host) Inspect(ctx context.Context, node string, in steps.InspectInput) 
 	if err := h.down(); err != nil {
 		return steps.Inspection{}, err
 	}
-	insp := steps.Inspection{Kernel: h.Running, BootID: "boot-1", KernelPanic: 10}
+	insp := steps.Inspection{Kernel: h.Running, BootID: h.bootID(), KernelPanic: 10}
 	insp.Grub.EnvWritableAtBoot = true
 	for _, k := range []string{h.Running, h.Target} {
 		insp.Grub.Entries = append(insp.Grub.Entries, parse.GrubEntry{ID: Entry(k), Kernel: k, Submenu: "gnulinux-advanced-u"})
@@ -202,12 +232,12 @@ func (h *Host) TrialBootStatus(ctx context.Context, node, round string) (steps.T
 	if !h.Prepared {
 		return steps.TrialBoot{}, fmt.Errorf("trial boot: %w: no state for this round", steps.ErrRefused)
 	}
-	tb := steps.TrialBoot{OldEntry: h.PreparedOld, NewEntry: h.PreparedNew, NextEntry: h.PreparedNew, Kernel: h.Running, NewKernel: h.Target}
+	tb := steps.TrialBoot{OldEntry: h.PreparedOld, NewEntry: h.PreparedNew, NextEntry: h.PreparedNew, Kernel: h.Running, NewKernel: h.Target, BootID: h.bootID()}
 	if h.RebootRequested {
 		tb.RebootRequestedAt = "now"
 	}
 	if h.Rebooted {
-		tb.Rebooted, tb.Outcome, tb.NextEntry, tb.BootID = true, h.Outcome, "", "boot-2"
+		tb.Rebooted, tb.Outcome, tb.NextEntry = true, h.Outcome, ""
 		if h.Outcome == steps.OutcomeNewKernel {
 			tb.Kernel = h.Target
 		}
@@ -215,14 +245,30 @@ func (h *Host) TrialBootStatus(ctx context.Context, node, round string) (steps.T
 	return tb, nil
 }
 
-func (h *Host) Promote(ctx context.Context, node, round, kernel string) (steps.PromoteResult, error) {
+// Promote answers as promote.sh does: a host that does not run the
+// expected kernel, or the expected boot, is refused and nothing changes;
+// otherwise the expected kernel becomes the default.
+func (h *Host) Promote(ctx context.Context, node string, in steps.PromoteInput) (steps.PromoteResult, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.down(); err != nil {
 		return steps.PromoteResult{}, err
 	}
+	kernel := in.ExpectedKernel
+	res := steps.PromoteResult{Node: node, ExpectedKernel: kernel, ExpectedBootID: in.ExpectedBootID, RunningKernel: h.Running, BootID: h.bootID()}
+	refused := func(reason string) (steps.PromoteResult, error) {
+		return res, &steps.StepError{Step: "promote", Node: node, Status: steps.StatusRefused, Reason: reason, ExitCode: 3}
+	}
+	switch {
+	case h.Running != kernel:
+		return refused("the running kernel is " + h.Running + ", not " + kernel)
+	case in.ExpectedBootID != "" && in.ExpectedBootID != h.bootID():
+		return refused("the boot id is " + h.bootID() + ", not " + in.ExpectedBootID)
+	}
 	h.act(node, "promote", kernel)
-	return steps.PromoteResult{Node: node, ExpectedKernel: kernel, NextBootKernel: kernel, Promoted: kernel == h.Target}, nil
+	h.DefaultKernel = kernel
+	res.NextBootKernel, res.Promoted = kernel, kernel == h.Target
+	return res, nil
 }
 
 // DrillUnit is where fallback_drill.sh writes the drill's unit.
@@ -428,7 +474,7 @@ func (l *Lease) Steal(by string) {
 func (h *Host) Kernel(ctx context.Context, node string) (steps.KernelInfo, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return steps.KernelInfo{Kernel: h.Running}, h.down()
+	return steps.KernelInfo{Kernel: h.Running, BootID: h.bootID()}, h.down()
 }
 
 // Download fetches nothing.
@@ -451,7 +497,7 @@ func (h *Host) Snapshot(ctx context.Context, node, round, role, etcd string) (st
 func (h *Host) Verify(ctx context.Context, node string, in steps.VerifyInput) (steps.NodeVerification, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	v := steps.NodeVerification{Kernel: h.Running, Passed: h.Running == in.TargetKernel}
+	v := steps.NodeVerification{Kernel: h.Running, BootID: h.bootID(), Passed: h.Running == in.TargetKernel}
 	if !v.Passed {
 		v.Problems = []string{"kernel " + h.Running + ", want " + in.TargetKernel}
 	}
@@ -460,7 +506,9 @@ func (h *Host) Verify(ctx context.Context, node string, in steps.VerifyInput) (s
 
 // GPUCheck passes.
 func (h *Host) GPUCheck(ctx context.Context, node string, in steps.GPUCheckInput) (steps.GPUCheck, error) {
-	return steps.GPUCheck{Passed: true, GPUCount: in.ExpectedGPUs}, nil
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return steps.GPUCheck{Kernel: h.Running, BootID: h.bootID(), Passed: true, GPUCount: in.ExpectedGPUs}, nil
 }
 
 // Boot finishes the trial reboot: the node comes back on the target kernel
@@ -473,6 +521,7 @@ func (h *Host) Boot(fellBack bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.Rebooted = true
+	h.boots, h.BootID = h.boots+1, ""
 	if !fellBack && h.Drill.Armed && h.Drill.DrillKernel == h.Target {
 		h.Drill.Armed, h.Drill.DrillKernel, h.Drill.Fired, h.Drill.FiredAt = false, "", true, "2026-11-03T08:00:00Z"
 		fellBack = true
