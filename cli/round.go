@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/tools"
 )
 
@@ -38,8 +41,43 @@ func (a *app) roundCommand() *cobra.Command {
 	}
 	planCmd.Flags().StringVar(&roundID, "round", "", "the round (default: the open one)")
 	planCmd.Flags().BoolVar(&markdown, "markdown", false, "print plan.md whole (every package, GRUB id and pod)")
-	c.AddCommand(status, planCmd)
+	restore := &cobra.Command{
+		Use:   "restore --round ID",
+		Short: "Write a round's journal back from the server's anchor, byte for byte as the server wrote it (the way out of a journal that does not reproduce it; run it with the server stopped)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return exit(runRoundRestore(a.g, roundID, a.stdio))
+		},
+	}
+	restore.Flags().StringVar(&roundID, "round", "", "the round whose journal to restore")
+	c.AddCommand(status, planCmd, restore)
 	return c
+}
+
+// runRoundRestore is `mcp-patch round restore --round ID`.
+func runRoundRestore(g *globals, roundID string, stdio IO) int {
+	c, err := g.load(stdio.Getenv)
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch:", err)
+		return ExitUsage
+	}
+	if !round.ValidRoundID(roundID) || c.IntentRepo == "" || c.StateDir == "" {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch round restore: needs --round, the intent repository and the state directory")
+		return ExitUsage
+	}
+	dir := filepath.Join(c.IntentRepo, "rounds", roundID)
+	rep, err := round.RestoreFromAnchor(dir, tools.AnchorDir(c.StateDir))
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch round restore:", err)
+		return ExitNotOK
+	}
+	if len(rep.Replaced) == 0 {
+		fmt.Fprintf(stdio.Stdout, "round %s: the journal already is what the server wrote (%d records, %d sealed segments)\n", roundID, rep.Records, rep.Segments)
+		return ExitOK
+	}
+	fmt.Fprintf(stdio.Stdout, "round %s: wrote back %s from the anchor (%d records, %d sealed segments); commit them before the next window\n",
+		roundID, strings.Join(rep.Replaced, ", "), rep.Records, rep.Segments)
+	return ExitOK
 }
 
 // runRoundPlan is `mcp-patch round plan [--round ID] [--markdown]`.

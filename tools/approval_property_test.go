@@ -245,7 +245,7 @@ func TestRandomReentryCrashConcurrency(t *testing.T) {
 			if err := rg.d.Book.Close(); err != nil {
 				t.Fatal(err)
 			}
-			rg.d.Book = NewRoundBook(rg.root, rg.d.Now)
+			rg.d.Book = NewRoundBook(rg.root, rg.d.Book.AnchorDir, rg.d.Now)
 			continue
 		case 2: // the next start loses its answer (until a start is tried)
 			rg.host.FailStart = errors.New("ssh: connection reset")

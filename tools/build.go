@@ -69,7 +69,12 @@ func wire(ctx context.Context, d *Deps) (cleanup func(), err error) {
 			})
 		}
 		d.Resources = IntentResources(d)
-		d.Book = NewRoundBook(repoPath, d.Now)
+		anchors := ""
+		if c.StateDir != "" {
+			anchors = AnchorDir(c.StateDir)
+		}
+		d.Book = NewRoundBook(repoPath, anchors, d.Now)
+		d.Book.CheckDecision = d.decisionProven
 		d.Book.ReadOnly = c.Mode == config.ModeReadOnly
 		d.CurrentRound = d.Book.CurrentID
 		closers = append(closers, func() { d.Book.Close() })

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestResumeStatementAnswersOneStop(t *testing.T) {
 	defer store.Close()
 	c := config.DefaultConfig()
 	c.StateDir = t.TempDir()
-	book := NewRoundBook(t.TempDir(), clock)
+	book := NewRoundBook(t.TempDir(), filepath.Join(t.TempDir(), "journals"), clock)
 	defer book.Close()
 	d := &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Now: clock, Book: book,
 		Approvals: &PolicyApprovals{Verifier: &policy.Verifier{AllowedSigners: allowed, NonceStore: store, Clock: clock},

@@ -73,6 +73,11 @@ type Approvals interface {
 	// server derives now, line for line.
 	Attestation(kind policy.Kind, f policy.AttestationFields, summary []string) (string, time.Time, error)
 	VerifyAttestation(ctx context.Context, text string, kind policy.Kind, want policy.AttestationFields, summary []string) (Approved, policy.Request, error)
+	// ReverifyAttestation checks a kept statement of kind again, when the
+	// round's state is rebuilt: its signature against allowed_signers now,
+	// the stop it was bound to as signed, and that it was used while
+	// valid. The caller compares its node and round with the record's.
+	ReverifyAttestation(ctx context.Context, text string, kind policy.Kind) (Approved, policy.Request, error)
 }
 
 // needApproval is returned by the chokepoint when no approval was given;

@@ -31,6 +31,11 @@ func (f *fleet) peer() *fleet {
 	if c.StateDir == f.d.Config.StateDir {
 		f.t.Fatal("the peer shares the state directory")
 	}
+	// The round's anchor goes with the round (until the cluster holds its
+	// head): without it the peer opens none of the rig's journals.
+	if err := os.CopyFS(AnchorDir(c.StateDir), os.DirFS(AnchorDir(f.d.Config.StateDir))); err != nil {
+		f.t.Fatalf("copy the rounds' anchors: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	clock := func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
 	d, cleanup, err := Build(ctx, &c, slog.New(slog.NewTextHandler(io.Discard, nil)), func(string) string { return "" }, clock)

@@ -108,6 +108,10 @@ func (f *fakeApprovals) VerifyAttestation(context.Context, string, policy.Kind, 
 	return Approved{}, policy.Request{}, errors.New("not in this fake")
 }
 
+func (f *fakeApprovals) ReverifyAttestation(context.Context, string, policy.Kind) (Approved, policy.Request, error) {
+	return Approved{}, policy.Request{}, errors.New("not in this fake")
+}
+
 func stepTool(executed *int, digest *string) Tool {
 	return NewDestructive[stepIn, stepOut, testPlan](Spec{Name: "step", Title: "Step", Description: "a destructive step"},
 		Steps[stepIn, stepOut, testPlan]{

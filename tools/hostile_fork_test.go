@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,8 +65,10 @@ func (f *fleet) fork(t testing.TB) *fleet {
 		cancel()
 		t.Fatalf("Build: %v", err)
 	}
-	t.Cleanup(func() { cancel(); cleanup() })
-	g.d = d
+	var once sync.Once
+	g.stop = func() { once.Do(func() { cancel(); cleanup() }) }
+	t.Cleanup(g.stop)
+	g.cfg, g.d = c, d
 
 	bg := context.Background()
 	var objs []runtime.Object

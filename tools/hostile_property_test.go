@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
 	mrand "math/rand/v2"
@@ -110,6 +112,7 @@ var hostileKinds = []string{
 	"bare call", "bare call again", "replayed approval", "approval on another node", "approval for another tool",
 	"hand-written signatures", "plan.json edited", "nodes.json edited", "journal edited", "state.json edited",
 	"forged journal start", "statement with a rewritten summary", "statement from another stop",
+	"journal forged, server restarted",
 	"the person signs a step", "the person signs a window", "the person signs a resume",
 	"the hosts move on", "an install fails", "write tools",
 }
@@ -273,9 +276,53 @@ func runHostile(t *testing.T, base *fleet, seq []hostileOp) (res hostileResult) 
 		restore(name, b)
 	}
 	heldPick := func(p int) string { return held[p%len(held)] }
+	f.d.Book.SegmentBytes = hostileSegmentBytes
+	rebuild := func() {
+		cluster, hosts := f.d.Cluster, f.d.Hosts
+		f.stop()
+		d := f.build()
+		d.Cluster, d.Hosts, d.Book.SegmentBytes = cluster, hosts, hostileSegmentBytes
+	}
+	// The standing rules, as the hosts and the cluster show them after
+	// each operation: nothing destructive while the round is stopped (but
+	// what a person's resume lifts), no promote unless the host runs the
+	// trial kernel, no cordon before every earlier window closed.
+	order := f.state().Plan.Order
+	standing := func(kind string, before map[string]int, wasStopped bool, wasCordoned map[string]bool) string {
+		after := count()
+		for _, n := range hostileNodes {
+			if f.node(n).Spec.Unschedulable && !wasCordoned[n] {
+				after["drain_node/"+n]++
+				st := f.state()
+				for _, p := range order.Positions[:max(order.Index(n), 0)] {
+					if w := st.Node(p.Node); w == nil || w.Window != round.WindowClosed {
+						return fmt.Sprintf("%s was cordoned while the window of %s, before it, was not closed", n, p.Node)
+					}
+				}
+			}
+			if after["promote_kernel/"+n] > before["promote_kernel/"+n] {
+				if h := f.host(n); h.Running != h.Target {
+					return fmt.Sprintf("%s was promoted to %s while it runs %s", n, h.Target, h.Running)
+				}
+			}
+		}
+		if wasStopped && kind != "the person signs a resume" && kind != "statement from another stop" {
+			for k, c := range after {
+				if c > before[k] {
+					return fmt.Sprintf("%s acted while the round was stopped", k)
+				}
+			}
+		}
+		return ""
+	}
 	for i, op := range seq {
 		tool, node := op.Tool, op.Node
 		kind := hostileKinds[op.Kind]
+		before, wasStopped := count(), f.state().Stop != nil
+		wasCordoned := map[string]bool{}
+		for _, n := range hostileNodes {
+			wasCordoned[n] = f.node(n).Spec.Unschedulable
+		}
 		switch kind {
 		case "bare call", "bare call again":
 			// Again: a step whose approval was used, called once more.
@@ -312,8 +359,30 @@ func runHostile(t *testing.T, base *fleet, seq []hostileOp) (res hostileResult) 
 			// A hand-written record of the step done, appended to the
 			// journal file (the agent can write the working copy).
 			editWhile(round.JournalFile, func(s string) string {
-				return s + fmt.Sprintf(`{"seq":999999,"type":"step_finished","step":%q,"node":%q,"approval_id":"forged"}`+"\n", toolStepOf(tool), node)
+				return s + fmt.Sprintf(`{"seq":999999,"kind":"step_finished","step":%q,"node":%q,"outcome":"done","approval_id":"forged"}`+"\n", toolStepOf(tool), node)
 			}, tool, node)
+		case "journal forged, server restarted":
+			// With the server ended, the agent rewrites the journal (the
+			// live file or a sealed segment), starts the server again and
+			// calls the step, bare and with an approval it holds; then
+			// the files are put back as they were (a person restores
+			// them from the committed history) and the server starts
+			// again.
+			f.stop()
+			saved := readRoundJournal(t, roundDir)
+			forged, what := forgeJournal(t, saved, op, tool, node)
+			res.kinds["journal forged: "+what]++
+			writeRoundJournal(t, roundDir, saved, forged)
+			rebuild()
+			call(tool, node, "")
+			if len(held) > 0 {
+				call(tool, node, heldPick(op.Pick))
+			}
+			f.stop()
+			if now := readRoundJournal(t, roundDir); maps.EqualFunc(now, forged, bytes.Equal) {
+				writeRoundJournal(t, roundDir, forged, saved)
+			}
+			rebuild()
 		case "state.json edited":
 			editWhile(round.StateFile, func(s string) string {
 				return strings.ReplaceAll(strings.ReplaceAll(s, `"not_started"`, `"done"`), `"in_flight"`, `"done"`)
@@ -411,6 +480,10 @@ func runHostile(t *testing.T, base *fleet, seq []hostileOp) (res hostileResult) 
 			f.call(w[op.Pick%len(w)], map[string]any{"node": node})
 		}
 		res.kinds[kind]++
+		if v := standing(kind, before, wasStopped, wasCordoned); v != "" {
+			res.violation, res.at = kind+": "+v, i
+			return res
+		}
 		if v := check(); v != "" {
 			res.violation, res.at = kind+": "+v, i
 			return res
@@ -435,4 +508,172 @@ func toolStepOf(tool string) round.Step {
 		return round.StepPromote
 	}
 	return round.StepTrialBoot // the drill is a trial boot of the armed kernel
+}
+
+// hostileSegmentBytes seals the hostile rig's journal in small segments,
+// so that forgeries reach sealed segments too.
+const hostileSegmentBytes = 4 << 10
+
+// readRoundJournal reads the round's journal files (the live file and
+// every sealed segment) by name.
+func readRoundJournal(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	names, err := filepath.Glob(filepath.Join(dir, "journal*.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range names {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[filepath.Base(p)] = b
+	}
+	return out
+}
+
+// writeRoundJournal replaces the journal files from (as read) with to.
+func writeRoundJournal(t *testing.T, dir string, from, to map[string][]byte) {
+	t.Helper()
+	for name := range from {
+		if _, ok := to[name]; !ok {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for name, b := range to {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// forgeJournal is one of the agent's rewrites of the journal's files,
+// chosen by op.Pick: records numbered on as the server would, so only
+// the anchor can tell them apart.
+func forgeJournal(t *testing.T, files map[string][]byte, op hostileOp, tool, node string) (map[string][]byte, string) {
+	t.Helper()
+	out := maps.Clone(files)
+	live := splitJSONL(files[round.JournalFile])
+	var segs []string
+	for name := range files {
+		if name != round.JournalFile {
+			segs = append(segs, name)
+		}
+	}
+	slices.Sort(segs)
+	lastSeq := uint64(0)
+	for _, name := range append(slices.Clone(segs), round.JournalFile) {
+		for _, r := range splitJSONL(files[name]) {
+			lastSeq = r.Seq
+		}
+	}
+	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
+	appendRecs := func(recs []round.Record, rs ...round.Record) []round.Record {
+		for _, r := range rs {
+			lastSeq++
+			r.Seq, r.Time = lastSeq, at
+			recs = append(recs, r)
+		}
+		return recs
+	}
+	green := func(step round.Step, n string) []round.Record {
+		return []round.Record{{Kind: round.KindStepStarted, Step: step, Node: n, ApprovalID: "forged"},
+			{Kind: round.KindStepFinished, Step: step, Node: n, Outcome: round.OutcomeDone, Kernel: fTarget}}
+	}
+	var what string
+	switch op.Pick % 6 {
+	case 0: // a failure cut away and green steps written after it
+		what = "green steps over a failure"
+		cut := len(live)
+		for i := len(live) - 1; i >= 0; i-- {
+			if live[i].Kind == round.KindStepFailed {
+				cut, node = i, live[i].Node
+				break
+			}
+		}
+		if cut < len(live) {
+			lastSeq = live[cut].Seq - 1
+		}
+		recs := live[:cut]
+		for _, s := range []round.Step{round.StepTrialBoot, round.StepVerify, round.StepUncordon, round.StepGPUAcceptance} {
+			recs = appendRecs(recs, green(s, node)...)
+		}
+		live = recs
+	case 1: // a person's decision nobody signed
+		what = "unsigned resume"
+		live = appendRecs(live, round.Record{Kind: round.KindDecision, Decision: round.DecisionResume, Node: node, Step: toolStepOf(tool), ApprovalID: "forged"})
+	case 2: // a window closed and its gate green
+		what = "window closed by hand"
+		recs := live
+		for _, s := range []round.Step{round.StepPromote, round.StepGate} {
+			recs = appendRecs(recs, green(s, node)...)
+		}
+		live = recs
+	case 3: // two records swapped, their numbers kept in order
+		what = "records reordered"
+		if len(live) >= 3 {
+			i := len(live) - 3
+			live[i], live[i+1] = live[i+1], live[i]
+			live[i].Seq, live[i+1].Seq = live[i+1].Seq, live[i].Seq
+		}
+	case 4: // a record deleted and the rest renumbered
+		what = "record deleted, renumbered"
+		if len(live) >= 2 {
+			i := len(live) / 2
+			live = append(live[:i:i], live[i+1:]...)
+			for j := i; j < len(live); j++ {
+				live[j].Seq--
+			}
+		}
+	case 5: // a sealed segment rewritten after it was committed
+		what = "sealed segment edited"
+		if len(segs) == 0 {
+			what = "no segment yet: the live file's last failure made green"
+		}
+		name := round.JournalFile
+		if len(segs) > 0 {
+			name = segs[op.Pick%len(segs)]
+		}
+		recs := splitJSONL(files[name])
+		for i := range recs {
+			if recs[i].Kind == round.KindStepFailed || i == len(recs)-1 {
+				recs[i].Kind, recs[i].Outcome, recs[i].Detail = round.KindStepFinished, round.OutcomeDone, ""
+				break
+			}
+		}
+		if name != round.JournalFile {
+			out[name] = joinJSONL(t, recs)
+			return out, what
+		}
+		live = recs
+	}
+	out[round.JournalFile] = joinJSONL(t, live)
+	return out, what
+}
+
+func splitJSONL(b []byte) []round.Record {
+	var out []round.Record
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		var r round.Record
+		if len(l) > 0 && json.Unmarshal(l, &r) == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func joinJSONL(t *testing.T, recs []round.Record) []byte {
+	t.Helper()
+	var b []byte
+	for _, r := range recs {
+		l, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = append(append(b, l...), '\n')
+	}
+	return b
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,7 +17,7 @@ import (
 // book does not take the round, and the journal's bytes stay as they
 // were); no round open is no state.
 func TestMetricsSourceReadsWithoutOpening(t *testing.T) {
-	if st, err := NewRoundBook(t.TempDir(), nil).metricsSource(); st != nil || err != nil {
+	if st, err := NewRoundBook(t.TempDir(), filepath.Join(t.TempDir(), "journals"), nil).metricsSource(); st != nil || err != nil {
 		t.Fatalf("no rounds: %v %v", st, err)
 	}
 	r := newWRig(t)
@@ -26,7 +27,7 @@ func TestMetricsSourceReadsWithoutOpening(t *testing.T) {
 		t.Fatalf("held round: %+v %v", st, err)
 	}
 	before := r.journalBytes(t)
-	other := NewRoundBook(r.root, r.d.Now) // a scrape by another process
+	other := NewRoundBook(r.root, r.d.Book.AnchorDir, r.d.Now) // a scrape by another process
 	st, err = other.metricsSource()
 	if err != nil || st == nil || st.RoundID != wRound || st.Current != wNode {
 		t.Fatalf("round on disk: %+v %v", st, err)

@@ -39,7 +39,7 @@ func planFacts(target string) plan.Facts {
 func planDeps(t *testing.T, approval string) (*Deps, plan.Fleet) {
 	t.Helper()
 	d := testDeps(t, config.ModeNormal)
-	d.Book = NewRoundBook(t.TempDir(), func() time.Time { return time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC) })
+	d.Book = NewRoundBook(t.TempDir(), filepath.Join(t.TempDir(), "journals"), func() time.Time { return time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC) })
 	t.Cleanup(func() { d.Book.Close() })
 	j, err := d.Book.Journal(planRound, true)
 	if err != nil {

@@ -88,6 +88,21 @@ func (p *PolicyApprovals) VerifyAttestation(ctx context.Context, text string, ki
 	return Approved{ID: v.ApprovalID, Principal: v.Principal, Fingerprint: v.KeyFingerprint, LabOnly: v.LabOnly, Text: text, verified: v}, v.Request, nil
 }
 
+// ReverifyAttestation checks a kept statement again
+// (policy.Verifier.Reverify), bound to what it signed.
+func (p *PolicyApprovals) ReverifyAttestation(ctx context.Context, text string, kind policy.Kind) (Approved, policy.Request, error) {
+	a, err := policy.ParseApproval(text)
+	if err != nil {
+		return Approved{}, policy.Request{}, explainRefusal(err)
+	}
+	r := a.Request
+	v, err := p.Verifier.Reverify(ctx, text, policy.Expectation{Kind: kind, Node: r.Node, Round: r.Round, Step: r.Step, Stop: r.Stop})
+	if err != nil {
+		return Approved{}, policy.Request{}, explainRefusal(err)
+	}
+	return Approved{ID: v.ApprovalID, Principal: v.Principal, Fingerprint: v.KeyFingerprint, LabOnly: v.LabOnly, Text: text, verified: v}, v.Request, nil
+}
+
 func explainRefusal(err error) error {
 	if err == nil {
 		return nil

@@ -2,7 +2,9 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/policy"
@@ -34,6 +36,52 @@ var decisionKinds = map[string]struct {
 	"abort":                     {policy.KindRoundAbort, round.DecisionAbort},
 	"hypervisor_snapshot_taken": {policy.KindHypervisorSnapshotTaken, round.DecisionHypervisorSnapshotTaken},
 	"residual_risk_accepted":    {policy.KindResidualRiskAccepted, round.DecisionResidualRiskAccepted},
+}
+
+// decisionTool is the tool name a decision's kept statement is filed
+// under in the proofs (Step names the decision).
+const decisionTool = "record_decision"
+
+// decisionProven is the check a round's journal runs, when its state is
+// rebuilt, on every decision record it replays (round.WithDecisionCheck):
+// the record counts only as the person's statement kept in the state
+// directory under its approval id, verified again now and bound to the
+// record's decision, node and round.
+func (d *Deps) decisionProven(roundID string) func(round.Record) error {
+	return func(rec round.Record) error {
+		if rec.ApprovalID == "" {
+			return errors.New("it names no signed statement")
+		}
+		ps, err := d.proofs(roundID)
+		if err != nil {
+			return fmt.Errorf("the kept statements cannot be read: %w", err)
+		}
+		i := slices.IndexFunc(ps, func(p proof) bool { return p.Tool == decisionTool && p.ApprovalID == rec.ApprovalID })
+		if i < 0 {
+			return fmt.Errorf("no signed statement %s is kept in the server's state directory", rec.ApprovalID)
+		}
+		p := ps[i]
+		var kind policy.Kind
+		for name, dk := range decisionKinds {
+			if dk.name == rec.Decision && p.Step == name {
+				kind = dk.kind
+			}
+		}
+		if kind == "" {
+			return fmt.Errorf("the kept statement %s is a %s, not a %s", rec.ApprovalID, p.Step, rec.Decision)
+		}
+		if d.Approvals == nil {
+			return errors.New("no allowed_signers file is configured to verify it")
+		}
+		_, req, err := d.Approvals.ReverifyAttestation(context.Background(), p.Approval, kind)
+		if err != nil {
+			return fmt.Errorf("the kept statement %s no longer verifies: %w", rec.ApprovalID, err)
+		}
+		if req.Round != roundID || req.Node != rec.Node || p.Node != rec.Node {
+			return fmt.Errorf("the kept statement %s was signed for %s in round %s", rec.ApprovalID, req.Node, req.Round)
+		}
+		return nil
+	}
 }
 
 // RecordDecision is the record_decision tool.
@@ -99,6 +147,11 @@ func RecordDecision() Tool {
 		a, req, err := d.Approvals.VerifyAttestation(ctx, in.Attestation, dk.kind, binding, summary)
 		if err != nil {
 			return DecisionOut{}, Refuse("Ask the person to sign a fresh statement (call again without attestation).", "statement refused: "+err.Error(), "nothing was recorded")
+		}
+		// Kept before it is used: the decision counts, now and whenever
+		// the round's state is rebuilt, only as this kept signature.
+		if err := d.keepProof(s.id, proof{Tool: decisionTool, Step: in.Decision, Node: node, ApprovalID: a.ID, Approval: in.Attestation}); err != nil {
+			return DecisionOut{}, Refuse("Ask the operator to fix the server's state directory.", "the statement could not be kept: "+err.Error(), "nothing was recorded")
 		}
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return DecisionOut{}, Refuse("Ask the person to sign a fresh statement.", "statement could not be used: "+err.Error(), "nothing was recorded")

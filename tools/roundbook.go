@@ -25,8 +25,12 @@ import (
 // writer out.
 type RoundBook struct {
 	// Root is the intent repository's working copy.
-	Root  string
-	Clock func() time.Time
+	Root string
+	// AnchorDir is where each round's journal is anchored
+	// (round.WithAnchor): a directory of the server's state directory,
+	// out of the agent's reach. Required to open a round for writing.
+	AnchorDir string
+	Clock     func() time.Time
 	// Observe, when set, is every journal's observer (round.WithObserver).
 	Observe func(round.Record, *round.State)
 	// ReadOnly (a --read-only server) opens every journal as a view
@@ -144,10 +148,18 @@ func (b *RoundBook) keepPlan(id string, sum [sha256.Size]byte, f plan.Fleet) {
 	b.plans.keep(id, sum, f)
 }
 
-// NewRoundBook returns a book over an intent repository working copy.
-func NewRoundBook(root string, clock func() time.Time) *RoundBook {
-	return &RoundBook{Root: root, Clock: clock, open: map[string]*round.Journal{}}
+// NewRoundBook returns a book over an intent repository working copy
+// whose rounds are anchored in anchorDir.
+func NewRoundBook(root, anchorDir string, clock func() time.Time) *RoundBook {
+	return &RoundBook{Root: root, AnchorDir: anchorDir, Clock: clock, open: map[string]*round.Journal{}}
 }
+
+// anchorsDir is where the rounds' anchors live under the state directory.
+const anchorsDir = "journals"
+
+// AnchorDir is where a server whose state directory is stateDir anchors
+// its rounds' journals.
+func AnchorDir(stateDir string) string { return filepath.Join(stateDir, anchorsDir) }
 
 func (b *RoundBook) now() time.Time {
 	if b.Clock != nil {
@@ -178,7 +190,10 @@ func (b *RoundBook) Journal(id string, create bool) (*round.Journal, error) {
 	if _, err := os.Lstat(filepath.Join(dir, round.JournalFile)); err != nil && !create {
 		return nil, Refuse("Plan the round first (plan_round).", fmt.Sprintf("round %s has no journal in the intent repository", id))
 	}
-	opts := []round.Option{round.WithRepoRoot(b.Root)}
+	if b.AnchorDir == "" {
+		return nil, Refuse("Ask the operator to configure state_dir.", "no state directory is configured: the server anchors each round's journal there and opens no round for writing without it")
+	}
+	opts := []round.Option{round.WithRepoRoot(b.Root), round.WithAnchor(b.AnchorDir)}
 	if b.Clock != nil {
 		opts = append(opts, round.WithClock(b.Clock))
 	}
@@ -197,6 +212,9 @@ func (b *RoundBook) Journal(id string, create bool) (*round.Journal, error) {
 	if errors.Is(err, round.ErrUnsafePath) {
 		return nil, Refuse("Ask a person to replace the link with the file itself (or remove it), then call again.",
 			fmt.Sprintf("round %s: %v", id, err), "nothing was read or written")
+	}
+	if errors.Is(err, round.ErrTampered) {
+		return nil, tamperRefusal(id, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open journal of round %s: %w", id, err)
@@ -514,4 +532,13 @@ func (b *RoundBook) Close() error {
 		delete(b.views, id)
 	}
 	return errors.Join(errs...)
+}
+
+// tamperRefusal answers a round whose journal does not reproduce its
+// anchor: the round is stopped for a person, who restores the files.
+func tamperRefusal(id string, err error) error {
+	return Refuse(fmt.Sprintf("Stop and ask a person: the round's files in rounds/%s/ are not what the server wrote. "+
+		"A person with the server stopped writes them back from the server's anchor (mcp-patch round restore --round %s) "+
+		"and commits them, then calls again.", id, id),
+		err.Error(), "the server acts on none of this journal: no step of this round runs until it reproduces its anchor")
 }

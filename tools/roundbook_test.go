@@ -31,7 +31,8 @@ func TestRoundFilesNameWhatChangedSinceTheLastCommit(t *testing.T) {
 	write("state.json")
 	write("journal-000001.jsonl")
 	clock := func() time.Time { return time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC) }
-	book := NewRoundBook(root, clock)
+	anchors := filepath.Join(t.TempDir(), "journals")
+	book := NewRoundBook(root, anchors, clock)
 	for _, n := range []string{"a", "b", "c"} {
 		if err := book.WriteNodeFile(id, nodePlansDir, n, []byte("{}\n")); err != nil {
 			t.Fatal(err)
@@ -83,7 +84,7 @@ func TestRoundFilesNameWhatChangedSinceTheLastCommit(t *testing.T) {
 	book.Committed(id, second)
 	check("b written during the commit", files(), append(append([]string{}, top...), p("nodes/b.json")), nil)
 
-	again := NewRoundBook(root, clock)
+	again := NewRoundBook(root, anchors, clock)
 	f, err := again.Files(id)
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,8 @@ func TestSymlinkedAuditLogRefused(t *testing.T) {
 	now := time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	repo := t.TempDir()
-	book := NewRoundBook(repo, clock)
+	anchors := filepath.Join(t.TempDir(), "journals")
+	book := NewRoundBook(repo, anchors, clock)
 	j, err := book.Journal("2026-11", true)
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +51,7 @@ func TestSymlinkedAuditLogRefused(t *testing.T) {
 
 	c := config.DefaultConfig()
 	c.StateDir = t.TempDir()
-	book = NewRoundBook(repo, clock)
+	book = NewRoundBook(repo, anchors, clock)
 	defer book.Close()
 	d := &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Now: clock, Book: book}
 	d.Audit = d.RecordAudit

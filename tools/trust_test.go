@@ -216,7 +216,7 @@ func newDecisionRig(t *testing.T) *decisionRig {
 	t.Cleanup(func() { store.Close() })
 	c := config.DefaultConfig()
 	c.StateDir = t.TempDir()
-	book := NewRoundBook(t.TempDir(), clock)
+	book := NewRoundBook(t.TempDir(), filepath.Join(t.TempDir(), "journals"), clock)
 	t.Cleanup(func() { book.Close() })
 	d := &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Now: clock, Book: book,
 		Approvals: &PolicyApprovals{Verifier: &policy.Verifier{AllowedSigners: allowed, NonceStore: store, Clock: clock},

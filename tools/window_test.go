@@ -81,6 +81,9 @@ func (f *syncApprovals) Attestation(policy.Kind, policy.AttestationFields, []str
 func (f *syncApprovals) VerifyAttestation(context.Context, string, policy.Kind, policy.AttestationFields, []string) (Approved, policy.Request, error) {
 	return Approved{}, policy.Request{}, errors.New("not in this fake")
 }
+func (f *syncApprovals) ReverifyAttestation(context.Context, string, policy.Kind) (Approved, policy.Request, error) {
+	return Approved{}, policy.Request{}, errors.New("not in this fake")
+}
 
 type nopPool struct{}
 
@@ -112,7 +115,7 @@ func newWRig(t *testing.T) *wrig {
 	clock := func() time.Time { r.mu.Lock(); defer r.mu.Unlock(); return r.now }
 	r.d = &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Now: clock,
 		Approvals: &syncApprovals{used: map[string]bool{}}, Identity: "server-a",
-		Book: NewRoundBook(r.root, clock), Lease: r.lease, Drainer: r.kube,
+		Book: NewRoundBook(r.root, filepath.Join(c.StateDir, anchorsDir), clock), Lease: r.lease, Drainer: r.kube,
 		Hosts: func(ctx context.Context) (*HostAccess, error) {
 			return &HostAccess{Steps: r.host, Pool: nopPool{}}, nil
 		}}
