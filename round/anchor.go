@@ -704,3 +704,49 @@ func RestoreFromAnchor(dir, anchorDir string) (RestoreReport, error) {
 	}
 	return rep, nil
 }
+
+// CheckAnchored compares the journal in dir with its anchor in anchorDir
+// without locking or changing anything, for a reader beside a writer
+// (the round's closed or open state, a status view). The journal must be
+// a prefix of the anchor (the writer anchors a record before it writes
+// it, and may append while this reads); anything else is a *TamperError.
+func CheckAnchored(dir, anchorDir string) error {
+	dir = filepath.Clean(dir)
+	id := filepath.Base(dir)
+	data, err := ReadJournal(dir)
+	if err != nil {
+		return fmt.Errorf("read round journal %s: %w", dir, err)
+	}
+	raw, err := os.ReadFile(filepath.Join(anchorDir, id+".jsonl"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read the anchor of round %s: %w", id, err)
+	}
+	var want []anchorEntry
+	for _, l := range bytes.SplitAfter(raw, []byte("\n")) {
+		if len(l) == 0 || l[len(l)-1] != '\n' {
+			break // the writer's line in progress
+		}
+		var e anchorEntry
+		if err := json.Unmarshal(l, &e); err != nil {
+			return fmt.Errorf("anchor of round %s: %w", id, err)
+		}
+		if e.Sealed == 0 {
+			want = append(want, e)
+		}
+	}
+	lines := splitRecordLines(JournalFile, data, nil)
+	if len(lines) > len(want) {
+		extra := lines[len(want)]
+		if len(want) == 0 {
+			return &TamperError{Round: id, Reason: fmt.Sprintf("the journal holds %d records but the server's state directory holds no anchor for this round", len(lines))}
+		}
+		return &TamperError{Round: id, Seq: uint64(len(want)) + 1, Found: describeLine(extra.line), Reason: "a record the server never wrote"}
+	}
+	for i, l := range lines {
+		if !bytes.Equal(l.line, []byte(want[i].Line)) {
+			return &TamperError{Round: id, Seq: want[i].Seq, Found: describeLine(l.line), Want: describeLine([]byte(want[i].Line)),
+				Reason: "a record differs from what the server wrote (edited, inserted, deleted, reordered or renumbered)"}
+		}
+	}
+	return nil
+}

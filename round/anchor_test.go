@@ -527,3 +527,25 @@ func TestRestoreFromAnchorGivesBackWhatTheServerWrote(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckAnchoredReadsBesideTheWriter(t *testing.T) {
+	dir, anchors := roundDir(t), t.TempDir()
+	clk := newClock()
+	j, err := anchored(t, dir, anchors, clk, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fellBack(t, j)
+	if err := CheckAnchored(dir, anchors); err != nil {
+		t.Fatalf("check of the journal as written: %v", err)
+	}
+	lines := journalLines(t, dir, JournalFile)
+	writeLines(t, dir, JournalFile, greenAfterFallback(t, lines))
+	if err := CheckAnchored(dir, anchors); !errors.Is(err, ErrTampered) {
+		t.Fatalf("check of a forged journal = %v, want tampered", err)
+	}
+	writeLines(t, dir, JournalFile, lines)
+	if err := CheckAnchored(dir, t.TempDir()); !errors.Is(err, ErrTampered) {
+		t.Fatalf("check without an anchor = %v, want tampered", err)
+	}
+}

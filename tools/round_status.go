@@ -55,11 +55,25 @@ func RoundStatus() Tool {
 			if !round.ValidRoundID(in.Round) {
 				return RoundStatusOut{}, Refuse("Use a round id such as 2026-11.", fmt.Sprintf("round id %q is not valid", in.Round))
 			}
-			s, _, err := round.ReadState(d.Book.dir(in.Round))
-			if err != nil {
-				return RoundStatusOut{}, Refuse("Name a round that exists under rounds/ in the intent repository.", "round "+in.Round+": "+err.Error())
+			if d.Book.Holds(in.Round) {
+				// This process's own record, not the file beside it.
+				j, err := d.Book.Journal(in.Round, false)
+				if err != nil {
+					return RoundStatusOut{}, err
+				}
+				st = j.State()
+			} else {
+				s, _, err := round.ReadState(d.Book.dir(in.Round))
+				if err != nil {
+					return RoundStatusOut{}, Refuse("Name a round that exists under rounds/ in the intent repository.", "round "+in.Round+": "+err.Error())
+				}
+				if d.Book.AnchorDir != "" {
+					if err := round.CheckAnchored(d.Book.dir(in.Round), d.Book.AnchorDir); err != nil {
+						return RoundStatusOut{}, tamperRefusal(in.Round, err)
+					}
+				}
+				st = s
 			}
-			st = s
 		} else {
 			s, err := d.readSession()
 			if err != nil {

@@ -295,7 +295,10 @@ func (b *RoundBook) OpenRounds() ([]string, error) {
 			if err != nil {
 				continue
 			}
-			closed = s.Closed
+			// A journal that is not the server's says nothing about
+			// whether its round closed: it stays listed, and opening it
+			// answers why it cannot be used.
+			closed = s.Closed && (b.AnchorDir == "" || round.CheckAnchored(b.dir(e.Name()), b.AnchorDir) == nil)
 		}
 		if !closed {
 			ids = append(ids, e.Name())
