@@ -262,20 +262,21 @@ func signersCheck(c *config.Config, now time.Time) check {
 	}
 	var who []string
 	for _, k := range s.Signers {
-		if !k.AllowsNamespace(policy.Namespace) || !k.ValidAt(now) {
+		// A line of patterns alone ("!*") admits its key as no one.
+		if len(k.Names()) == 0 || !k.AllowsNamespace(policy.Namespace) || !k.ValidAt(now) {
 			continue
 		}
 		if k.LabOnly && !c.Approvals.AllowLabOnly {
 			continue
 		}
-		entry := fmt.Sprintf("%s (%s %s", k.Principal(), k.Key.Type(), k.Fingerprint())
+		entry := fmt.Sprintf("%s (%s %s", strings.Join(k.Names(), ","), k.Key.Type(), k.Fingerprint())
 		if k.LabOnly {
 			entry += ", lab-only"
 		}
 		who = append(who, entry+")")
 	}
 	if len(who) == 0 {
-		return failf(what, "%s lists nobody who may approve now (namespace %q, valid now%s); add a person as its comments show",
+		return failf(what, "%s lists nobody who may approve now (by name, namespace %q, valid now%s); add a person as its comments show",
 			p, policy.Namespace, map[bool]string{false: ", not lab-only", true: ""}[c.Approvals.AllowLabOnly])
 	}
 	return okf(what, "%s: %d may approve: %s", p, len(who), strings.Join(who, "; "))

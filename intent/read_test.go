@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -177,6 +178,11 @@ func TestParseSettingsRefusals(t *testing.T) {
 		{"http issuer", "control_plane:\n  node_label: a\n  etcd_members: 3\n  api_vip: 10.0.0.1\n  api_port: 6443\n  vip_lease: {namespace: kube-system, name: x}\n  oidc: {issuer_url: 'http://x', client_id: k}\n", "is not an https URL"},
 		{"bad selector", "gpu:\n  node_label: 'a b'\n  expected_gpus_per_server: 8\n  driver_branch: '550'\n  canary_label: c=d\n  model_endpoint: {url: 'http://m/v1/completions', model: m, prompt: p, max_tokens: 1, timeout_seconds: 1}\n", "gpu.node_label"},
 		{"approval size", "approvals:\n  gpu_servers: per_node\n", `approvals.gpu_servers: is "per_node", want "per_step" or "per_window"`},
+		{"principal pattern", "approvals:\n  principals:\n    control_plane: ['*@example.com']\n", `approvals.principals.control_plane: "*@example.com" is not a principal name`},
+		{"negated principal", "approvals:\n  principals:\n    fleet: ['!mallory@example.com']\n", `approvals.principals.fleet: "!mallory@example.com" is not a principal name`},
+		{"no principals", "approvals:\n  principals:\n    gpu_servers: []\n", "approvals.principals.gpu_servers: is empty"},
+		{"principal twice", "approvals:\n  principals:\n    other_nodes: [a@x, a@x]\n", `approvals.principals.other_nodes: "a@x" is listed twice`},
+		{"unknown step kind", "approvals:\n  principals:\n    control_planes: [a@x]\n", `unknown field "control_planes"`},
 		{"not yaml", "kernel: [\n", "settings.yaml"},
 		{"unknown zone", "maintenance:\n  estimated_window_minutes: 60\n  windows:\n  - {days: [sat], start: '22:00', end: '04:00', time_zone: Europe/Atlantis}\n",
 			`maintenance.windows[0].time_zone: "Europe/Atlantis" is not an IANA time zone`},
@@ -200,6 +206,28 @@ func TestParseSettingsRefusals(t *testing.T) {
 				t.Errorf("err = %v, want ErrMalformed containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The principals the intent requires per kind of step: a kind left out
+// needs none.
+func TestParseApprovalPrincipals(t *testing.T) {
+	s, err := ParseSettings([]byte("approvals:\n  gpu_servers: per_window\n  principals:\n    control_plane: [alice@example.com, \"bob smith@example.com\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Approvals.Principals
+	if got, ok := p.For(StepsControlPlane); !ok || !slices.Equal(got, []string{"alice@example.com", "bob smith@example.com"}) {
+		t.Errorf("control_plane: %q %v", got, ok)
+	}
+	for _, k := range []string{StepsGPUServers, StepsOtherNodes, StepsFleet} {
+		if got, ok := p.For(k); ok {
+			t.Errorf("%s: %q, want none required", k, got)
+		}
+	}
+	var none *StepPrincipals
+	if _, ok := none.For(StepsControlPlane); ok {
+		t.Error("no principals section requires some")
 	}
 }
 

@@ -36,13 +36,83 @@ const (
 	ApprovalPerWindow = "per_window" // one signature for a node's whole window
 )
 
-// ApprovalSettings: how many signatures a round asks for, sized to risk
-// (os-layer). Control-plane nodes and autoremove are always per step.
+// ApprovalSettings: how many signatures a round asks for, sized to risk,
+// and whose (os-layer). Control-plane nodes and autoremove are always per
+// step.
 type ApprovalSettings struct {
 	// GPUServers is ApprovalPerStep (the default when empty) or
 	// ApprovalPerWindow: one signature for a GPU server's whole window,
 	// bound to every step digest of that node in the signed plan.
 	GPUServers string `json:"gpu_servers,omitempty"`
+	// Principals names, per kind of destructive step, the allowed_signers
+	// principals one of whom must sign it; nil, or a kind left out: anyone
+	// allowed_signers admits.
+	Principals *StepPrincipals `json:"principals,omitempty"`
+}
+
+// StepPrincipals are the principals (allowed_signers names, e.g.
+// alice@example.com, never patterns) one of whom must sign a destructive
+// step, by the kind of step: its node's role, or fleet-wide. A list left
+// out (nil) lets anyone allowed_signers admits sign that kind. A window
+// approval covers a GPU server's steps only when its signer is one of
+// GPUServers.
+type StepPrincipals struct {
+	// ControlPlane: the steps of a control-plane node's window.
+	ControlPlane []string `json:"control_plane,omitempty"`
+	// GPUServers: the steps of a GPU server's window.
+	GPUServers []string `json:"gpu_servers,omitempty"`
+	// OtherNodes: the steps of any other node's window.
+	OtherNodes []string `json:"other_nodes,omitempty"`
+	// Fleet: fleet-wide steps (autoremove).
+	Fleet []string `json:"fleet,omitempty"`
+}
+
+// The kinds of step StepPrincipals names, as settings.yaml spells them.
+const (
+	StepsControlPlane = "control_plane"
+	StepsGPUServers   = "gpu_servers"
+	StepsOtherNodes   = "other_nodes"
+	StepsFleet        = "fleet"
+)
+
+// For answers the principals the kind of step (a StepsX constant) needs,
+// and false when the intent names none for it.
+func (p *StepPrincipals) For(kind string) ([]string, bool) {
+	if p == nil {
+		return nil, false
+	}
+	var names []string
+	switch kind {
+	case StepsControlPlane:
+		names = p.ControlPlane
+	case StepsGPUServers:
+		names = p.GPUServers
+	case StepsOtherNodes:
+		names = p.OtherNodes
+	case StepsFleet:
+		names = p.Fleet
+	}
+	return names, names != nil
+}
+
+func (p *StepPrincipals) validate(bad func(string, string, ...any)) {
+	for _, k := range []string{StepsControlPlane, StepsGPUServers, StepsOtherNodes, StepsFleet} {
+		names, ok := p.For(k)
+		field := "approvals.principals." + k
+		if ok && len(names) == 0 {
+			bad(field, "is empty; leave it out to let anyone allowed_signers admits sign")
+		}
+		for i, n := range names {
+			switch {
+			case n == "" || strings.TrimSpace(n) != n:
+				bad(field, "%q is not a principal (empty, or space around it)", n)
+			case strings.ContainsAny(n, "*?!,\"\\") || strings.ContainsFunc(n, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+				bad(field, "%q is not a principal name: patterns (* ? !), commas, quotes and control characters are not allowed; name each person as allowed_signers does", n)
+			case slices.Contains(names[:i], n):
+				bad(field, "%q is listed twice", n)
+			}
+		}
+	}
 }
 
 // KernelSettings: the pace and limits of kernel rounds (os-layer).
@@ -359,6 +429,9 @@ func (s Settings) Validate() error {
 		case "", ApprovalPerStep, ApprovalPerWindow:
 		default:
 			bad("approvals.gpu_servers", "is %q, want %q or %q", a.GPUServers, ApprovalPerStep, ApprovalPerWindow)
+		}
+		if a.Principals != nil {
+			a.Principals.validate(bad)
 		}
 	}
 	if len(errs) > 0 {

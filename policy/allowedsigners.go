@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,6 +42,25 @@ type AllowedSigner struct {
 
 // Principal is the principals field as written, e.g. "alice@example.com".
 func (s AllowedSigner) Principal() string { return strings.Join(s.Principals, ",") }
+
+// Names are the principals the line admits its key as: the names it lists
+// literally (no wildcard, no !) that none of its negated patterns rejects,
+// each as `ssh-keygen -Y verify -I NAME` would decide it. ssh-keygen
+// matches a wildcard against the identity its caller claims; an approval
+// claims none, so a wildcard names no one, and a line of patterns alone
+// ("!*", "!alice@example.com,*", "*@example.com") admits its key as no one.
+func (s AllowedSigner) Names() []string {
+	var out []string
+	for _, p := range s.Principals {
+		if strings.HasPrefix(p, "!") || strings.ContainsAny(p, "*?") || slices.Contains(out, p) {
+			continue
+		}
+		if matchPatternList(p, s.Principals) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
 
 // Fingerprint is the key's SHA256 fingerprint as ssh-keygen prints it.
 func (s AllowedSigner) Fingerprint() string { return ssh.FingerprintSHA256(s.Key) }

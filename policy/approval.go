@@ -23,6 +23,8 @@ const (
 	ReasonWrongNamespace      Reason = "wrong_namespace"       // signed for another purpose (e.g. -n file)
 	ReasonUnsupportedKey      Reason = "unsupported_key"       // certificate, DSA, short RSA
 	ReasonUnknownSigner       Reason = "unknown_signer"        // key not in allowed_signers
+	ReasonNoPrincipal         Reason = "no_principal"          // allowed_signers lists the key for no principal by name ("!*")
+	ReasonPrincipalNotAllowed Reason = "principal_not_allowed" // the step needs a principal the signer is not admitted as
 	ReasonBadSignature        Reason = "bad_signature"         // the signature does not verify
 	ReasonNamespaceNotAllowed Reason = "namespace_not_allowed" // allowed_signers limits the key to other namespaces
 	ReasonSignerNotValid      Reason = "signer_not_valid_now"  // outside valid-after/valid-before
@@ -68,8 +70,10 @@ func (e *RefusalError) Hint() string {
 		return "Sign again with the namespace mcp-patch: ssh-keygen -Y sign -n mcp-patch -f KEY request.txt."
 	case ReasonUnsupportedKey:
 		return "Sign with a plain ed25519, ecdsa, rsa (2048 bits or more) or FIDO hardware key."
-	case ReasonUnknownSigner, ReasonNamespaceNotAllowed, ReasonSignerNotValid, ReasonLabOnlySigner:
-		return "Ask a person whose key is allowed in the server's allowed_signers (for namespace mcp-patch, now) to sign the request."
+	case ReasonUnknownSigner, ReasonNoPrincipal, ReasonNamespaceNotAllowed, ReasonSignerNotValid, ReasonLabOnlySigner:
+		return "Ask a person whose key is allowed in the server's allowed_signers (by name, for namespace mcp-patch, now) to sign the request."
+	case ReasonPrincipalNotAllowed:
+		return "Ask one of the principals this kind of step needs to sign the request."
 	case ReasonBadSignature:
 		return "The request or the signature was changed after signing; ask a person to sign the request again."
 	case ReasonLifetimeTooLong:
@@ -90,6 +94,8 @@ var (
 	ErrWrongNamespace      = &RefusalError{Reason: ReasonWrongNamespace}
 	ErrUnsupportedKey      = &RefusalError{Reason: ReasonUnsupportedKey}
 	ErrUnknownSigner       = &RefusalError{Reason: ReasonUnknownSigner}
+	ErrNoPrincipal         = &RefusalError{Reason: ReasonNoPrincipal}
+	ErrPrincipalNotAllowed = &RefusalError{Reason: ReasonPrincipalNotAllowed}
 	ErrBadSignature        = &RefusalError{Reason: ReasonBadSignature}
 	ErrNamespaceNotAllowed = &RefusalError{Reason: ReasonNamespaceNotAllowed}
 	ErrSignerNotValid      = &RefusalError{Reason: ReasonSignerNotValid}
@@ -186,6 +192,10 @@ type Expectation struct {
 	// Pass the summary the server derives from the plan, so that a request
 	// whose summary was altered before the person saw it is refused.
 	Summary []string
+	// Principals, when not empty, are the principals one of whom must
+	// have signed: the signer's allowed_signers line must admit its key
+	// as one of them (Verified.Principals). Empty: anyone the file admits.
+	Principals []string
 }
 
 // bindsStop says whether a kind names a failure of the round: the stop a
@@ -227,9 +237,11 @@ func (e Expectation) validate() error {
 
 // Verified is an accepted approval: who signed what.
 type Verified struct {
-	// Principal is the principals field of the allowed_signers line that
-	// admitted the key, e.g. "alice@example.com".
-	Principal string
+	// Principals are the names the allowed_signers line that verified the
+	// signature admits the key as (AllowedSigner.Names), e.g.
+	// ["alice@example.com"]; never empty. Principal is them joined by ",".
+	Principals []string
+	Principal  string
 	// KeyFingerprint is the signing key's SHA256 fingerprint.
 	KeyFingerprint string
 	// KeyType is the signing key's type, e.g. ssh-ed25519.
@@ -345,8 +357,9 @@ func (v *Verifier) check(ctx context.Context, text string, want Expectation, sta
 	if err != nil {
 		return Verified{}, err
 	}
+	names := signer.Names()
 	if signer.LabOnly && v.RefuseLabOnly {
-		return Verified{}, refusal(ReasonLabOnlySigner, "", "", "", fmt.Sprintf("key %s (allowed_signers line %d, %s) is labelled lab-only", fp, signer.Line, signer.Principal()))
+		return Verified{}, refusal(ReasonLabOnlySigner, "", "", "", fmt.Sprintf("key %s (allowed_signers line %d, %s) is labelled lab-only", fp, signer.Line, strings.Join(names, ",")))
 	}
 	req := a.Request
 	if !standing && !now.Before(req.Expires) {
@@ -356,6 +369,22 @@ func (v *Verifier) check(ctx context.Context, text string, want Expectation, sta
 		return Verified{}, err
 	}
 	if err := checkBinding(req, want); err != nil {
+		return Verified{}, err
+	}
+	got := Verified{
+		Principals:     names,
+		Principal:      strings.Join(names, ","),
+		KeyFingerprint: fp,
+		KeyType:        pub.Type(),
+		HardwareKey:    isSK(pub),
+		SignerLine:     signer.Line,
+		LabOnly:        signer.LabOnly,
+		Nonce:          req.Nonce,
+		ApprovalID:     req.ID(),
+		Expires:        req.Expires,
+		Request:        req,
+	}
+	if err := got.RequirePrincipals(want.Principals); err != nil {
 		return Verified{}, err
 	}
 	used, err := v.NonceStore.Used(ctx, req.Nonce)
@@ -368,27 +397,52 @@ func (v *Verifier) check(ctx context.Context, text string, want Expectation, sta
 	case !used && standing:
 		return Verified{}, refusal(ReasonNeverUsed, "", "", "", fmt.Sprintf("approval %s (nonce %s) was never accepted by this server while it was valid", req.ID(), req.Nonce))
 	}
-	return Verified{
-		Principal:      signer.Principal(),
-		KeyFingerprint: fp,
-		KeyType:        pub.Type(),
-		HardwareKey:    isSK(pub),
-		SignerLine:     signer.Line,
-		LabOnly:        signer.LabOnly,
-		Nonce:          req.Nonce,
-		ApprovalID:     req.ID(),
-		Expires:        req.Expires,
-		Request:        req,
-	}, nil
+	return got, nil
 }
 
-// pickSignerLine returns the first line for the key that allows the
-// namespace now; otherwise the refusal of the first line.
+// RequirePrincipals refuses (ErrPrincipalNotAllowed) unless the signer is
+// admitted as one of names; no names: anyone allowed_signers admits. It is
+// what Verify checks for Expectation.Principals, for callers that hold an
+// approval verified before (a window approval relied on step by step).
+func (v Verified) RequirePrincipals(names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	for _, p := range v.Principals {
+		if slices.Contains(names, p) {
+			return nil
+		}
+	}
+	return refusal(ReasonPrincipalNotAllowed, "", "", "", fmt.Sprintf("signed by %s (key %s, allowed_signers line %d); this step needs a signature by %s",
+		orNoOne(v.Principals), v.KeyFingerprint, v.SignerLine, oneOf(names)))
+}
+
+func orNoOne(names []string) string {
+	if len(names) == 0 {
+		return "no principal"
+	}
+	return strings.Join(names, ", ")
+}
+
+// oneOf is "a", "a or b", "a, b or c".
+func oneOf(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// pickSignerLine returns the first line for the key that admits it as a
+// principal, in the namespace, now; otherwise the refusal of the first
+// line. Like ssh-keygen, each line stands alone: a "!*" line does not
+// take back what another line of the same key admits.
 func pickSignerLine(lines []AllowedSigner, now time.Time, fp string) (AllowedSigner, error) {
 	var first error
 	for _, s := range lines {
 		var err error
 		switch {
+		case len(s.Names()) == 0:
+			err = refusal(ReasonNoPrincipal, "", "", "", fmt.Sprintf("allowed_signers line %d lists key %s for %q, which admits no principal: a negated pattern (!) admits no one and a wildcard names no one; list the person by name", s.Line, fp, s.Principal()))
 		case !s.AllowsNamespace(Namespace):
 			err = refusal(ReasonNamespaceNotAllowed, "", "", "", fmt.Sprintf("allowed_signers line %d limits key %s to namespaces %q", s.Line, fp, strings.Join(s.Namespaces, ",")))
 		case !s.ValidAt(now):

@@ -55,6 +55,17 @@
 //
 //	ci@lab namespaces="mcp-patch" ssh-ed25519 AAAAC3Nz... lab-only fleet simulator
 //
+// # Principals
+//
+// A key's line admits it as the principals the line lists by name, each
+// unless a negated pattern of the line rejects it (AllowedSigner.Names):
+// what `ssh-keygen -Y verify -I NAME` decides for each. An approval claims
+// no identity, so a wildcard names no one, and "!*" or
+// "!alice@example.com,*" admits its key as no one (ErrNoPrincipal). The
+// accepted approval names its principals (Verified.Principals); a step
+// that needs named principals (Expectation.Principals) refuses anyone
+// else (ErrPrincipalNotAllowed), naming those it needs.
+//
 // # Single use
 //
 // Verify never consumes a nonce, so a step that is refused after Verify (the

@@ -3,9 +3,12 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -48,8 +51,13 @@ func ApproveWindow() Tool {
 		if _, _, err := d.signedPlan(ctx, s.id); err != nil {
 			return ApproveWindowOut{}, err
 		}
-		// Approved means a kept signature of this window verifies now.
-		if wp, ok, err := d.latestProof(ctx, s.id, "approve_window", in.Node); err == nil && ok && wp.Digest == n.Window {
+		rule, err := d.stepPrincipals(s.id, in.Node)
+		if err != nil {
+			return ApproveWindowOut{}, err
+		}
+		// Approved means a kept signature of this window verifies now, by
+		// one the intent lets sign the node's steps.
+		if wp, ok, err := d.latestProof(ctx, s.id, "approve_window", in.Node); err == nil && ok && wp.Digest == n.Window && wp.verified.RequirePrincipals(rule.names) == nil {
 			return ApproveWindowOut{Tools: windowToolsOf(wp.Summary), Result: Result{Reasons: []string{"the window of " + in.Node + " is already approved by " + wp.Principal}}}, nil
 		}
 		kc, err := d.cluster(ctx)
@@ -64,14 +72,22 @@ func ApproveWindow() Tool {
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
-		bind := Plan{Node: in.Node, Round: s.id, Digest: wa.Digest, Summary: wa.Summary}
+		bind := Plan{Node: in.Node, Round: s.id, Digest: wa.Digest, Summary: wa.Summary, Principals: rule.names}
 		if d.Approvals == nil {
 			return ApproveWindowOut{}, Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")
 		}
 		if in.Approval == "" {
-			return ApproveWindowOut{}, d.requestApproval("approve_window", bind)
+			err := d.requestApproval("approve_window", bind)
+			if n, ok := isNeedApproval(err); ok && len(rule.names) > 0 {
+				n.notes = append(n.notes, "who signs: "+rule.words())
+			}
+			return ApproveWindowOut{}, err
 		}
 		a, err := d.Approvals.Verify(ctx, in.Approval, "approve_window", bind)
+		if errors.Is(err, policy.ErrPrincipalNotAllowed) {
+			return ApproveWindowOut{}, Refuse("Ask "+strings.Join(rule.names, " or ")+" to sign the request: call approve_window without the approval to get it.",
+				"approval refused: "+err.Error(), rule.words(), "nothing was recorded")
+		}
 		if err != nil {
 			return ApproveWindowOut{}, Refuse("Ask a person to sign a new request: call approve_window without the approval to get it.", "approval refused: "+err.Error(), "nothing was recorded")
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/policy"
@@ -26,6 +27,9 @@ type Plan struct {
 	Round   string
 	Digest  string
 	Summary []string
+	// Principals, when set, are those one of whom must have signed (the
+	// intent's approvals.principals for this kind of step).
+	Principals []string
 }
 
 // Approved identifies a verified approval.
@@ -157,11 +161,15 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 		if err := d.checkReviewed(ctx, roundID, spec.Name, plan); err != nil {
 			return zero, err
 		}
-		bind := Plan{Node: plan.Target(), Round: roundID, Digest: plan.Digest(), Summary: plan.Summary()}
 		if d.Approvals == nil {
 			return zero, Refuse("Ask the operator to configure approvals.allowed_signers and restart the server.",
 				"no allowed_signers file is configured, so no approval can be verified and no destructive step can run")
 		}
+		rule, err := d.stepPrincipals(roundID, plan.Target())
+		if err != nil {
+			return zero, err
+		}
+		bind := Plan{Node: plan.Target(), Round: roundID, Digest: plan.Digest(), Summary: plan.Summary(), Principals: rule.names}
 		var notes []string
 		if in.approval() == "" {
 			// A per-window approval covers the step when its signature
@@ -172,6 +180,15 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 			}
 			if note != "" {
 				notes = append(notes, note)
+			}
+			if ok {
+				// A window approval signed by someone the intent does not
+				// (or no longer) lets sign this kind of step leaves the
+				// step to a signature of its own.
+				if err := a.verified.RequirePrincipals(rule.names); err != nil {
+					ok = false
+					notes = append(notes, "the window approval "+a.ID+" of "+bind.Node+" does not cover "+spec.Name+": "+err.Error()+"; "+rule.words())
+				}
 			}
 			if ok {
 				a.Digest = bind.Digest
@@ -199,6 +216,9 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 			if err != nil {
 				return zero, fmt.Errorf("build approval request: %w", err)
 			}
+			if len(rule.names) > 0 {
+				notes = append(notes, "who signs: "+rule.words())
+			}
 			d.Ops.approvalNeeded(spec.Name, bind, exp, d.now())
 			return zero, &needApproval{ApprovalNeeded: ApprovalNeeded{
 				Request:    text,
@@ -209,6 +229,10 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 			}, notes: notes}
 		}
 		a, err := d.Approvals.Verify(ctx, in.approval(), spec.Name, bind)
+		if errors.Is(err, policy.ErrPrincipalNotAllowed) {
+			return zero, Refuse("Ask "+strings.Join(rule.names, " or ")+" to sign the request: call again without the approval to get it.",
+				"approval refused: "+err.Error(), rule.words(), "nothing was executed")
+		}
 		if err != nil {
 			return zero, Refuse("Ask a person to sign a new request: call again without the approval to get it.",
 				"approval refused: "+err.Error(), "nothing was executed")

@@ -32,7 +32,7 @@ func (p *PolicyApprovals) Request(tool string, plan Plan) (string, time.Time, er
 // Verify checks an approval against the plan computed now.
 func (p *PolicyApprovals) Verify(ctx context.Context, approval, tool string, plan Plan) (Approved, error) {
 	v, err := p.Verifier.Verify(ctx, approval, policy.Expectation{Tool: tool, Node: plan.Node, Round: plan.Round,
-		PlanDigest: plan.Digest, Summary: plan.Summary})
+		PlanDigest: plan.Digest, Summary: plan.Summary, Principals: plan.Principals})
 	if err != nil {
 		return Approved{}, explainRefusal(err)
 	}
@@ -51,7 +51,7 @@ func (p *PolicyApprovals) Reverify(ctx context.Context, approval, tool string, p
 		}
 		digest = a.Request.PlanDigest
 	}
-	v, err := p.Verifier.Reverify(ctx, approval, policy.Expectation{Tool: tool, Node: plan.Node, Round: plan.Round, PlanDigest: digest})
+	v, err := p.Verifier.Reverify(ctx, approval, policy.Expectation{Tool: tool, Node: plan.Node, Round: plan.Round, PlanDigest: digest, Principals: plan.Principals})
 	if err != nil {
 		return Approved{}, explainRefusal(err)
 	}
