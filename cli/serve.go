@@ -251,18 +251,26 @@ func newHTTPServer(ln net.Listener, handler http.Handler) (*http.Server, net.Lis
 // served statelessly, as that revision requires on HTTP; older ones keep
 // sessions, bounded by lim (boundedSessions: caps in all and per token,
 // the oldest idle closed first, closed after lim.Idle without a request).
+// A stateless request counts against the same caps while it is in flight
+// (boundedStateless). An Mcp-Protocol-Version that is not a date
+// (YYYY-MM-DD) is answered 400.
 func bearerHandler(server *mcp.Server, token string, lim sessionLimits, log *slog.Logger) http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return server }
 	// The SDK's own idle timeout is the book's too, a backstop.
 	sdk := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: lim.Idle})
-	stateful := boundedSessions(server, sdk, newSessionBook(lim, time.Now), log)
-	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: log, Stateless: true})
+	book, closeIDs := newSessionBook(lim, time.Now), sessionCloser(server, log)
+	stateful := boundedSessions(server, sdk, book, closeIDs)
+	stateless := boundedStateless(mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Logger: log, Stateless: true}), book, closeIDs)
 	mcpHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if v := r.Header.Get("Mcp-Protocol-Version"); v >= statelessProtocol {
+		sl, err := servedStatelessly(r.Header.Get("Mcp-Protocol-Version"))
+		switch {
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		case sl:
 			stateless.ServeHTTP(w, r)
-			return
+		default:
+			stateful.ServeHTTP(w, r)
 		}
-		stateful.ServeHTTP(w, r)
 	})
 	mux := http.NewServeMux()
 	for _, p := range []string{"/.well-known/", "/register", "/authorize", "/token"} {
@@ -276,6 +284,25 @@ func bearerHandler(server *mcp.Server, token string, lim sessionLimits, log *slo
 
 // statelessProtocol is the first MCP revision served without sessions.
 const statelessProtocol = "2026-07-28"
+
+// servedStatelessly says whether a request's Mcp-Protocol-Version names
+// statelessProtocol or a later revision. A revision is named by its date,
+// compared as a date; a value that is not one (YYYY-MM-DD) is an error.
+// No header at all is a client from before the header: stateful.
+func servedStatelessly(version string) (bool, error) {
+	if version == "" {
+		return false, nil
+	}
+	v, err := time.Parse(time.DateOnly, version)
+	if err != nil {
+		return false, fmt.Errorf("the Mcp-Protocol-Version header %q is not an MCP revision: want its date, YYYY-MM-DD (such as %s)", version, statelessProtocol)
+	}
+	first, err := time.Parse(time.DateOnly, statelessProtocol)
+	if err != nil {
+		return false, err
+	}
+	return !v.Before(first), nil
+}
 
 // requireBearer lets a request through only with the token.
 func requireBearer(next http.Handler, token string) http.Handler {

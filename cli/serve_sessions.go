@@ -15,6 +15,8 @@ import (
 
 // sessionLimits bound the MCP sessions of the HTTP server (config
 // serve.max_sessions, serve.max_sessions_per_token, serve.session_idle_minutes).
+// A stateless request (protocol 2026-07-28 and later) counts as a session
+// of its token while it is in flight.
 type sessionLimits struct {
 	// Total is the most live sessions in all; PerToken the most for one
 	// bearer token.
@@ -39,7 +41,7 @@ type sessionBook struct {
 
 	mu        sync.Mutex
 	live      map[string]*liveSession // by session id
-	pending   map[string]int          // initializes under way, by token key
+	pending   map[string]int          // initializes and stateless requests under way, by token key
 	lastSweep time.Time
 }
 
@@ -119,7 +121,8 @@ func contains(list []*liveSession, s *liveSession) bool {
 }
 
 // admitted gives back token's reserved slot and, when the initialize
-// made a session (id not ""), records it as live.
+// made a session (id not ""), records it as live. A stateless request
+// gives its slot back with id "" when it ends.
 func (b *sessionBook) admitted(token, id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -194,14 +197,25 @@ func tokenKey(token string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// boundedSessions serves stateful MCP over next while keeping the live
-// sessions within book's limits: an initialize (a POST without
-// Mcp-Session-Id) past a cap first closes the oldest idle session (or is
-// answered 503 when every session is busy), every request sweeps the
-// sessions idle too long, and a DELETE drops its session from the book.
-// token is the request's bearer token (checked before).
-func boundedSessions(server *mcp.Server, next http.Handler, book *sessionBook, log *slog.Logger) http.Handler {
-	closeIDs := func(ids []string, why string) {
+// refuseFull is the answer to a new session or stateless request while
+// the caps are reached and every session is busy.
+func refuseFull(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "5")
+	http.Error(w, "too many MCP sessions, all busy: try again shortly", http.StatusServiceUnavailable)
+}
+
+// sessionCloseWait bounds how long a request waits for the sessions it
+// closes to make room: a session is closed only once its requests in
+// flight end (a tool call can run for minutes; one whose initialize was
+// not yet booked looks idle), and one client's request must not wait on
+// another's. The rest close in the background.
+const sessionCloseWait = 2 * time.Second
+
+// sessionCloser closes the server's MCP sessions by id (the book decided
+// which, under its lock; the closing happens outside it), waiting at most
+// sessionCloseWait.
+func sessionCloser(server *mcp.Server, log *slog.Logger) func(ids []string, why string) {
+	return func(ids []string, why string) {
 		if len(ids) == 0 {
 			return
 		}
@@ -209,15 +223,34 @@ func boundedSessions(server *mcp.Server, next http.Handler, book *sessionBook, l
 		for _, id := range ids {
 			want[id] = true
 		}
+		var wg sync.WaitGroup
 		for ss := range server.Sessions() {
 			if want[ss.ID()] {
-				if err := ss.Close(); err != nil {
-					log.Debug("closing an MCP session", "why", why, "err", err)
-				}
+				wg.Go(func() {
+					if err := ss.Close(); err != nil {
+						log.Debug("closing an MCP session", "why", why, "err", err)
+					}
+				})
 			}
 		}
-		log.Debug("MCP sessions closed", "why", why, "count", len(ids))
+		closed := make(chan struct{})
+		go func() { wg.Wait(); close(closed) }()
+		select {
+		case <-closed:
+			log.Debug("MCP sessions closed", "why", why, "count", len(ids))
+		case <-time.After(sessionCloseWait):
+			log.Info("MCP sessions closing in the background: a request of theirs is still in flight", "why", why, "count", len(ids))
+		}
 	}
+}
+
+// boundedSessions serves stateful MCP over next while keeping the live
+// sessions within book's limits: an initialize (a POST without
+// Mcp-Session-Id) past a cap first closes the oldest idle session (or is
+// answered 503 when every session is busy), every request sweeps the
+// sessions idle too long, and a DELETE drops its session from the book.
+// token is the request's bearer token (checked before).
+func boundedSessions(server *mcp.Server, next http.Handler, book *sessionBook, closeIDs func([]string, string)) http.Handler {
 	exists := func(id string) bool {
 		for ss := range server.Sessions() {
 			if ss.ID() == id {
@@ -241,8 +274,7 @@ func boundedSessions(server *mcp.Server, next http.Handler, book *sessionBook, l
 			key := tokenKey(r.Header.Get("Authorization"))
 			evict, ok := book.reserve(key)
 			if !ok {
-				w.Header().Set("Retry-After", "5")
-				http.Error(w, "too many MCP sessions, all busy: try again shortly", http.StatusServiceUnavailable)
+				refuseFull(w)
 				return
 			}
 			closeIDs(evict, "session cap")
@@ -255,5 +287,26 @@ func boundedSessions(server *mcp.Server, next http.Handler, book *sessionBook, l
 		default:
 			next.ServeHTTP(w, r)
 		}
+	})
+}
+
+// boundedStateless serves stateless MCP (protocol 2026-07-28 and later)
+// over next within the same book as the sessions: a request in flight
+// holds a session's place of its token until it is answered, so it makes
+// room as a new session does (the oldest idle session past a cap is
+// closed) and is answered 503 as one is while every place is busy. It
+// leaves no session behind.
+func boundedStateless(next http.Handler, book *sessionBook, closeIDs func([]string, string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		closeIDs(book.expired(), "idle")
+		key := tokenKey(r.Header.Get("Authorization"))
+		evict, ok := book.reserve(key)
+		if !ok {
+			refuseFull(w)
+			return
+		}
+		defer book.admitted(key, "")
+		closeIDs(evict, "session cap")
+		next.ServeHTTP(w, r)
 	})
 }

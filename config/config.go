@@ -101,11 +101,14 @@ type Serve struct {
 	// (runtime/debug.SetMemoryLimit). Default 16; 0 turns it off.
 	MemoryLimitMiB int `json:"memory_limit_mib,omitempty" jsonschema:"minimum=0,maximum=1048576,description=Soft limit on the server's Go memory in MiB (default 16; 0: none): the garbage collector collects more often near it, which keeps serve near 60 MiB resident at 1000 nodes; past it the server runs on with at most half its CPU in the collector, so raise it for fleets of several thousand nodes. The GOMEMLIMIT environment variable wins."`
 	// MaxSessions caps the live MCP sessions of the HTTP server in all;
-	// a new session past it closes the oldest idle one. Default 256; 0: no cap.
-	MaxSessions int `json:"max_sessions,omitempty" jsonschema:"minimum=0,maximum=100000,description=Most live MCP sessions over HTTP in all (default 256; 0: no cap): a new session past it closes the one idle the longest; one is refused (503) only while every session has a request in flight"`
-	// MaxSessionsPerToken caps the live sessions of one bearer token.
-	// Default 128; 0: no cap.
-	MaxSessionsPerToken int `json:"max_sessions_per_token,omitempty" jsonschema:"minimum=0,maximum=100000,description=Most live MCP sessions over HTTP for one bearer token (default 128; 0: no cap); past it the token's own session idle the longest is closed"`
+	// a new session past it closes the oldest idle one. A stateless
+	// request (protocol 2026-07-28 and later) counts as a session while it
+	// is in flight. Default 256; 0: no cap.
+	MaxSessions int `json:"max_sessions,omitempty" jsonschema:"minimum=0,maximum=100000,description=Most live MCP sessions over HTTP in all (default 256; 0: no cap); a stateless request counts as one while in flight: a new session or stateless request past it closes the session idle the longest; one is refused (503) only while every session has a request in flight"`
+	// MaxSessionsPerToken caps the live sessions of one bearer token,
+	// its stateless requests in flight counted with them. Default 128;
+	// 0: no cap.
+	MaxSessionsPerToken int `json:"max_sessions_per_token,omitempty" jsonschema:"minimum=0,maximum=100000,description=Most live MCP sessions over HTTP for one bearer token (default 128; 0: no cap); a stateless request counts as one while in flight; past it the token's own session idle the longest is closed"`
 	// SessionIdleMinutes closes an MCP session no request touched for
 	// this many minutes. Default 30.
 	SessionIdleMinutes int `json:"session_idle_minutes,omitempty" jsonschema:"minimum=1,maximum=10080,description=Minutes without a request after which an MCP session over HTTP is closed (default 30)"`
