@@ -337,12 +337,8 @@ func (a *anchor) reconcile(dir, roundID string, segments int, live []byte) ([]by
 		return nil, tamper(0, "", "", "",
 			fmt.Sprintf("the journal holds %d records but the server's state directory holds no anchor for this round: the server did not write them (or its state directory was lost)", len(lines)))
 	}
-	for i := range min(len(lines), len(a.records)) {
-		want := []byte(a.records[i].Line)
-		if !bytes.Equal(lines[i].line, want) {
-			return nil, tamper(a.records[i].Seq, lines[i].file, describeLine(lines[i].line), describeLine(want),
-				"a record differs from what the server wrote (edited, inserted, deleted, reordered or renumbered)")
-		}
+	if err := firstDifference(roundID, lines, a.records); err != nil {
+		return nil, err
 	}
 	var restore []byte
 	switch {
@@ -742,9 +738,16 @@ func CheckAnchored(dir, anchorDir string) error {
 		}
 		return &TamperError{Round: id, Seq: uint64(len(want)) + 1, Found: describeLine(extra.line), Reason: "a record the server never wrote"}
 	}
-	for i, l := range lines {
-		if !bytes.Equal(l.line, []byte(want[i].Line)) {
-			return &TamperError{Round: id, Seq: want[i].Seq, Found: describeLine(l.line), Want: describeLine([]byte(want[i].Line)),
+	return firstDifference(id, lines, want)
+}
+
+// firstDifference compares the journal's lines with the anchor's records
+// as far as both go and names the first record that differs.
+func firstDifference(roundID string, lines []journalLine, want []anchorEntry) error {
+	for i := range min(len(lines), len(want)) {
+		w := []byte(want[i].Line)
+		if !bytes.Equal(lines[i].line, w) {
+			return &TamperError{Round: roundID, Seq: want[i].Seq, File: lines[i].file, Found: describeLine(lines[i].line), Want: describeLine(w),
 				Reason: "a record differs from what the server wrote (edited, inserted, deleted, reordered or renumbered)"}
 		}
 	}
