@@ -18,11 +18,21 @@ func bigFleet(n int) []NodeInfo {
 }
 
 // BenchmarkAppend measures one journaled step (start and finish: two
-// fsync'd records, two state-file rewrites) in a round of 1000 nodes.
+// fsync'd records, two state-file rewrites) in a round of 1000 nodes,
+// unanchored and anchored as the server opens it (each record also
+// fsync'd into the anchor first, the live file checked against it).
 func BenchmarkAppend(b *testing.B) {
-	for _, size := range []int{10, 1000} {
-		b.Run(fmt.Sprintf("nodes=%d", size), func(b *testing.B) {
-			j, err := Open(filepath.Join(b.TempDir(), "bench"))
+	for _, c := range []struct {
+		size     int
+		anchored bool
+	}{{10, false}, {10, true}, {1000, false}, {1000, true}} {
+		size := c.size
+		b.Run(fmt.Sprintf("nodes=%d/anchored=%v", size, c.anchored), func(b *testing.B) {
+			var opts []Option
+			if c.anchored {
+				opts = append(opts, WithAnchor(b.TempDir()))
+			}
+			j, err := Open(filepath.Join(b.TempDir(), "bench"), opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
