@@ -123,6 +123,28 @@ func (e *RuleError) Error() string {
 	return fmt.Sprintf("%s refused by rule %s: %s", what, e.Rule, e.Reason)
 }
 
+// AdmitRestart decides whether a step in flight that never began on its
+// host may start again under a fresh approval: only while the round runs.
+// A stopped, aborted or closed round refuses it as it refuses a start (a
+// person's signature on a step is not a resume).
+func (s *State) AdmitRestart(step Step, node string) error {
+	refuse := func(rule Rule, format string, args ...any) error {
+		return &RuleError{Rule: rule, Reason: fmt.Sprintf(format, args...), Step: step, Node: node}
+	}
+	if r := s.run(step, node); r == nil || r.State != InFlight {
+		return refuse(RuleStepInFlight, "%s is not in flight: start it instead", step)
+	}
+	switch {
+	case s.Closed:
+		return refuse(RuleRoundClosed, "round %s is closed", s.RoundID)
+	case s.Aborted:
+		return refuse(RuleRoundAborted, "round %s was aborted; only uncordon of a node whose window is open and close remain", s.RoundID)
+	case s.Stop != nil:
+		return refuse(RuleRoundStopped, "the round stopped at %s (%s): a person must record resume or abort first", s.Stop.where(), s.Stop.Reason)
+	}
+	return nil
+}
+
 // Admit decides whether step may start on node ("" for round-level steps)
 // at now. It returns nil or a *RuleError; it changes nothing.
 //
@@ -188,11 +210,7 @@ func (s *State) Admit(step Step, node string, now time.Time) error {
 		return refuse(RuleNoPlan, "no order is recorded yet: plan the round first")
 	}
 	if s.Stop != nil {
-		where := string(s.Stop.Step)
-		if s.Stop.Node != "" {
-			where += " on " + s.Stop.Node
-		}
-		return refuse(RuleRoundStopped, "the round stopped at %s (%s): a person must record resume or abort first", where, s.Stop.Reason)
+		return refuse(RuleRoundStopped, "the round stopped at %s (%s): a person must record resume or abort first", s.Stop.where(), s.Stop.Reason)
 	}
 
 	switch step {

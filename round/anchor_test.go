@@ -549,3 +549,25 @@ func TestCheckAnchoredReadsBesideTheWriter(t *testing.T) {
 		t.Fatalf("check without an anchor = %v, want tampered", err)
 	}
 }
+
+// A step in flight that never began on its host starts again under a
+// fresh approval only while the round runs: a person's signature on the
+// step is not a resume (found by the hostile agent, seed 78).
+func TestRestartOfAStepInFlightWaitsForAResume(t *testing.T) {
+	j := openJournal(t, roundDir(t), newClock())
+	noErr(t)(j.Plan(fleetOrder(t), soak48, Meta{}))
+	noErr(t)(j.StartStep(StepBaseline, "", Meta{}))
+	noErr(t)(j.FinishStep(StepBaseline, "", Meta{}))
+	noErr(t)(j.StartStep(StepSnapshot, "cp-1", Meta{}))
+	noErr(t)(j.FinishStep(StepSnapshot, "cp-1", Meta{}))
+	noErr(t)(j.StartStep(StepDrain, "cp-1", Meta{ApprovalID: "ap-1"}))
+	noErr(t)(j.FinishStep(StepDrain, "cp-1", Meta{}))
+	noErr(t)(j.StartStep(StepInstall, "cp-1", Meta{ApprovalID: "ap-2", PlanDigest: "sha256:aa"}))
+	noErr(t)(j.StartStep(StepVerify, "cp-1", Meta{}))
+	noErr(t)(j.FailStep(StepVerify, "cp-1", Meta{Detail: "bond0 down"}))
+	if _, err := j.RestartStep(StepInstall, "cp-1", Meta{ApprovalID: "ap-3", PlanDigest: "sha256:aa"}); ruleOf(err) != RuleRoundStopped {
+		t.Fatalf("restart of the install while the round is stopped = %v, want round_stopped", err)
+	}
+	noErr(t)(j.Decide(DecisionResume, "cp-1", StepVerify, Meta{ApprovalID: "ap-resume"}))
+	noErr(t)(j.RestartStep(StepInstall, "cp-1", Meta{ApprovalID: "ap-3", PlanDigest: "sha256:aa"}))
+}

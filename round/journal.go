@@ -538,8 +538,8 @@ func (j *Journal) RestartStep(step Step, node string, m Meta) (Record, error) {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if r := j.state.run(step, node); r == nil || r.State != InFlight {
-		return Record{}, &RuleError{Rule: RuleStepInFlight, Reason: fmt.Sprintf("%s is not in flight: start it instead", step), Step: step, Node: node}
+	if err := j.state.AdmitRestart(step, node); err != nil {
+		return Record{}, err
 	}
 	return j.appendLocked(withMeta(Record{Kind: KindStepStarted, Step: step, Node: node}, m))
 }

@@ -230,6 +230,14 @@ func orNone(id string) string {
 	return id
 }
 
+// where is the stopped step and its node, for a refusal.
+func (s *Stop) where() string {
+	if s.Node == "" {
+		return string(s.Step)
+	}
+	return string(s.Step) + " on " + s.Node
+}
+
 // Recovery records a torn journal tail that was saved and truncated.
 type Recovery struct {
 	Seq    uint64    `json:"seq"`
