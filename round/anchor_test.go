@@ -47,6 +47,21 @@ func fellBack(t *testing.T, j *Journal) {
 	}
 }
 
+// stoppedRound is an anchored journal (sealed at segBytes; 0 never)
+// whose round stopped on cp-1's fallback, its directory, its anchor
+// directory and its clock.
+func stoppedRound(t *testing.T, segBytes int64) (*Journal, string, string, *testClock) {
+	t.Helper()
+	dir, anchors := roundDir(t), t.TempDir()
+	clk := newClock()
+	j, err := anchored(t, dir, anchors, clk, segBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fellBack(t, j)
+	return j, dir, anchors, clk
+}
+
 // journalLines reads the journal's live file as lines.
 func journalLines(t *testing.T, dir, file string) [][]byte {
 	t.Helper()
@@ -134,19 +149,13 @@ func wantTampered(t *testing.T, err error, seq uint64, says ...string) {
 }
 
 func TestAnchorRefusesAGreenTrialBootWrittenOverAFallback(t *testing.T) {
-	dir, anchors := roundDir(t), t.TempDir()
-	clk := newClock()
-	j, err := anchored(t, dir, anchors, clk, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fellBack(t, j)
+	j, dir, anchors, clk := stoppedRound(t, 0)
 	lines := journalLines(t, dir, JournalFile)
 	failedSeq := j.State().LastSeq
 	j.Close()
 
 	writeLines(t, dir, JournalFile, greenAfterFallback(t, lines))
-	_, err = anchored(t, dir, anchors, clk, 0)
+	_, err := anchored(t, dir, anchors, clk, 0)
 	wantTampered(t, err, failedSeq, "step_finished trial_boot cp-1", "the server wrote record", "step_failed trial_boot cp-1")
 
 	// Restored from what people committed (here: the lines as they were),
@@ -162,13 +171,7 @@ func TestAnchorRefusesAGreenTrialBootWrittenOverAFallback(t *testing.T) {
 }
 
 func TestAnchorRefusesAGreenTrialBootWrittenIntoASealedSegment(t *testing.T) {
-	dir, anchors := roundDir(t), t.TempDir()
-	clk := newClock()
-	j, err := anchored(t, dir, anchors, clk, 512)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fellBack(t, j)
+	j, dir, anchors, clk := stoppedRound(t, 512)
 	for i := 0; bytes.Contains(bytes.Join(journalLines(t, dir, JournalFile), nil), []byte(`"step_failed"`)); i++ {
 		if i > 20 {
 			t.Fatal("the failure was never sealed")
@@ -194,7 +197,7 @@ func TestAnchorRefusesAGreenTrialBootWrittenIntoASealedSegment(t *testing.T) {
 	j.Close()
 	forged := greenAfterFallback(t, lines)
 	writeLines(t, dir, seg, forged)
-	_, err = anchored(t, dir, anchors, clk, 512)
+	_, err := anchored(t, dir, anchors, clk, 512)
 	var te *TamperError
 	if !errors.As(err, &te) || te.File != seg {
 		t.Fatalf("open after editing %s = %v, want a TamperError naming it", seg, err)
@@ -202,19 +205,13 @@ func TestAnchorRefusesAGreenTrialBootWrittenIntoASealedSegment(t *testing.T) {
 }
 
 func TestAnchorRefusesAnUnsignedDecisionAppended(t *testing.T) {
-	dir, anchors := roundDir(t), t.TempDir()
-	clk := newClock()
-	j, err := anchored(t, dir, anchors, clk, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fellBack(t, j)
+	j, dir, anchors, clk := stoppedRound(t, 0)
 	next := j.State().LastSeq + 1
 	j.Close()
 	lines := journalLines(t, dir, JournalFile)
 	lines = append(lines, recordLine(t, Record{Seq: next, Time: base, Kind: KindDecision, Decision: DecisionResume, Node: "cp-1", Step: StepTrialBoot}))
 	writeLines(t, dir, JournalFile, lines)
-	_, err = anchored(t, dir, anchors, clk, 0)
+	_, err := anchored(t, dir, anchors, clk, 0)
 	wantTampered(t, err, next, "a record the server never wrote", "decision resume")
 }
 
@@ -253,13 +250,7 @@ func TestAnchorNamesEachKindOfEdit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir, anchors := roundDir(t), t.TempDir()
-			clk := newClock()
-			j, err := anchored(t, dir, anchors, clk, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fellBack(t, j)
+			j, dir, anchors, clk := stoppedRound(t, 0)
 			j.Close()
 			lines := journalLines(t, dir, JournalFile)
 			seq := tc.seq(lines)
@@ -271,7 +262,7 @@ func TestAnchorNamesEachKindOfEdit(t *testing.T) {
 			} else {
 				writeLines(t, dir, JournalFile, edited)
 			}
-			_, err = anchored(t, dir, anchors, clk, 0)
+			_, err := anchored(t, dir, anchors, clk, 0)
 			wantTampered(t, err, seq, tc.says)
 		})
 	}
@@ -281,13 +272,7 @@ func TestAnchorWritesBackTheLastRecordCutAway(t *testing.T) {
 	// The anchor is written before the journal: a crash between the two,
 	// or an agent cutting the last record, leaves the journal one short.
 	// The record comes back; the stop it made stays.
-	dir, anchors := roundDir(t), t.TempDir()
-	clk := newClock()
-	j, err := anchored(t, dir, anchors, clk, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fellBack(t, j)
+	j, dir, anchors, clk := stoppedRound(t, 0)
 	j.Close()
 	lines := journalLines(t, dir, JournalFile)
 	last := lines[len(lines)-1]
@@ -322,13 +307,7 @@ func TestAnchorRefusesAJournalItNeverAnchored(t *testing.T) {
 
 func TestAnchorVerifyCatchesEditsWhileTheServerRuns(t *testing.T) {
 	t.Run("live file", func(t *testing.T) {
-		dir, anchors := roundDir(t), t.TempDir()
-		clk := newClock()
-		j, err := anchored(t, dir, anchors, clk, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fellBack(t, j)
+		j, dir, _, _ := stoppedRound(t, 0)
 		if err := j.Verify(); err != nil {
 			t.Fatalf("verify of an untouched journal: %v", err)
 		}
@@ -336,7 +315,7 @@ func TestAnchorVerifyCatchesEditsWhileTheServerRuns(t *testing.T) {
 		orig := append([][]byte{}, lines...)
 		lines[len(lines)-1] = bytes.Replace(lines[len(lines)-1], []byte(`step_failed`), []byte(`step_finish`), 1)
 		writeLines(t, dir, JournalFile, lines)
-		err = j.Verify()
+		err := j.Verify()
 		if !errors.Is(err, ErrTampered) {
 			t.Fatalf("verify after an edit of the live file = %v", err)
 		}
@@ -351,13 +330,7 @@ func TestAnchorVerifyCatchesEditsWhileTheServerRuns(t *testing.T) {
 		}
 	})
 	t.Run("a record appended by hand", func(t *testing.T) {
-		dir, anchors := roundDir(t), t.TempDir()
-		clk := newClock()
-		j, err := anchored(t, dir, anchors, clk, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fellBack(t, j)
+		j, dir, _, _ := stoppedRound(t, 0)
 		next := j.State().LastSeq + 1
 		lines := journalLines(t, dir, JournalFile)
 		writeLines(t, dir, JournalFile, append(lines, recordLine(t, Record{Seq: next, Time: base, Kind: KindDecision, Decision: DecisionResume, Node: "cp-1", Step: StepTrialBoot})))
@@ -369,13 +342,7 @@ func TestAnchorVerifyCatchesEditsWhileTheServerRuns(t *testing.T) {
 		}
 	})
 	t.Run("sealed segment", func(t *testing.T) {
-		dir, anchors := roundDir(t), t.TempDir()
-		clk := newClock()
-		j, err := anchored(t, dir, anchors, clk, 512)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fellBack(t, j)
+		j, dir, anchors, clk := stoppedRound(t, 512)
 		if err := j.Verify(); err != nil {
 			t.Fatalf("verify of an untouched journal: %v", err)
 		}
@@ -389,7 +356,7 @@ func TestAnchorVerifyCatchesEditsWhileTheServerRuns(t *testing.T) {
 			t.Fatalf("verify after an edit of %s = %v, want a TamperError naming it", seg, err)
 		}
 		j.Close()
-		_, err = anchored(t, dir, anchors, clk, 512)
+		_, err := anchored(t, dir, anchors, clk, 512)
 		if !errors.Is(err, ErrTampered) {
 			t.Fatalf("reopen after the edit = %v, want tampered", err)
 		}
@@ -397,13 +364,7 @@ func TestAnchorVerifyCatchesEditsWhileTheServerRuns(t *testing.T) {
 }
 
 func TestAnchorFollowsSealsAndReopens(t *testing.T) {
-	dir, anchors := roundDir(t), t.TempDir()
-	clk := newClock()
-	j, err := anchored(t, dir, anchors, clk, 512)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fellBack(t, j)
+	j, dir, anchors, clk := stoppedRound(t, 512)
 	seq, head := j.Head()
 	if seq != j.State().LastSeq || len(head) != 64 {
 		t.Fatalf("head = %d %q, want the last record %d and a SHA-256", seq, head, j.State().LastSeq)
@@ -426,13 +387,7 @@ func TestAnchorFollowsSealsAndReopens(t *testing.T) {
 }
 
 func TestDecisionWithoutAProofCountsForNothing(t *testing.T) {
-	dir, anchors := roundDir(t), t.TempDir()
-	clk := newClock()
-	j, err := anchored(t, dir, anchors, clk, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fellBack(t, j)
+	j, dir, anchors, clk := stoppedRound(t, 0)
 	noErr(t)(j.Decide(DecisionResume, "cp-1", StepTrialBoot, Meta{ApprovalID: "ap-resume", Detail: "resumed by alice"}))
 	if j.State().Stop != nil {
 		t.Fatal("the resume did not lift the stop")
@@ -477,13 +432,7 @@ func TestDecisionWithoutAProofCountsForNothing(t *testing.T) {
 func TestRestoreFromAnchorGivesBackWhatTheServerWrote(t *testing.T) {
 	for _, segBytes := range []int64{0, 512} {
 		t.Run(fmt.Sprintf("segments of %d bytes", segBytes), func(t *testing.T) {
-			dir, anchors := roundDir(t), t.TempDir()
-			clk := newClock()
-			j, err := anchored(t, dir, anchors, clk, segBytes)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fellBack(t, j)
+			j, dir, anchors, clk := stoppedRound(t, segBytes)
 			want := j.State()
 			if _, err := RestoreFromAnchor(dir, anchors); !errors.Is(err, ErrLocked) {
 				t.Fatalf("restore while the journal is open = %v, want ErrLocked", err)
@@ -529,13 +478,7 @@ func TestRestoreFromAnchorGivesBackWhatTheServerWrote(t *testing.T) {
 }
 
 func TestCheckAnchoredReadsBesideTheWriter(t *testing.T) {
-	dir, anchors := roundDir(t), t.TempDir()
-	clk := newClock()
-	j, err := anchored(t, dir, anchors, clk, 512)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fellBack(t, j)
+	_, dir, anchors, _ := stoppedRound(t, 512)
 	if err := CheckAnchored(dir, anchors); err != nil {
 		t.Fatalf("check of the journal as written: %v", err)
 	}
