@@ -239,16 +239,11 @@ func promoteRefusedOffTheTrialKernel(t *testing.T, f *Fleet, p *host.Pool, h *Ho
 	}
 }
 
-// TestPromoteRefusesAFallenBackHost: the trial kernel panics and GRUB
-// brings the host back on the old kernel. promote.sh, asked to promote the
-// new kernel (as a rewritten journal would have it), reads uname -r and
-// refuses: the old kernel stays GRUB's default, and the next reboot boots
-// it.
-func TestPromoteRefusesAFallenBackHost(t *testing.T) {
-	f := newTestFleet(t, Options{GPUServers: 1})
-	p := pool(t, f)
-	h := f.Host("gpu-1")
-	const round = "r-fell-back"
+// panicTrialBoot installs the update on h through the scripts, makes its
+// new kernel panic, runs the trial boot and answers its status once the
+// host is back.
+func panicTrialBoot(t *testing.T, p *host.Pool, h *Host, round string) map[string]any {
+	t.Helper()
 	if done := installViaScripts(t, p, h.Name, round); done["exit_code"] != float64(0) {
 		t.Fatalf("install failed: %v", done["log_tail"])
 	}
@@ -264,6 +259,20 @@ func TestPromoteRefusesAFallenBackHost(t *testing.T) {
 	p.Forget(h.Name)
 	st, out := step(t, p, h.Name, "trial_boot", map[string]string{"ACTION": "status", "ROUND": round})
 	wantStatus(t, st, out, "ok")
+	return st
+}
+
+// TestPromoteRefusesAFallenBackHost: the trial kernel panics and GRUB
+// brings the host back on the old kernel. promote.sh, asked to promote the
+// new kernel (as a rewritten journal would have it), reads uname -r and
+// refuses: the old kernel stays GRUB's default, and the next reboot boots
+// it.
+func TestPromoteRefusesAFallenBackHost(t *testing.T) {
+	f := newTestFleet(t, Options{GPUServers: 1})
+	p := pool(t, f)
+	h := f.Host("gpu-1")
+	const round = "r-fell-back"
+	st := panicTrialBoot(t, p, h, round)
 	if st["outcome"] != "fell_back" {
 		t.Fatalf("outcome %v on %v, want fell_back", st["outcome"], st["kernel"])
 	}
@@ -284,21 +293,7 @@ func TestPanicFallsBackToTheOldKernel(t *testing.T) {
 	p := pool(t, f)
 	h := f.Host("gpu-canary-1")
 	const round = "r-panic"
-	if done := installViaScripts(t, p, h.Name, round); done["exit_code"] != float64(0) {
-		t.Fatalf("install failed: %v", done["log_tail"])
-	}
-	if err := h.Inject(KernelPanic{}); err != nil {
-		t.Fatal(err)
-	}
-	oldID, newID := entryIDs(t, h)
-	prep, out := step(t, p, h.Name, "trial_boot", map[string]string{"ACTION": "prepare", "ROUND": round, "OLD_ENTRY": oldID, "NEW_ENTRY": newID})
-	wantStatus(t, prep, out, "ok")
-	rb, out := step(t, p, h.Name, "trial_boot", map[string]string{"ACTION": "reboot", "ROUND": round})
-	wantStatus(t, rb, out, "ok")
-	waitDownThenUp(t, h)
-	p.Forget(h.Name)
-	st, out := step(t, p, h.Name, "trial_boot", map[string]string{"ACTION": "status", "ROUND": round})
-	wantStatus(t, st, out, "ok")
+	st := panicTrialBoot(t, p, h, round)
 	if st["outcome"] != "fell_back" || st["kernel"] != OldKernel {
 		t.Errorf("after a panic: outcome %v on %v, want fell_back on %s", st["outcome"], st["kernel"], OldKernel)
 	}
