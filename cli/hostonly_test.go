@@ -18,7 +18,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/host/aptlab"
-	"github.com/mcp-patch/mcp-patch/host/sshdtest"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/sshdtest"
 )
 
 // hostOnlyRig is one host, no cluster, no round: real sshds on 127.0.0.1

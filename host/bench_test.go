@@ -19,7 +19,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/mcp-patch/mcp-patch/host/sshdtest"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/sshdtest"
 )
 
 // BenchmarkFanOut runs a read-only command (`uname -r`, as fleet_check

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/mcp-patch/mcp-patch/host/sshdtest"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/sshdtest"
 )
 
 // fixture is a client identity, a known_hosts file and an inventory for

@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/mcp-patch/mcp-patch/host/sshdtest"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/sshdtest"
 )
 
 func TestHostKeyChecking(t *testing.T) {

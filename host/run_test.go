@@ -17,7 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/mcp-patch/mcp-patch/host/sshdtest"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/sshdtest"
 )
 
 func TestRunScript(t *testing.T) {

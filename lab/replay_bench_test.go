@@ -18,8 +18,8 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/mcp-patch/mcp-patch/host"
-	"github.com/mcp-patch/mcp-patch/host/sshdtest"
 	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/sshdtest"
 	"github.com/mcp-patch/mcp-patch/lab/fleet"
 )
 
