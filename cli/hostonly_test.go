@@ -17,7 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/mcp-patch/mcp-patch/config"
-	"github.com/mcp-patch/mcp-patch/host/aptlab"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/aptlab"
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/sshdtest"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-patch/mcp-patch/host/aptlab"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/aptlab"
 )
 
 const testNode = "gpu-01"
