@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/mcp-patch/mcp-patch/kube/apifake"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/apifake"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
 )
