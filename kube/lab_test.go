@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/labkube"
 	"github.com/mcp-patch/mcp-patch/kube"
-	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
 	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 

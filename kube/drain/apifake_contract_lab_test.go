@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/apifake"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/labkube"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
-	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
 )
 
 // mirror copies what the drain reads of node from the real cluster (the

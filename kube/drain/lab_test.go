@@ -17,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/labkube"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
-	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
 	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	klabels "k8s.io/apimachinery/pkg/labels"
 
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/labkube"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
-	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
 	"github.com/mcp-patch/mcp-patch/round/window"
 	"github.com/mcp-patch/mcp-patch/round/window/fakes"
 )

@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/labkube"
 	"github.com/mcp-patch/mcp-patch/kube"
-	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
 	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 

@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/labkube"
 	"github.com/mcp-patch/mcp-patch/kube"
-	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
 	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )
 

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/labkube"
 	"github.com/mcp-patch/mcp-patch/kube/nodeevents"
 	"github.com/mcp-patch/mcp-patch/lab/cluster"
 )

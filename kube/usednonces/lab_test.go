@@ -13,8 +13,8 @@ import (
 	"golang.org/x/crypto/ssh"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/labkube"
 	"github.com/mcp-patch/mcp-patch/kube"
-	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
 	"github.com/mcp-patch/mcp-patch/kube/usednonces"
 	"github.com/mcp-patch/mcp-patch/policy"
 )

@@ -11,7 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/labkube"
 	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 )
 

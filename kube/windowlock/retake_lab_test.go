@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-patch/mcp-patch/kube/internal/labkube"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/labkube"
 	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
