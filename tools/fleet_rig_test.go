@@ -34,11 +34,11 @@ import (
 	"github.com/mcp-patch/mcp-patch/examples"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/apifake"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
-	"github.com/mcp-patch/mcp-patch/round/window/fakes"
 )
 
 // The fleet rig is the server as Build wires it — the intent repository

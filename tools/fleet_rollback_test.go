@@ -8,9 +8,9 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/parse"
 	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
-	"github.com/mcp-patch/mcp-patch/round/window/fakes"
 )
 
 // rollbackHosts are the rig's hosts with the rollback steps of

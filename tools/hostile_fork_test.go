@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/apifake"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/kube"
-	"github.com/mcp-patch/mcp-patch/round/window/fakes"
 )
 
 // signInProcess makes the rig's person sign in this process (policy.Sign,

@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/apifake"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/round"
-	"github.com/mcp-patch/mcp-patch/round/window/fakes"
 )
 
 // The scale rig is the fleet rig (the server as Build wires it, the real

@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
-	"github.com/mcp-patch/mcp-patch/round/window/fakes"
 )
 
 const (

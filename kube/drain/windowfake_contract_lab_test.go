@@ -9,10 +9,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	klabels "k8s.io/apimachinery/pkg/labels"
 
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/labkube"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round/window"
-	"github.com/mcp-patch/mcp-patch/round/window/fakes"
 )
 
 // seen is what the window can observe of a cluster after one call: the

@@ -11,10 +11,10 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/parse"
 	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
-	"github.com/mcp-patch/mcp-patch/round/window/fakes"
 )
 
 func inspection(mod func(*steps.Inspection)) steps.Inspection {

@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
-	"github.com/mcp-patch/mcp-patch/round/window/fakes"
 )
 
 // faulty is a fake host whose answers the test overrides: an error or a

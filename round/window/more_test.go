@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
-	"github.com/mcp-patch/mcp-patch/round/window/fakes"
 )
 
 func TestSimulateAutoremoveNamesFailedNodes(t *testing.T) {

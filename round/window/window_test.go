@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
-	"github.com/mcp-patch/mcp-patch/round/window/fakes"
 )
 
 const (

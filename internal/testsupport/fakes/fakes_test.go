@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
-	"github.com/mcp-patch/mcp-patch/round/window/fakes"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 )
 
 // The fake's fallback drill against the real fallback_drill.sh (run with
