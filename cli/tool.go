@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/mcp-patch/mcp-patch/cli/table"
+	"github.com/mcp-patch/mcp-patch/internal/table"
 	"github.com/mcp-patch/mcp-patch/tools"
 )
 

@@ -20,9 +20,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/mcp-patch/mcp-patch/cli/table"
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/internal/table"
 	"github.com/mcp-patch/mcp-patch/lab/fleet"
 )
 
