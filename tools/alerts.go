@@ -1,12 +1,9 @@
 package tools
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/mcp-patch/mcp-patch/kube/alerts"
 	"github.com/mcp-patch/mcp-patch/kube/gate"
@@ -57,87 +54,4 @@ func openWindow(st *round.State) alerts.Window {
 		}
 	}
 	return alerts.Window{}
-}
-
-// silenceWindow silences the node's alerts for its window when the intent
-// asks for it; the silence ends by itself at twice the expected window (so
-// a crashed server leaves none behind for long) and is expired when the
-// window closes.
-func (o *Ops) silenceWindow(ctx context.Context, st *round.State, node string) {
-	if o.alerts == nil || o.settings == nil {
-		return
-	}
-	src, ok, err := o.alerts()
-	if err != nil || !ok || src.AlertmanagerURL == "" {
-		return
-	}
-	set := o.settings(st.RoundID)
-	if set == nil || !set.SilenceNode {
-		return
-	}
-	length := 2 * expectedWindow(st)
-	if length <= 0 {
-		length = 4 * time.Hour
-	}
-	now := time.Now()
-	sil, err := src.SilenceNode(ctx, set.SilenceLabel(), node, windowComment(st.RoundID, node), now, now.Add(length))
-	if err != nil {
-		o.log.Warn("no Alertmanager silence for the window", "node", node, "err", err)
-		return
-	}
-	o.mu.Lock()
-	o.silenced[node] = sil.ID
-	o.mu.Unlock()
-	o.log.Info("Alertmanager silence for the window", "node", node, "silence", sil.ID, "ends", now.Add(length))
-}
-
-// Unsilence expires the Alertmanager silences the window of node put
-// there (window.Silencer): the one this process set, and any other
-// active one with the window's comment (set before a restart). Without
-// Alertmanager or the intent's alerts.silence_node it does nothing.
-func (o *Ops) Unsilence(ctx context.Context, roundID, node string) ([]string, error) {
-	o.mu.Lock()
-	id, known := o.silenced[node]
-	delete(o.silenced, node)
-	o.mu.Unlock()
-	if o.alerts == nil {
-		return nil, nil
-	}
-	src, ok, err := o.alerts()
-	if err != nil {
-		return nil, err
-	}
-	if !ok || src.AlertmanagerURL == "" {
-		return nil, nil
-	}
-	ids := []string{id}
-	var errs []error
-	if !known {
-		if o.settings == nil {
-			return nil, nil
-		}
-		if set := o.settings(roundID); set == nil || !set.SilenceNode {
-			return nil, nil
-		}
-		list, err := src.Silences(ctx)
-		if err != nil {
-			return nil, err
-		}
-		ids = alerts.Ours(list, windowComment(roundID, node))
-	}
-	var expired []string
-	for _, s := range ids {
-		if err := src.Expire(ctx, s); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		expired = append(expired, s)
-	}
-	return expired, errors.Join(errs...)
-}
-
-// windowComment is the comment of the silence on a window's node; it finds
-// the silence again after a restart.
-func windowComment(roundID, node string) string {
-	return fmt.Sprintf("mcp-patch round %s: window of %s", roundID, node)
 }

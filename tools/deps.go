@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/ops"
 	"github.com/mcp-patch/mcp-patch/round/window"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -75,7 +76,7 @@ type Deps struct {
 
 	// Ops sends notifications and keeps metrics and node Events; nil does
 	// none of it.
-	Ops *Ops
+	Ops *ops.Ops
 
 	// Audit receives one record per tool call; nil discards.
 	Audit func(ctx context.Context, rec AuditRecord)

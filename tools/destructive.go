@@ -219,7 +219,7 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 			if len(rule.names) > 0 {
 				notes = append(notes, "who signs: "+rule.words())
 			}
-			d.Ops.approvalNeeded(spec.Name, bind, exp, d.now())
+			d.Ops.ApprovalNeeded(spec.Name, bind.Round, bind.Node, bind.Summary, exp, d.now())
 			return zero, &needApproval{ApprovalNeeded: ApprovalNeeded{
 				Request:    text,
 				Summary:    bind.Summary,
@@ -247,7 +247,7 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return zero, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was executed")
 		}
-		d.Ops.approvalUsed(spec.Name, bind.Node)
+		d.Ops.ApprovalUsed(spec.Name, bind.Node)
 		d.Log.Info("approved step", "tool", spec.Name, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
 		out, err := t.Do(ctx, d, in, plan, a, p)
 		PO(&out).result().approvalID = a.ID

@@ -16,6 +16,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube/alerts"
+	"github.com/mcp-patch/mcp-patch/round/ops"
 )
 
 // alertmanager answers the calls of Alertmanager's v2 API the server
@@ -200,13 +201,13 @@ func TestUnsilenceAfterARestartFindsTheWindowsSilence(t *testing.T) {
 	src := alerts.Source{AlertmanagerURL: am.srv.URL, BearerToken: "tok"}
 	now := time.Date(2026, 11, 3, 22, 0, 0, 0, time.UTC)
 	for _, n := range []string{"gpu-2", "gpu-3"} {
-		if _, err := src.SilenceNode(t.Context(), "node", n, windowComment(fRound, n), now, now.Add(time.Hour)); err != nil {
+		if _, err := src.SilenceNode(t.Context(), "node", n, ops.WindowComment(fRound, n), now, now.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	o := newOps(nil, nil, nil, slog.New(slog.DiscardHandler))
-	o.alerts = func() (alerts.Source, bool, error) { return src, true, nil }
-	o.settings = func(string) *intent.AlertSettings { return &intent.AlertSettings{SilenceNode: true} }
+	o := ops.New(nil, nil, nil, slog.New(slog.DiscardHandler))
+	o.Alerts = func() (alerts.Source, bool, error) { return src, true, nil }
+	o.Settings = func(string) *intent.AlertSettings { return &intent.AlertSettings{SilenceNode: true} }
 	ids, err := o.Unsilence(t.Context(), fRound, "gpu-2")
 	if err != nil || !slices.Equal(ids, []string{"sil-1"}) {
 		t.Fatalf("unsilence after a restart: %v %v", ids, err)
@@ -220,14 +221,14 @@ func TestUnsilenceAfterARestartFindsTheWindowsSilence(t *testing.T) {
 		t.Fatalf("expired %v, want only gpu-2's sil-1", am.expired)
 	}
 	// Without silence_node the window set none: nothing is asked.
-	o.settings = func(string) *intent.AlertSettings { return &intent.AlertSettings{} }
+	o.Settings = func(string) *intent.AlertSettings { return &intent.AlertSettings{} }
 	srvDown := alerts.Source{AlertmanagerURL: "http://127.0.0.1:1"}
-	o.alerts = func() (alerts.Source, bool, error) { return srvDown, true, nil }
+	o.Alerts = func() (alerts.Source, bool, error) { return srvDown, true, nil }
 	if ids, err := o.Unsilence(t.Context(), fRound, "gpu-3"); err != nil || len(ids) != 0 {
 		t.Fatalf("unsilence without silence_node: %v %v", ids, err)
 	}
 	// With it and Alertmanager down: a clear error, nothing claimed.
-	o.settings = func(string) *intent.AlertSettings { return &intent.AlertSettings{SilenceNode: true} }
+	o.Settings = func(string) *intent.AlertSettings { return &intent.AlertSettings{SilenceNode: true} }
 	if ids, err := o.Unsilence(t.Context(), fRound, "gpu-3"); err == nil || len(ids) != 0 || !strings.Contains(err.Error(), "could not read alerts") {
 		t.Fatalf("unsilence with Alertmanager down: %v %v", ids, err)
 	}

@@ -40,28 +40,6 @@ func TestMetricsSourceReadsWithoutOpening(t *testing.T) {
 	}
 }
 
-// The journal observer never holds the round up: with the worker's queue
-// full a record's notices are skipped and said so in the log; a server
-// without operations observes nothing.
-func TestOpsObserveNeverBlocks(t *testing.T) {
-	var log bytes.Buffer
-	o := newOps(nil, nil, nil, slog.New(slog.NewTextHandler(&log, nil)))
-	st := &round.State{RoundID: wRound}
-	for i := range opsQueue + 3 {
-		o.Observe(round.Record{Seq: uint64(i)}, st)
-	}
-	if len(o.queue) != opsQueue {
-		t.Fatalf("queue holds %d, want %d", len(o.queue), opsQueue)
-	}
-	if n := strings.Count(log.String(), "operations queue full"); n != 3 {
-		t.Fatalf("%d skipped records logged, want 3:\n%s", n, log.String())
-	}
-	var none *Ops
-	none.Observe(round.Record{}, st)
-	none.rolledBack(wRound, wNode, "x")
-	none.approvalUsed("drain_node", wNode)
-}
-
 // A notification's outcome is kept in its round's journal; one for a
 // round that does not exist is an error naming it, and none is written
 // without a round or a book.

@@ -44,7 +44,7 @@ func RollbackNode() Tool {
 				return d.uncordonIfOurs(ctx, s.id, in.Node)
 			})
 			if o.RolledBack {
-				d.Ops.rolledBack(s.id, in.Node, o.Detail)
+				d.Ops.RolledBack(s.id, in.Node, o.Detail)
 			}
 			return rollbackOut(o), err
 		},

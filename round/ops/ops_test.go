@@ -1,6 +1,8 @@
-package tools
+package ops
 
 import (
+	"bytes"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,7 +66,7 @@ func TestOpsActions(t *testing.T) {
 	var events []string
 	var notes []notify.Event
 	for _, s := range all {
-		ev, n := opsActions(s.rec, s.st)
+		ev, n := Actions(s.rec, s.st)
 		if ev != nil {
 			events = append(events, ev.Node+" "+ev.Reason()+" | "+ev.Kernel)
 		}
@@ -103,7 +105,7 @@ func TestOpsActionsWindowClosedByAnAcceptedGate(t *testing.T) {
 		KernelBefore: "6.8.0-40-generic", Steps: map[round.Step]*round.StepRun{}}}}
 	accept := round.Record{Seq: 30, Kind: round.KindDecision, Decision: round.DecisionResidualRiskAccepted, Step: round.StepGate,
 		Node: "cp-1", Detail: "residual_risk_accepted by alice: etcd watched by hand"}
-	ev, notes := opsActions(accept, st)
+	ev, notes := Actions(accept, st)
 	if ev != nil || len(notes) != 1 || notes[0].Kind != notify.WindowClosed || notes[0].Node != "cp-1" ||
 		!strings.Contains(notes[0].Why, "after 40m0s; its red gate accepted: residual_risk_accepted by alice") {
 		t.Fatalf("accepted gate: event %+v notes %+v", ev, notes)
@@ -112,8 +114,30 @@ func TestOpsActionsWindowClosedByAnAcceptedGate(t *testing.T) {
 		{Seq: 31, Kind: round.KindDecision, Decision: round.DecisionResume, Node: "cp-1"},
 		{Seq: 29, Kind: round.KindDecision, Decision: round.DecisionResidualRiskAccepted, Step: round.StepVerify, Node: "cp-1"},
 	} {
-		if ev, notes := opsActions(rec, st); ev != nil || len(notes) != 0 {
+		if ev, notes := Actions(rec, st); ev != nil || len(notes) != 0 {
 			t.Errorf("%s %s: event %+v notes %+v", rec.Decision, rec.Step, ev, notes)
 		}
 	}
+}
+
+// The journal observer never holds the round up: with the worker's queue
+// full a record's notices are skipped and said so in the log; a server
+// without operations observes nothing.
+func TestOpsObserveNeverBlocks(t *testing.T) {
+	var log bytes.Buffer
+	o := New(nil, nil, nil, slog.New(slog.NewTextHandler(&log, nil)))
+	st := &round.State{RoundID: "2026-11"}
+	for i := range opsQueue + 3 {
+		o.Observe(round.Record{Seq: uint64(i)}, st)
+	}
+	if len(o.queue) != opsQueue {
+		t.Fatalf("queue holds %d, want %d", len(o.queue), opsQueue)
+	}
+	if n := strings.Count(log.String(), "operations queue full"); n != 3 {
+		t.Fatalf("%d skipped records logged, want 3:\n%s", n, log.String())
+	}
+	var none *Ops
+	none.Observe(round.Record{}, st)
+	none.RolledBack("2026-11", "gpu-1", "x")
+	none.ApprovalUsed("drain_node", "gpu-1")
 }
