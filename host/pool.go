@@ -43,6 +43,13 @@ type Config struct {
 	// IdentityFiles are unencrypted private key files offered to every host,
 	// before each Target's own IdentityFiles.
 	IdentityFiles []string
+	// DefaultIdentityFiles are tried, in order, for a host when neither
+	// IdentityFiles, the Target's IdentityFiles nor its ConfigIdentityFiles
+	// name any file (DefaultIdentityFiles(home): ~/.ssh/id_rsa, id_ecdsa,
+	// id_ed25519 ...). A missing one, or a passphrase-protected one the
+	// agent does not hold, is skipped and named if no key is left. nil
+	// means none.
+	DefaultIdentityFiles []string
 	// DialTimeout bounds the TCP connect plus SSH handshake of one hop.
 	// 0 means 15s.
 	DialTimeout time.Duration
@@ -130,6 +137,11 @@ func (c Config) Validate() error {
 			return errors.New("ssh config: empty path in IdentityFiles")
 		}
 	}
+	for _, f := range c.DefaultIdentityFiles {
+		if f == "" {
+			return errors.New("ssh config: empty path in DefaultIdentityFiles")
+		}
+	}
 	return nil
 }
 
@@ -176,6 +188,9 @@ type conn struct {
 	client *ssh.Client
 	err    error
 	dead   chan struct{} // closed when the connection ended
+	// key names the key the host accepted: a file's path or the agent's
+	// key; set before ready is closed.
+	key string
 	// lastActive is when a session last started or ended (UnixNano).
 	lastActive atomic.Int64
 }
@@ -183,7 +198,8 @@ type conn struct {
 // sameTarget says whether a connection dialled for a still serves b.
 func sameTarget(a, b Target) bool {
 	return a.Address == b.Address && a.Port == b.Port && a.LoginUser() == b.LoginUser() &&
-		a.Jump == b.Jump && a.HostKeyAlias == b.HostKeyAlias && slices.Equal(a.IdentityFiles, b.IdentityFiles)
+		a.Jump == b.Jump && a.HostKeyAlias == b.HostKeyAlias && slices.Equal(a.IdentityFiles, b.IdentityFiles) &&
+		slices.Equal(a.ConfigIdentityFiles, b.ConfigIdentityFiles)
 }
 
 // closeWhenDialled closes c's client once its dial is over; a dial still
@@ -355,7 +371,7 @@ func (p *Pool) client(ctx context.Context, t Target, hops int) (*conn, error) {
 // dial opens the connection for c and publishes the result.
 func (p *Pool) dial(c *conn, t Target, hops int) {
 	defer p.wg.Done()
-	client, err := p.connect(p.base, t, hops)
+	client, key, err := p.connect(p.base, t, hops)
 
 	p.mu.Lock()
 	current := p.conns[c.node] == c
@@ -366,7 +382,7 @@ func (p *Pool) dial(c *conn, t Target, hops int) {
 	if err != nil && current {
 		delete(p.conns, c.node)
 	}
-	c.client, c.err = client, err
+	c.client, c.err, c.key = client, err, key
 	if err == nil {
 		p.wg.Add(2)
 		go p.watch(c)
@@ -385,26 +401,26 @@ func (p *Pool) dial(c *conn, t Target, hops int) {
 // connect does the TCP (or jump) dial and the SSH handshake, bounded by
 // DialTimeout once the jump host's connection (bounded by its own dial) is
 // there. base ends when the pool closes.
-func (p *Pool) connect(base context.Context, t Target, hops int) (*ssh.Client, error) {
+func (p *Pool) connect(base context.Context, t Target, hops int) (*ssh.Client, string, error) {
 	callback, algos, err := p.kh.hostKeyConfig(t.Name, t.knownHostsAddr())
 	if err != nil {
-		return nil, fmt.Errorf("connect to node %s: %w", t.Name, err)
+		return nil, "", fmt.Errorf("connect to node %s: %w", t.Name, err)
 	}
 	var jump *conn
 	if t.Jump != "" {
 		jt, err := p.lookup(t.Jump)
 		if err != nil {
-			return nil, fmt.Errorf("connect to node %s: jump host: %w", t.Name, err)
+			return nil, "", fmt.Errorf("connect to node %s: jump host: %w", t.Name, err)
 		}
 		if jump, err = p.client(base, jt, hops+1); err != nil {
-			return nil, fmt.Errorf("connect to node %s through jump host %s: %w", t.Name, jt.Name, err)
+			return nil, "", fmt.Errorf("connect to node %s through jump host %s: %w", t.Name, jt.Name, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(base, p.cfg.DialTimeout)
 	defer cancel()
-	auth, agentConn, err := p.authFor(ctx, t)
+	auth, agentConn, rec, err := p.authFor(ctx, t)
 	if err != nil {
-		return nil, fmt.Errorf("connect to node %s: %w", t.Name, err)
+		return nil, "", fmt.Errorf("connect to node %s: %w", t.Name, err)
 	}
 	defer agentConn.Close()
 
@@ -414,12 +430,12 @@ func (p *Pool) connect(base context.Context, t Target, hops int) (*ssh.Client, e
 		var d net.Dialer
 		netConn, err = d.DialContext(ctx, "tcp", t.DialAddr())
 		if err != nil {
-			return nil, fmt.Errorf("connect to node %s at %s: %w", t.Name, t.DialAddr(), err)
+			return nil, "", fmt.Errorf("connect to node %s at %s: %w", t.Name, t.DialAddr(), err)
 		}
 	} else {
 		netConn, err = jump.client.DialContext(ctx, "tcp", t.DialAddr())
 		if err != nil {
-			return nil, fmt.Errorf("connect to node %s at %s through jump host %s: %w", t.Name, t.DialAddr(), t.Jump, err)
+			return nil, "", fmt.Errorf("connect to node %s at %s through jump host %s: %w", t.Name, t.DialAddr(), t.Jump, err)
 		}
 		jump.touch()
 	}
@@ -439,19 +455,23 @@ func (p *Pool) connect(base context.Context, t Target, hops int) (*ssh.Client, e
 	if err != nil {
 		netConn.Close()
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, fmt.Errorf("connect to node %s at %s: handshake did not finish within %s: %w", t.Name, t.DialAddr(), p.cfg.DialTimeout, ctxErr)
+			return nil, "", fmt.Errorf("connect to node %s at %s: handshake did not finish within %s: %w", t.Name, t.DialAddr(), p.cfg.DialTimeout, ctxErr)
 		}
 		var hkErr *HostKeyError
 		if errors.As(err, &hkErr) {
-			return nil, fmt.Errorf("connect to node %s: %w", t.Name, hkErr)
+			return nil, "", fmt.Errorf("connect to node %s: %w", t.Name, hkErr)
 		}
 		if strings.Contains(err.Error(), "unable to authenticate") {
-			return nil, fmt.Errorf("connect to node %s as user %s: every key was refused (%w): %w", t.Name, t.LoginUser(), ErrAuthFailed, err)
+			return nil, "", fmt.Errorf("connect to node %s as user %s: every key was refused (%w): %w", t.Name, t.LoginUser(), ErrAuthFailed, err)
 		}
-		return nil, fmt.Errorf("connect to node %s at %s: %w", t.Name, t.DialAddr(), err)
+		return nil, "", fmt.Errorf("connect to node %s at %s: %w", t.Name, t.DialAddr(), err)
 	}
 	p.handshakes.Add(1)
-	return ssh.NewClient(sc, chans, reqs), nil
+	key := ""
+	if k := rec.key.Load(); k != nil {
+		key = *k
+	}
+	return ssh.NewClient(sc, chans, reqs), key, nil
 }
 
 // watch waits for the connection to end and removes it from the pool.
@@ -535,6 +555,27 @@ func (p *Pool) drop(c *conn, why string) {
 	p.mu.Unlock()
 	if c.client != nil {
 		c.client.Close()
+	}
+}
+
+// KeyUsed names the key node's open pooled connection logged in with (an
+// identity file's path, or "ssh-agent key SHA256:… comment"); false when
+// the pool holds no open connection to node.
+func (p *Pool) KeyUsed(node string) (string, bool) {
+	p.mu.Lock()
+	c, ok := p.conns[node]
+	p.mu.Unlock()
+	if !ok {
+		return "", false
+	}
+	select {
+	case <-c.ready:
+		if c.err != nil || c.isDead() {
+			return "", false
+		}
+		return c.key, true
+	default:
+		return "", false
 	}
 }
 

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -43,6 +44,16 @@ type Target struct {
 	// of Address (like OpenSSH's HostKeyAlias), e.g. when known_hosts lists
 	// nodes by hostname but the inventory dials their InternalIP.
 	HostKeyAlias string `json:"host_key_alias,omitempty"`
+	// ConfigIdentityFiles are the IdentityFile lines of the OpenSSH
+	// configuration for this node, used when the inventory names no
+	// identity file. Unlike IdentityFiles, one that is missing or
+	// passphrase-protected (and not in the agent) is skipped with a note,
+	// as ssh(1) does.
+	ConfigIdentityFiles []string `json:"-"`
+	// SSHConfigLines say which lines of the OpenSSH configuration gave this
+	// target a value ("User ubuntu (/home/a/.ssh/config:4)") and which
+	// apply but are not followed; doctor prints them.
+	SSHConfigLines []string `json:"-"`
 }
 
 var (
@@ -139,8 +150,12 @@ type Inventory interface {
 // MapInventory is an Inventory held in memory. It is safe for concurrent use,
 // so the cluster side can feed InternalIPs in (SetAddress) while lookups run.
 type MapInventory struct {
-	mu       sync.RWMutex
+	mu sync.RWMutex
+	// defaults, then what openssh says for the node, then base fill the
+	// entries SetAddress creates (see layerTarget).
 	defaults Target
+	openssh  *OpenSSHConfig
+	base     Target
 	targets  map[string]Target
 }
 
@@ -165,6 +180,8 @@ func (m *MapInventory) Set(t Target) error {
 		return fmt.Errorf("inventory: %w", err)
 	}
 	t.IdentityFiles = slices.Clone(t.IdentityFiles)
+	t.ConfigIdentityFiles = slices.Clone(t.ConfigIdentityFiles)
+	t.SSHConfigLines = slices.Clone(t.SSHConfigLines)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.targets == nil {
@@ -182,13 +199,39 @@ func (m *MapInventory) SetAddress(node, address string) error {
 	t, ok := m.targets[node]
 	defaults := m.defaults
 	m.mu.RUnlock()
-	if !ok {
-		t = defaults
-		t.Name = node
-		t.HostKeyAlias = ""
+	if ok {
+		t.Address = address
+		return m.Set(t)
 	}
-	t.Address = address
-	return m.Set(t)
+	oh, err := m.openssh.Resolve(node)
+	if err != nil {
+		return fmt.Errorf("inventory: node %s: %w", node, err)
+	}
+	l, err := layerTarget(Target{Name: node}, defaults, oh, m.base)
+	if err != nil {
+		return fmt.Errorf("inventory: %w", err)
+	}
+	t = l.Target
+	if t.Address == "" {
+		// The cluster's InternalIP, unless ~/.ssh/config names a HostName.
+		t.Address = address
+	}
+	if err := m.Set(t); err != nil {
+		return err
+	}
+	if l.Jump == jumpFromOpenSSH {
+		if err := m.addHops(l.Hops, oh.ProxyJump); err != nil {
+			return fmt.Errorf("inventory: node %s: %w", node, err)
+		}
+	}
+	return nil
+}
+
+func (m *MapInventory) lookupRaw(node string) (Target, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	t, ok := m.targets[node]
+	return t, ok
 }
 
 // Lookup returns the target for node.
@@ -203,6 +246,8 @@ func (m *MapInventory) Lookup(node string) (Target, error) {
 		return Target{}, fmt.Errorf("look up node %s: %w", node, ErrUnknownNode)
 	}
 	t.IdentityFiles = slices.Clone(t.IdentityFiles)
+	t.ConfigIdentityFiles = slices.Clone(t.ConfigIdentityFiles)
+	t.SSHConfigLines = slices.Clone(t.SSHConfigLines)
 	return t, nil
 }
 
@@ -237,18 +282,26 @@ type inventoryFile struct {
 // dialled directly.
 const noJump = "-"
 
-// LoadInventoryOver reads an inventory file (YAML). Fields a node leaves
-// empty are taken from `defaults`, and fields `defaults` leaves empty from base
-// (the config's ssh.user, ssh.port, ssh.jump and ssh.key_files); `jump: "-"`
-// means no jump host even when a default names one. A jump that names no
-// entry in the file, unknown fields and invalid values are errors naming
-// the node.
+// LoadInventoryOver reads an inventory file (YAML) with nothing from an
+// OpenSSH configuration: LoadInventoryWith(path, base, nil).
 func LoadInventoryOver(path string, base Target) (*MapInventory, error) {
+	return LoadInventoryWith(path, base, nil)
+}
+
+// LoadInventoryWith reads an inventory file (YAML). Fields a node leaves
+// empty are taken from `defaults`, then from what the OpenSSH configuration
+// oc (nil: none) says for the node's name, then from base (the config's
+// ssh.user, ssh.port, ssh.jump and ssh.key_files): the inventory wins where
+// both say something. `jump: "-"` means no jump host even when a default or
+// a ProxyJump names one. A jump that names no entry in the file (a ProxyJump
+// hop becomes an entry of its own), unknown fields and invalid values are
+// errors naming the node.
+func LoadInventoryWith(path string, base Target, oc *OpenSSHConfig) (*MapInventory, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load inventory: %w", err)
 	}
-	inv, err := ParseInventoryOver(data, base)
+	inv, err := ParseInventoryWith(data, base, oc)
 	if err != nil {
 		return nil, fmt.Errorf("load inventory %s: %w", path, err)
 	}
@@ -261,8 +314,32 @@ func LoadInventory(path string) (*MapInventory, error) { return LoadInventoryOve
 // ParseInventory is ParseInventoryOver with nothing beneath the file's defaults.
 func ParseInventory(data []byte) (*MapInventory, error) { return ParseInventoryOver(data, Target{}) }
 
-// ParseInventoryOver parses the YAML form described at LoadInventoryOver.
+// ParseInventoryOver is ParseInventoryWith without an OpenSSH configuration.
 func ParseInventoryOver(data []byte, base Target) (*MapInventory, error) {
+	return ParseInventoryWith(data, base, nil)
+}
+
+// NewInventoryFrom is an inventory with no file: the entries SetAddress
+// creates take what oc (nil: nothing) says for their name, then base.
+func NewInventoryFrom(base Target, oc *OpenSSHConfig) (*MapInventory, error) {
+	if err := base.validateDefaults(); err != nil {
+		return nil, err
+	}
+	return &MapInventory{openssh: oc, base: base, targets: map[string]Target{}}, nil
+}
+
+// validateDefaults checks the fields a defaults Target may carry.
+func (t Target) validateDefaults() error {
+	probe := t
+	probe.Name, probe.Address = "defaults", "127.0.0.1"
+	if probe.Jump == noJump || probe.Jump == probe.Name {
+		probe.Jump = ""
+	}
+	return probe.Validate()
+}
+
+// ParseInventoryWith parses the YAML form described at LoadInventoryWith.
+func ParseInventoryWith(data []byte, base Target, oc *OpenSSHConfig) (*MapInventory, error) {
 	var f inventoryFile
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		return nil, fmt.Errorf("parse inventory: %w", err)
@@ -270,63 +347,187 @@ func ParseInventoryOver(data []byte, base Target) (*MapInventory, error) {
 	if f.Defaults.Address != "" || f.Defaults.HostKeyAlias != "" {
 		return nil, errors.New("parse inventory: defaults may not set address or host_key_alias")
 	}
-	f.Defaults = layerDefaults(f.Defaults, base)
 	names := make([]string, 0, len(f.Nodes))
 	for n := range f.Nodes {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	inv := &MapInventory{defaults: f.Defaults, targets: make(map[string]Target, len(f.Nodes))}
+	inv := &MapInventory{defaults: f.Defaults, openssh: oc, base: base, targets: make(map[string]Target, len(f.Nodes))}
+	type pending struct {
+		t   Target
+		l   layered
+		via Setting
+	}
+	var all []pending
 	for _, name := range names {
-		t := f.Nodes[name]
-		t.Name = name
-		if t.Port == 0 {
-			t.Port = f.Defaults.Port
+		own := f.Nodes[name]
+		own.Name = name
+		oh, err := oc.Resolve(name)
+		if err != nil {
+			return nil, fmt.Errorf("parse inventory: node %s: %w", name, err)
 		}
-		if t.User == "" {
-			t.User = f.Defaults.User
-		}
-		switch {
-		case t.Jump == noJump:
-			t.Jump = ""
-		case t.Jump == "" && f.Defaults.Jump != name:
-			t.Jump = f.Defaults.Jump
-		}
-		if len(t.IdentityFiles) == 0 {
-			t.IdentityFiles = f.Defaults.IdentityFiles
-		}
-		if t.Jump != "" {
-			if _, ok := f.Nodes[t.Jump]; !ok {
-				if t.Jump == base.Jump && f.Defaults.Jump == base.Jump {
-					return nil, fmt.Errorf("parse inventory: node %s: the config's ssh.jump %q is not a node in the inventory (add it, or set jump: \"-\" for nodes reached directly)", name, t.Jump)
-				}
-				return nil, fmt.Errorf("parse inventory: node %s: jump %q is not a node in the inventory", name, t.Jump)
-			}
-		}
-		if err := inv.Set(t); err != nil {
+		l, err := layerTarget(own, f.Defaults, oh, base)
+		if err != nil {
 			return nil, fmt.Errorf("parse inventory: %w", err)
+		}
+		all = append(all, pending{l.Target, l, oh.ProxyJump})
+	}
+	for _, p := range all {
+		if err := inv.Set(p.t); err != nil {
+			return nil, fmt.Errorf("parse inventory: %w", err)
+		}
+	}
+	for _, p := range all {
+		t := p.t
+		if t.Jump == "" {
+			continue
+		}
+		if _, ok := f.Nodes[t.Jump]; ok {
+			continue
+		}
+		switch p.l.Jump {
+		case jumpFromOpenSSH:
+			if err := inv.addHops(p.l.Hops, p.via); err != nil {
+				return nil, fmt.Errorf("parse inventory: node %s: %w", t.Name, err)
+			}
+		case jumpFromBase:
+			return nil, fmt.Errorf("parse inventory: node %s: the config's ssh.jump %q is not a node in the inventory (add it, or set jump: \"-\" for nodes reached directly)", t.Name, t.Jump)
+		default:
+			return nil, fmt.Errorf("parse inventory: node %s: jump %q is not a node in the inventory", t.Name, t.Jump)
 		}
 	}
 	return inv, nil
 }
 
-// layerDefaults fills what the file's defaults leave empty from base (the
-// config's ssh section); a "-" jump in the file's defaults cancels base's.
-func layerDefaults(file, base Target) Target {
-	if file.Port == 0 {
-		file.Port = base.Port
+// addHops makes an entry for each ProxyJump hop the inventory does not
+// name: reached through the hop before it, the first one directly (or
+// through its own ProxyJump), each with what the OpenSSH configuration says
+// for it and the user and port the hop names.
+func (m *MapInventory) addHops(hops []jumpHop, via Setting) error {
+	prev := ""
+	for _, hop := range hops {
+		if _, ok := m.lookupRaw(hop.Host); ok {
+			prev = hop.Host
+			continue
+		}
+		oh, err := m.openssh.Resolve(hop.Host)
+		if err != nil {
+			return fmt.Errorf("ProxyJump %s: %w", hop.Host, err)
+		}
+		own := Target{Name: hop.Host, User: hop.User, Port: hop.Port, Jump: cmp.Or(prev, noJump)}
+		if prev == "" && oh.ProxyJump.Value != "" {
+			own.Jump = ""
+		}
+		base := m.base
+		base.Jump = ""
+		l, err := layerTarget(own, Target{}, oh, base)
+		if err != nil {
+			return err
+		}
+		t := l.Target
+		if t.Address == "" {
+			t.Address = hop.Host
+		}
+		t.SSHConfigLines = append([]string{fmt.Sprintf("a ProxyJump hop (%s)", via.At)}, t.SSHConfigLines...)
+		if err := m.Set(t); err != nil {
+			return err
+		}
+		if l.Jump == jumpFromOpenSSH {
+			if err := m.addHops(l.Hops, oh.ProxyJump); err != nil {
+				return err
+			}
+		}
+		prev = hop.Host
 	}
-	if file.User == "" {
-		file.User = base.User
+	return nil
+}
+
+// jumpSource says which layer gave a target its jump host.
+type jumpSource int
+
+const (
+	jumpNone jumpSource = iota
+	jumpFromNode
+	jumpFromDefaults
+	jumpFromOpenSSH
+	jumpFromBase
+)
+
+// layered is a target filled in by layerTarget, with where its jump came
+// from and, for a ProxyJump, its hops (the last one is Target.Jump).
+type layered struct {
+	Target Target
+	Jump   jumpSource
+	Hops   []jumpHop
+}
+
+// layerTarget fills what own (a node's entry in the inventory file) leaves
+// empty: from defaults (the file's defaults), then from oh (what the
+// OpenSSH configuration says for the node's name), then from base (the
+// config's ssh section). A "-" jump, in own or defaults, and "ProxyJump
+// none" mean a direct connection; a node never jumps through itself. The
+// address comes from own, else HostName; it stays empty when neither says
+// one. Pure.
+func layerTarget(own, defaults Target, oh OpenSSHHost, base Target) (layered, error) {
+	t := own
+	var lines []string
+	from := func(s Setting, what string) string {
+		lines = append(lines, fmt.Sprintf("%s %s (%s)", what, s.Value, s.At))
+		return s.Value
 	}
-	switch file.Jump {
-	case noJump:
-		file.Jump = ""
-	case "":
-		file.Jump = base.Jump
+	if t.Address == "" && oh.HostName.Value != "" {
+		t.Address = from(oh.HostName, "HostName")
 	}
-	if len(file.IdentityFiles) == 0 {
-		file.IdentityFiles = base.IdentityFiles
+	if t.Port == 0 {
+		t.Port = defaults.Port
 	}
-	return file
+	if t.Port == 0 && oh.Port.Value != "" {
+		t.Port, _ = strconv.Atoi(from(oh.Port, "Port")) // Resolve checked it is a number
+	}
+	if t.Port == 0 {
+		t.Port = base.Port
+	}
+	t.User = cmp.Or(t.User, defaults.User)
+	if t.User == "" && oh.User.Value != "" {
+		t.User = from(oh.User, "User")
+	}
+	t.User = cmp.Or(t.User, base.User)
+	if len(t.IdentityFiles) == 0 {
+		t.IdentityFiles = defaults.IdentityFiles
+	}
+	if len(t.IdentityFiles) == 0 {
+		for _, f := range oh.IdentityFiles {
+			t.ConfigIdentityFiles = append(t.ConfigIdentityFiles, from(f, "IdentityFile"))
+		}
+	}
+	if len(t.IdentityFiles) == 0 && len(t.ConfigIdentityFiles) == 0 {
+		t.IdentityFiles = base.IdentityFiles
+	}
+	out := layered{Jump: jumpNone}
+	switch {
+	case t.Jump == noJump:
+		t.Jump = ""
+	case t.Jump != "":
+		out.Jump = jumpFromNode
+	case defaults.Jump == noJump:
+	case defaults.Jump != "":
+		t.Jump, out.Jump = defaults.Jump, jumpFromDefaults
+	case oh.ProxyJump.Value != "":
+		hops, err := parseProxyJump(oh.ProxyJump.Value)
+		if err != nil {
+			return layered{}, fmt.Errorf("node %s: ssh config %s: %w", own.Name, oh.ProxyJump.At, err)
+		}
+		from(oh.ProxyJump, "ProxyJump")
+		if len(hops) > 0 {
+			t.Jump, out.Jump, out.Hops = hops[len(hops)-1].Host, jumpFromOpenSSH, hops
+		}
+	case base.Jump != "":
+		t.Jump, out.Jump = base.Jump, jumpFromBase
+	}
+	if t.Jump == own.Name && out.Jump != jumpFromNode {
+		t.Jump, out.Jump, out.Hops = "", jumpNone, nil
+	}
+	t.SSHConfigLines = append(lines, oh.Notes...)
+	out.Target = t
+	return out, nil
 }
