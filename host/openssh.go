@@ -30,6 +30,8 @@ type sshConfigFile struct {
 	path     string
 	cfg      *ssh_config.Config
 	includes map[int][]*sshConfigFile
+	// matches are the Match lines, each noted, never applied.
+	matches []string
 }
 
 // maxIncludeDepth bounds nested Include directives (OpenSSH allows 16).
@@ -69,6 +71,13 @@ func parseSSHConfigFile(path, home string, depth int) (*sshConfigFile, error) {
 	lines := strings.SplitAfter(string(data), "\n")
 	f := &sshConfigFile{path: path, includes: map[int][]*sshConfigFile{}}
 	for i, line := range lines {
+		if isMatchLine(line) {
+			// The parser refuses Match criteria it lacks (exec, user...):
+			// a block that never applies keeps the lines under it out.
+			f.matches = append(f.matches, fmt.Sprintf("%q at %s:%d is not applied (Match blocks are not read; use Host)", strings.TrimSpace(line), path, i+1))
+			lines[i] = "Host !*\n"
+			continue
+		}
 		args, ok := includeArgs(line)
 		if !ok {
 			continue
@@ -96,6 +105,13 @@ func parseSSHConfigFile(path, home string, depth int) (*sshConfigFile, error) {
 	}
 	f.cfg = cfg
 	return f, nil
+}
+
+// isMatchLine says whether line starts a Match block.
+func isMatchLine(line string) bool {
+	key, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+	key, _, _ = strings.Cut(key, "=")
+	return strings.EqualFold(key, "match")
 }
 
 // includeArgs returns the paths of an Include line ("Include a b" or
@@ -194,11 +210,8 @@ func (c *OpenSSHConfig) Resolve(alias string) (OpenSSHHost, error) {
 // value of each keyword and descending into the Include lines of matching
 // blocks where they stand.
 func (f *sshConfigFile) collect(alias string, h *OpenSSHHost) {
+	h.Notes = append(h.Notes, f.matches...)
 	for _, block := range f.cfg.Hosts {
-		if first, _, _ := strings.Cut(strings.TrimSpace(block.String()), "\n"); strings.HasPrefix(strings.ToLower(first), "match") {
-			h.Notes = append(h.Notes, fmt.Sprintf("%q in %s is not applied (Match blocks are not read; use Host)", first, f.path))
-			continue
-		}
 		if !block.Matches(alias) {
 			continue
 		}
