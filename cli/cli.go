@@ -136,7 +136,7 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 	if stdio.Getenv == nil {
 		stdio.Getenv = os.Getenv
 	}
-	a := &app{stdio: stdio, g: &globals{logLevel: "info"}}
+	a := newApp(stdio)
 	root := a.rootCommand()
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
