@@ -73,7 +73,7 @@ func TestSystemdUnitVerifies(t *testing.T) {
 
 // TestSystemdUnitHardening: the directives the deployment relies on are
 // there, and systemd-analyze security rates the unit's exposure as the
-// README shows it (at most 2.0, "OK").
+// deploy page shows it (at most 2.0, "OK").
 func TestSystemdUnitHardening(t *testing.T) {
 	b, err := os.ReadFile(unitFile)
 	if err != nil {
@@ -98,12 +98,12 @@ func TestSystemdUnitHardening(t *testing.T) {
 	if level > 2.0 {
 		t.Errorf("exposure level %s %s, want at most 2.0:\n%s", m[1], m[2], out)
 	}
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	page, err := os.ReadFile(filepath.Join("..", "docs", "deploy.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	shown := "Overall exposure level for mcp-patch.service: " + string(m[1]) + " " + string(m[2])
-	if !strings.Contains(string(readme), shown) {
-		t.Errorf("README.md does not show %q (systemd-analyze security's verdict today)", shown)
+	if !strings.Contains(string(page), shown) {
+		t.Errorf("docs/deploy.md does not show %q (systemd-analyze security's verdict today)", shown)
 	}
 }
