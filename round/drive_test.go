@@ -47,6 +47,9 @@ type driver struct {
 	advance func(time.Duration)
 	// fail, when it returns a reason, makes that attempt fail.
 	fail func(step Step, node string, attempt int) string
+	// before, when set, runs before each step starts (the journal may be
+	// written from it).
+	before func(step Step, node string, attempt int)
 	// seen records every next step taken, for the walk test.
 	seen []Next
 }
@@ -84,6 +87,9 @@ func (d *driver) until(stop func(Status) bool) Status {
 		default:
 			tg := Target{Node: nx.Node, Step: nx.Step}
 			attempts[tg]++
+			if d.before != nil {
+				d.before(nx.Step, nx.Node, attempts[tg])
+			}
 			if _, err := d.j.StartStep(nx.Step, nx.Node, Meta{ApprovalID: approvalFor(nx)}); err != nil {
 				d.t.Fatalf("start %s %s: %v", nx.Step, nx.Node, err)
 			}
