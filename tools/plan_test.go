@@ -214,21 +214,6 @@ func windowApproved(t *testing.T, d *Deps, n plan.Node, pods string) string {
 	return "signed:" + n.Window
 }
 
-func TestPlanChanges(t *testing.T) {
-	_, f := planDeps(t, plan.PerStep)
-	signed := stepDigests(f)
-	if got := planChanges(signed, f); len(got) != 0 {
-		t.Errorf("no change: %v", got)
-	}
-	delete(signed, "cp-1")
-	signed["gpu-1"] = map[plan.Step]string{plan.StepDrain: "x"}
-	got := planChanges(signed, f)
-	want := []string{"cp-1: whole window (new in the plan)", "gpu-1: drain, install, trial_boot, promote"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
-	}
-}
-
 func TestResignedReplanCarriesTheWindowApproval(t *testing.T) {
 	d, f := planDeps(t, plan.PerWindow)
 	if _, res := callSign(t, d, "signed:"+f.Digest); res.Status != StatusOK {
@@ -335,11 +320,11 @@ func TestCloseWritesAndCommitsTheComponentDocs(t *testing.T) {
 	gitRun(t, dir, "add", "os-layer")
 	gitRun(t, dir, "commit", "-qm", "intent")
 	d.Intent = func(id string) (*intent.Repo, error) { return intent.Open(dir, intent.Options{RoundID: id}) }
-	s, err := d.openSession()
+	s, err := d.openRound()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.j.Lesson("next time check the NVIDIA modules before the window"); err != nil {
+	if _, err := s.Journal.Lesson("next time check the NVIDIA modules before the window"); err != nil {
 		t.Fatal(err)
 	}
 	notes, err := d.closeDocs(context.Background(), s)

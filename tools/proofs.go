@@ -266,7 +266,7 @@ func windowToolsOf(summary []string) map[string]string {
 	out := map[string]string{}
 	for _, l := range summary {
 		tool, dg, ok := strings.Cut(l, " bound to ")
-		if ok && toolStep[tool] != "" && !strings.ContainsRune(dg, ' ') {
+		if _, reviewed := window.ReviewedStep(tool); ok && reviewed && !strings.ContainsRune(dg, ' ') {
 			out[tool] = dg
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -28,16 +29,16 @@ func SignPlan() Tool {
 			"words to sign (after a re-plan, only what changed).",
 		Kind: Write, Idempotent: true, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, in SignPlanIn, p Progress) (SignPlanOut, error) {
-		s, err := d.openSession()
+		s, err := d.openRound()
 		if err != nil {
 			return SignPlanOut{}, err
 		}
-		f, ok, err := d.fleetPlan(s.id)
+		f, ok, err := d.fleetPlan(s.ID)
 		if err != nil {
 			return SignPlanOut{}, Refuse("Call plan_round again: it writes the plan afresh.", err.Error())
 		}
 		if !ok {
-			return SignPlanOut{}, Refuse("Call plan_round first: it writes the plan to sign.", "round "+s.id+" has no plan document")
+			return SignPlanOut{}, Refuse("Call plan_round first: it writes the plan to sign.", "round "+s.ID+" has no plan document")
 		}
 		if !f.Ready() {
 			var why []string
@@ -48,13 +49,13 @@ func SignPlan() Tool {
 		}
 		// Signed means a kept signature of this digest verifies now; the
 		// report in plan-signatures.json is not asked.
-		sp, signed, err := d.planProof(ctx, s.id)
+		sp, signed, err := d.planProof(ctx, s.ID)
 		if err != nil {
-			d.Log.Warn("the round's plan signature does not verify again", "round", s.id, "error", err)
+			d.Log.Warn("the round's plan signature does not verify again", "round", s.ID, "error", err)
 			signed = false
 		}
 		if signed && sp.Digest == f.Digest {
-			st, err := d.planStatus(ctx, s.id, s.j.Shared())
+			st, err := d.planStatus(ctx, s.ID, s.Journal.Shared())
 			if err != nil {
 				return SignPlanOut{}, err
 			}
@@ -62,22 +63,22 @@ func SignPlan() Tool {
 		}
 		// What people read is what they sign: plan.md must be the render
 		// of plan.json, whose digest the person signs.
-		if err := d.checkPlanMD(s.id, f); err != nil {
+		if err := d.checkPlanMD(s.ID, f); err != nil {
 			return SignPlanOut{}, err
 		}
 		// What changed since the last signature this server verified (its
 		// step digests as this server kept them with it).
-		ps, err := d.keptPlanSignatures(s.id)
+		ps, err := d.keptPlanSignatures(s.ID)
 		if err != nil && signed {
 			return SignPlanOut{}, err
 		}
 		var changed []string
 		if signed {
 			if last, ok := ps.signedFor(sp.Digest); ok {
-				changed = planChanges(last.Nodes, f)
+				changed = plan.Changes(last.Nodes, f)
 			}
 		}
-		bind := Plan{Node: window.FleetTarget, Round: s.id, Digest: f.Digest, Summary: planSummary(f, changed)}
+		bind := Plan{Node: window.FleetTarget, Round: s.ID, Digest: f.Digest, Summary: plan.SigningSummary(f, changed)}
 		if d.Approvals == nil {
 			return SignPlanOut{}, Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")
 		}
@@ -91,28 +92,28 @@ func SignPlan() Tool {
 		// The kept signature carries what the report says of it: the
 		// report is rendered from what the server kept.
 		sig := planSignature{Digest: f.Digest, Revision: f.Revision, Principal: a.Principal, ApprovalID: a.ID,
-			Time: d.now().UTC(), Nodes: stepDigests(f), Changed: changed}
+			Time: d.now().UTC(), Nodes: plan.StepDigests(f), Changed: changed}
 		kept, err := json.Marshal(sig)
 		if err != nil {
 			return SignPlanOut{}, fmt.Errorf("record the plan signature: %w", err)
 		}
-		if err := d.keepProof(s.id, proof{Tool: "sign_plan", Node: window.FleetTarget, ApprovalID: a.ID, Approval: a.Text, Plan: kept}); err != nil {
+		if err := d.keepProof(s.ID, proof{Tool: "sign_plan", Node: window.FleetTarget, ApprovalID: a.ID, Approval: a.Text, Plan: kept}); err != nil {
 			return SignPlanOut{}, Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was recorded")
 		}
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return SignPlanOut{}, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")
 		}
-		if ps, err = d.keptPlanSignatures(s.id); err != nil {
+		if ps, err = d.keptPlanSignatures(s.ID); err != nil {
 			return SignPlanOut{}, fmt.Errorf("record the plan signature: %w", err)
 		}
-		if err := d.writePlanSignatures(s.id, ps); err != nil {
+		if err := d.writePlanSignatures(s.ID, ps); err != nil {
 			return SignPlanOut{}, fmt.Errorf("record the plan signature: %w", err)
 		}
 		out := SignPlanOut{Result: Result{Reasons: []string{fmt.Sprintf("plan %s (revision %d) signed by %s", f.Digest, f.Revision, a.Principal)}}}
 		out.approvalID = a.ID
 		d.commitRoundLast(ctx, s, "plan signed", func(c string) string { return "signature committed (" + c + ")" },
 			"signature not committed: ", &out.Reasons)
-		if out.Plan, err = d.planStatus(ctx, s.id, s.j.Shared()); err != nil {
+		if out.Plan, err = d.planStatus(ctx, s.ID, s.Journal.Shared()); err != nil {
 			return out, err
 		}
 		out.NextAction = "Call round_status: the first window may start."

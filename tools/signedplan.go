@@ -7,10 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/intent"
@@ -217,73 +214,47 @@ func (d *Deps) writePlanSignatures(id string, ps planSignatures) error {
 	return d.Book.WriteFile(id, planSignedFile, renderPlanSignatures(ps))
 }
 
-func stepDigests(f plan.Fleet) map[string]map[plan.Step]string {
-	out := map[string]map[plan.Step]string{}
-	for _, n := range f.Nodes {
-		out[n.Node] = n.Steps
-	}
-	return out
-}
-
-// planChanges lists, per node, the steps whose digest differs between the
-// signed digests and the plan now (nodes new to the plan count whole).
-func planChanges(signed map[string]map[plan.Step]string, f plan.Fleet) []string {
-	var out []string
-	for _, n := range f.Nodes {
-		was, ok := signed[n.Node]
-		if !ok {
-			out = append(out, n.Node+": whole window (new in the plan)")
-			continue
-		}
-		var steps []string
-		for _, s := range plan.WindowSteps {
-			if was[s] != n.Steps[s] {
-				steps = append(steps, string(s))
-			}
-		}
-		if len(steps) > 0 {
-			out = append(out, n.Node+": "+strings.Join(steps, ", "))
-		}
-	}
-	return out
-}
-
-// toolStep maps a destructive tool to the plan step it runs.
-var toolStep = map[string]plan.Step{
-	"drain_node": plan.StepDrain, "install_updates": plan.StepInstall, "trial_boot": plan.StepTrialBoot,
-	"promote_kernel": plan.StepPromote, "fallback_drill": plan.StepDrill,
-}
-
-// checkReviewed is the plan's rule before every destructive window step:
-// the round's plan must be signed before the first cordon, and the live
-// plan of the step must not differ from the reviewed plan of its node; a
-// drift refuses with the diff and asks for a re-plan of that node. A
-// round without a plan document (planned before plans were documents) is
-// not held to it.
+// checkReviewed is the plan's rule before every destructive window step
+// (window.CheckReviewed): the round's plan signed before the first cordon
+// and the step's live plan its node's reviewed plan. A round without a
+// signed plan, or a server without an intent repository to keep one,
+// runs no destructive window step.
 func (d *Deps) checkReviewed(ctx context.Context, roundID, tool string, p window.Plan) error {
+	if _, ok := window.ReviewedStep(tool); !ok {
+		return nil
+	}
 	if d.Book == nil {
-		return nil
+		return Refuse("Start the server with --intent-repo: rounds and their signed plans are kept in the intent repository.",
+			"no intent repository is configured: a round without a signed plan runs no destructive window step", "nothing was executed")
 	}
-	if _, ok := toolStep[tool]; !ok {
-		return nil
-	}
-	f, ok, err := d.signedPlan(ctx, roundID)
+	return fromWindow(window.CheckReviewed(ctx, planFiles{d}, roundID, tool, p))
+}
+
+// planFiles is the round's plan and its kept signatures as the
+// signed-plan rule reads them (window.PlanFiles).
+type planFiles struct{ d *Deps }
+
+var _ window.PlanFiles = planFiles{}
+
+func (pf planFiles) ReviewedPlan(roundID string) (plan.Fleet, bool, error) {
+	return pf.d.fleetPlanShared(roundID)
+}
+
+func (pf planFiles) LatestPlanSignature(ctx context.Context, roundID string) (window.PlanSignature, bool, error) {
+	sp, ok, err := pf.d.planProof(ctx, roundID)
 	if err != nil || !ok {
-		return err
+		return window.PlanSignature{}, false, err
 	}
-	reviewed, ok := f.Node(p.Target())
-	if !ok {
-		return Refuse("Plan the round again: this node is not in its plan.", p.Target()+" is not in the reviewed plan of round "+roundID, "nothing was executed")
+	return window.PlanSignature{ID: sp.ID, Principal: sp.Principal, Digest: sp.Digest, Index: sp.index}, true, nil
+}
+
+func (pf planFiles) ListsPlanSignature(roundID, digest string) bool {
+	ps, err := pf.d.listedPlanSignatures(roundID)
+	if err != nil {
+		return false
 	}
-	live, step, ok := window.LiveNode(reviewed, p)
-	if !ok {
-		return nil
-	}
-	if cs := f.DriftInFleet(live, step); len(cs) > 0 {
-		return Refuse("Call replan_node for "+p.Target()+": it reads the node again and writes the new plan; a person signs only what changed (sign_plan).",
-			append(plan.FormatDrift(p.Target(), cs), "nothing was executed")...)
-	}
-	return nil
+	_, listed := ps.signedFor(digest)
+	return listed
 }
 
 // planProof is the round's latest plan signature that this server kept
@@ -293,60 +264,21 @@ func (d *Deps) planProof(ctx context.Context, roundID string) (standing, bool, e
 }
 
 // signedPlan returns the round's reviewed plan (shared: the caller only
-// reads it) once it has no blockers and its digest is the one the round's
-// latest plan signature binds, that signature verified again now; ok is
-// false for a round without a plan
-// document (planned before plans were documents). plan-signatures.json is
-// not asked: it is a report.
-func (d *Deps) signedPlan(ctx context.Context, roundID string) (plan.Fleet, bool, error) {
-	f, ok, err := d.fleetPlanShared(roundID)
-	if err != nil {
-		return plan.Fleet{}, false, Refuse("Plan the round again (plan_round): the plan file cannot be trusted.", err.Error(), "nothing was executed")
-	}
-	if !ok {
-		return plan.Fleet{}, false, nil
-	}
-	if !f.Ready() {
-		reasons := []string{"the round's plan has blockers: nothing may be cordoned"}
-		for _, b := range f.Blockers {
-			reasons = append(reasons, b.String())
-		}
-		return plan.Fleet{}, false, Refuse("Fix the blockers and call plan_round again.", append(reasons, "nothing was executed")...)
-	}
-	sp, ok, err := d.planProof(ctx, roundID)
-	if err != nil {
-		return plan.Fleet{}, false, Refuse("Call sign_plan: a person signs the plan again.", err.Error(), "nothing was executed")
-	}
-	if !ok || sp.Digest != f.Digest {
-		reasons := []string{fmt.Sprintf("the plan of round %s (digest %s, revision %d) is not signed", roundID, f.Digest, f.Revision)}
-		if ok {
-			reasons = append(reasons, "the round's latest plan signature ("+sp.ID+" by "+sp.Principal+") binds digest "+sp.Digest)
-		}
-		if ps, err := d.listedPlanSignatures(roundID); err == nil {
-			if _, listed := ps.signedFor(f.Digest); listed {
-				reasons = append(reasons, "rounds/"+roundID+"/"+planSignedFile+" lists a signature of this digest, but the server holds no signature of it that verifies: that file is a report for people, never a proof")
-			}
-		}
-		return plan.Fleet{}, false, Refuse("Call sign_plan: a person signs the plan digest (mcp-patch approve shows its summary) before the first cordon.",
-			append(reasons, "nothing was executed")...)
-	}
-	return f, true, nil
+// reads it) and the signature it was acted on under, once the signed-plan
+// rule admits it (window.SignedPlan); else the rule's refusal.
+// plan-signatures.json is not asked: it is a report.
+func (d *Deps) signedPlan(ctx context.Context, roundID string) (plan.Fleet, window.PlanSignature, error) {
+	f, sig, err := window.SignedPlan(ctx, planFiles{d}, roundID)
+	return f, sig, fromWindow(err)
 }
 
 // windowApproval returns the per-window approval that covers this tool's
 // live plan, if the node has one: the signature kept when approve_window
-// verified it, verified again now, on a node the signed plan approves per
-// window (never a control-plane node), binding this step's live digest
-// (or, for a step a signed re-plan changed since, that signature's). A
-// window approval whose digest for this step differs is refused: it binds
-// exactly the reviewed window. note says why a window approval the node
-// seems to have did not cover the step (the call then needs its own
-// signature).
+// verified it, verified again now, as window.DecideWindowCover admits it
+// under the signed plan. note says why a window approval the node seems
+// to have did not cover the step (the call then needs its own signature).
 func (d *Deps) windowApproval(ctx context.Context, roundID, tool string, p window.Plan) (a Approved, ok bool, note string, err error) {
-	if d.Book == nil {
-		return Approved{}, false, "", nil
-	}
-	if _, ok := toolStep[tool]; !ok {
+	if _, ok := window.ReviewedStep(tool); !ok || d.Book == nil {
 		return Approved{}, false, "", nil
 	}
 	node := p.Target()
@@ -360,97 +292,17 @@ func (d *Deps) windowApproval(ctx context.Context, roundID, tool string, p windo
 		}
 		return Approved{}, false, note, nil
 	}
-	f, okPlan, err := d.signedPlan(ctx, roundID)
-	if err != nil || !okPlan {
+	f, sig, err := d.signedPlan(ctx, roundID)
+	if err != nil {
 		return Approved{}, false, "", err
 	}
-	n, inPlan := f.Node(node)
-	if !inPlan || n.Approval != plan.PerWindow || n.Role == plan.RoleControlPlane {
-		return Approved{}, false, node + " is approved per step in the signed plan: a window approval never covers its steps", nil
-	}
-	want, ok := windowToolsOf(wp.Summary)[tool]
-	if !ok {
-		return Approved{}, false, "", nil
-	}
-	// The window's digest changed since it was approved: only a plan
-	// signature kept after the window approval carries it over.
-	carried := wp.Digest != n.Window
-	if carried {
-		pp, _, err := d.planProof(ctx, roundID)
-		if err != nil {
-			return Approved{}, false, "", err
-		}
-		if pp.index < wp.index {
-			return Approved{}, false, "", Refuse("Call approve_window again: the node was re-planned after its window was approved.",
-				"the window approval of "+node+" binds window digest "+wp.Digest+", the plan now has "+n.Window, "nothing was executed")
-		}
-	}
-	if carried && tool != "drain_node" {
-		// Carried over, the steps are bound to the signed re-plan's
-		// digests. A changed drain is left out: its preview digest is only
-		// known at the drain, so it stays bound to the window approval's
-		// and asks for its own signature when it differs.
-		want = window.WindowTools(n, "")[tool]
-	}
-	got := window.WindowBound(p)
-	if got != want {
-		return Approved{}, false, "", Refuse("Call replan_node for "+node+", then approve its window again.",
-			fmt.Sprintf("%s on %s: the live plan digest %s differs from %s, which the window approval binds", tool, node, got, want), "nothing was executed")
+	digest, ok, note, err := window.DecideWindowCover(f, sig, window.KeptWindowApproval{Digest: wp.Digest, Tools: windowToolsOf(wp.Summary), Index: wp.index}, tool, p)
+	if err != nil || !ok {
+		return Approved{}, false, note, fromWindow(err)
 	}
 	a = wp.Approved
-	a.Digest = got
+	a.Digest = digest
 	return a, true, "", nil
-}
-
-// planSummary is the plan in plain words for the request a person signs.
-func planSummary(f plan.Fleet, changed []string) []string {
-	out := append([]string{}, f.Summary...)
-	if len(changed) > 0 {
-		out = append([]string{fmt.Sprintf("re-plan (revision %d): only these changed since the last signature:", f.Revision)}, changed...)
-		return append(out, "plan digest "+f.Digest)
-	}
-	for i, n := range f.Nodes {
-		if i == planSummaryNodes && len(f.Nodes) > planSummaryNodes+1 {
-			out = append(out, restSummary(f.Nodes[i:]))
-			break
-		}
-		out = append(out, oneLine(fmt.Sprintf("%d. %s (%s): %s -> %s, %d packages, evicts %d pods, new GRUB entry %s, %s (%d signature(s))",
-			n.Position, n.Node, n.Role, orDash(n.Running), orDash(n.Target), n.Packages.Count(), n.Drain.Pods, orDash(n.Grub.New),
-			strings.ReplaceAll(n.Approval, "_", " "), n.Signatures())))
-	}
-	return append(out, "mcp-patch approve shows the whole plan, every package, GRUB id and pod, rendered from rounds/"+f.Round+"/plan.json (plan.md is the same render)",
-		"plan digest "+f.Digest)
-}
-
-// planSummaryNodes is how many nodes the plan's signing request lists one
-// by one (the control plane and the canary come first in the order); the
-// rest is one line of counts, so a thousand-node plan's request stays
-// within what a person reads and a request may hold. The digest binds
-// every node either way.
-const planSummaryNodes = 24
-
-// restSummary is one line for the nodes the request does not list.
-func restSummary(nodes []plan.Node) string {
-	roles := map[string]int{}
-	kernels := map[string]int{}
-	var pkgs, pods, sigs int
-	for _, n := range nodes {
-		roles[string(n.Role)]++
-		kernels[orDash(n.Running)+" -> "+orDash(n.Target)]++
-		pkgs += n.Packages.Count()
-		pods += n.Drain.Pods
-		sigs += n.Signatures()
-	}
-	count := func(m map[string]int) string {
-		var parts []string
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			parts = append(parts, fmt.Sprintf("%d %s", m[k], k))
-		}
-		return strings.Join(parts, ", ")
-	}
-	return oneLine(fmt.Sprintf("%d.-%d. %s ... %s, %d nodes (%s): kernels %s, %d packages, evicts %d pods, %d signature(s) in all",
-		nodes[0].Position, nodes[len(nodes)-1].Position, nodes[0].Node, nodes[len(nodes)-1].Node, len(nodes),
-		count(roles), count(kernels), pkgs, pods, sigs))
 }
 
 // osLayer is the component whose changelog and runbook a kernel round
@@ -462,17 +314,17 @@ const osLayer = "os-layer"
 // commits both on the round's working branch. close_round refuses while
 // they are missing or uncommitted. A round without a plan document has
 // no kernels to report and is not held to it.
-func (d *Deps) closeDocs(ctx context.Context, s *session) ([]string, error) {
-	f, ok, err := d.fleetPlan(s.id)
+func (d *Deps) closeDocs(ctx context.Context, s *window.Round) ([]string, error) {
+	f, ok, err := d.fleetPlan(s.ID)
 	if err != nil || !ok {
 		return nil, err
 	}
-	r, err := d.intentRepo(s.id)
+	r, err := d.intentRepo(s.ID)
 	if err != nil {
 		return nil, err
 	}
-	st := s.j.State()
-	c := plan.Closing{Round: s.id, Date: d.now().UTC().Format("2006-01-02"), Report: "rounds/" + s.id + "/" + round.ReportFile}
+	st := s.Journal.State()
+	c := plan.Closing{Round: s.ID, Date: d.now().UTC().Format("2006-01-02"), Report: "rounds/" + s.ID + "/" + round.ReportFile}
 	for _, dc := range st.Decisions {
 		line := string(dc.Name)
 		if dc.Step != "" {
@@ -494,7 +346,7 @@ func (d *Deps) closeDocs(ctx context.Context, s *session) ([]string, error) {
 	}
 	if comp, err := r.Component(osLayer); err == nil {
 		for _, l := range comp.Lessons {
-			if l.Round == s.id {
+			if l.Round == s.ID {
 				c.Lessons = append(c.Lessons, l.Text)
 			}
 		}
@@ -517,11 +369,11 @@ func (d *Deps) closeDocs(ctx context.Context, s *session) ([]string, error) {
 	}
 	paths := []string{osLayer + "/changelog.md"}
 	var notes []string
-	if !plan.HasEntry(changelog, s.id) {
-		if err := root.WriteFile(osLayer+"/changelog.md", []byte(plan.InsertChangelog(changelog, s.id, plan.ChangelogEntry(f, c))), 0o644); err != nil {
+	if !plan.HasEntry(changelog, s.ID) {
+		if err := root.WriteFile(osLayer+"/changelog.md", []byte(plan.InsertChangelog(changelog, s.ID, plan.ChangelogEntry(f, c))), 0o644); err != nil {
 			return nil, fmt.Errorf("write %s/changelog.md: %w", osLayer, err)
 		}
-		notes = append(notes, osLayer+"/changelog.md: entry for round "+s.id)
+		notes = append(notes, osLayer+"/changelog.md: entry for round "+s.ID)
 	}
 	runbook, err := read("runbook.md")
 	if err != nil {
@@ -536,7 +388,7 @@ func (d *Deps) closeDocs(ctx context.Context, s *session) ([]string, error) {
 	if _, err := os.Stat(r.Root() + "/" + osLayer + "/runbook.md"); err == nil {
 		paths = append(paths, osLayer+"/runbook.md")
 	}
-	cm, err := r.CommitFiles(ctx, "round "+s.id+": os-layer changelog and runbook", paths)
+	cm, err := r.CommitFiles(ctx, "round "+s.ID+": os-layer changelog and runbook", paths)
 	switch {
 	case errors.Is(err, intent.ErrNoChange):
 	case err != nil:
@@ -638,7 +490,7 @@ func (d *Deps) planNextCall(ctx context.Context, st *round.State, nc *Call) (*Ca
 	if nc == nil || st.Stop != nil || st.Closed || st.Aborted || d.Book == nil {
 		return nc, ""
 	}
-	if _, ok := toolStep[nc.Tool]; !ok {
+	if _, ok := window.ReviewedStep(nc.Tool); !ok {
 		return nc, ""
 	}
 	f, ok, err := d.planHeader(st.RoundID)

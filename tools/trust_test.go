@@ -18,6 +18,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -37,7 +38,7 @@ func (f *fleet) handWriteSignatures(drainDigest map[string]string) {
 		f.t.Fatalf("plan: %v %v", ok, err)
 	}
 	ps := planSignatures{Plan: []planSignature{{Digest: fp.Digest, Revision: fp.Revision, Principal: "alice@example.org",
-		ApprovalID: "0123456789abcdef01234567", Time: f.now, Nodes: stepDigests(fp)}}}
+		ApprovalID: "0123456789abcdef01234567", Time: f.now, Nodes: plan.StepDigests(fp)}}}
 	windows := map[string]windowSignature{}
 	for _, n := range fp.Nodes {
 		windows[n.Node] = windowSignature{Node: n.Node, Window: n.Window, Principal: "alice@example.org",
