@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,6 +40,29 @@ const maxIncludeDepth = 16
 
 // DefaultOpenSSHConfig is the user's client configuration under home.
 func DefaultOpenSSHConfig(home string) string { return filepath.Join(home, ".ssh", "config") }
+
+// LoadUserOpenSSHConfig is the OpenSSH client configuration a server run
+// by the user whose home is home reads: path, or ~/.ssh/config when path is
+// empty (nothing when that file does not exist, or home is unknown); "none"
+// reads nothing. A path named that cannot be read is an error.
+func LoadUserOpenSSHConfig(path, home string) (*OpenSSHConfig, error) {
+	switch {
+	case path == "none":
+		return nil, nil
+	case path != "":
+		if !filepath.IsAbs(path) && (path == "~" || strings.HasPrefix(path, "~/")) {
+			path = filepath.Join(home, strings.TrimPrefix(path[1:], "/"))
+		}
+		return LoadOpenSSHConfig(path, home)
+	case home == "":
+		return nil, nil
+	}
+	c, err := LoadOpenSSHConfig(DefaultOpenSSHConfig(home), home)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return c, err
+}
 
 // LoadOpenSSHConfig reads the OpenSSH client configuration at path. home is
 // the user's home directory: "~" and relative Include paths are resolved

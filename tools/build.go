@@ -174,6 +174,10 @@ func wireWorld(ctx context.Context, d *Deps) error {
 // inventory (completed from the cluster when d.Cluster reaches it), and that
 // inventory. d needs Config, Log and Getenv; Cluster may
 // be nil. The caller closes the pool.
+//
+// SSH works as ssh(1) would for the user whose HOME d.Getenv gives: the
+// agent at SSH_AUTH_SOCK, the default identity files under ~/.ssh when no
+// key file is configured, and ~/.ssh/config beneath the inventory.
 func OpenHostPool(ctx context.Context, d *Deps) (*host.Pool, *host.MapInventory, error) {
 	c := d.Config
 	inv, err := hostInventory(ctx, d)
@@ -181,12 +185,13 @@ func OpenHostPool(ctx context.Context, d *Deps) (*host.Pool, *host.MapInventory,
 		return nil, nil, err
 	}
 	pool, err := host.NewPool(inv, host.Config{
-		KnownHostsFiles: c.SSH.KnownHosts,
-		AgentSocket:     d.Getenv("SSH_AUTH_SOCK"),
-		IdentityFiles:   c.SSH.KeyFiles,
-		DialTimeout:     c.SSH.DialTimeout.D(),
-		CommandTimeout:  c.SSH.CommandTimeout.D(),
-		Logger:          d.Log,
+		KnownHostsFiles:      c.SSH.KnownHosts,
+		AgentSocket:          d.Getenv("SSH_AUTH_SOCK"),
+		IdentityFiles:        c.SSH.KeyFiles,
+		DefaultIdentityFiles: host.DefaultIdentityFiles(d.home()),
+		DialTimeout:          c.SSH.DialTimeout.D(),
+		CommandTimeout:       c.SSH.CommandTimeout.D(),
+		Logger:               d.Log,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -194,22 +199,35 @@ func OpenHostPool(ctx context.Context, d *Deps) (*host.Pool, *host.MapInventory,
 	return pool, inv, nil
 }
 
-// hostInventory is the SSH inventory file when configured, completed with
-// the InternalIP of every cluster node it does not name.
+// home is the user's home directory (HOME in d's environment; empty when
+// unknown): where ssh(1) would find its identities and config.
+func (d *Deps) home() string {
+	if d.Getenv == nil {
+		return ""
+	}
+	return d.Getenv("HOME")
+}
+
+// hostInventory is the SSH inventory file when configured, over what the
+// user's ~/.ssh/config says for each node, completed with the InternalIP of
+// every cluster node it does not name.
 func hostInventory(ctx context.Context, d *Deps) (*host.MapInventory, error) {
 	c := d.Config
+	oc, err := host.LoadUserOpenSSHConfig("", d.home())
+	if err != nil {
+		return nil, err
+	}
 	defaults := host.Target{User: c.SSH.User, Port: c.SSH.Port, Jump: c.SSH.Jump}
 	var inv *host.MapInventory
 	if c.SSH.Inventory != "" {
-		var err error
-		// The config's ssh user, port and jump lie beneath the file's
-		// defaults; a node's own fields win over both.
-		if inv, err = host.LoadInventoryOver(c.SSH.Inventory, defaults); err != nil {
+		// The config's ssh user, port and jump lie beneath ~/.ssh/config,
+		// and that beneath the file's defaults; a node's own fields win
+		// over all.
+		if inv, err = host.LoadInventoryWith(c.SSH.Inventory, defaults, oc); err != nil {
 			return nil, err
 		}
 	} else {
-		var err error
-		if inv, err = host.NewMapInventory(defaults); err != nil {
+		if inv, err = host.NewInventoryFrom(defaults, oc); err != nil {
 			return nil, fmt.Errorf("ssh defaults: %w", err)
 		}
 	}
