@@ -1,9 +1,14 @@
-package tools
+package preflight
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 )
@@ -38,7 +43,7 @@ func TestFactsOfShortBootIsABlocker(t *testing.T) {
 			}
 			insp := steps.Inspection{Kernel: running, KernelPanic: 10}
 			insp.Grub.EnvWritableAtBoot = true
-			f := factsOf(sim, insp)
+			f := FactsOf(sim, insp)
 			f.Entries = []plan.Entry{{ID: "gnulinux-advanced-u>gnulinux-" + running + "-advanced-u", Kernel: running}}
 			n := plan.BuildNode(1, plan.Position{Node: "cp-2", ControlPlane: true}, f, plan.Placement{}, plan.Intent{PanicSeconds: 10})
 			var boot []string
@@ -58,4 +63,52 @@ func TestFactsOfShortBootIsABlocker(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A node whose host cannot be read, or refuses the simulation, is in the
+// facts with its reason (a blocker of the plan), never left out; a node
+// read in full has its facts.
+func TestReadHostsKeepsEveryNode(t *testing.T) {
+	hosts := hostsByNode{
+		"ok-1":      {sim: steps.Simulation{Plan: steps.BuildPlan("Inst linux-image-6.8.0-51-generic (6.8.0-51.52 noble [amd64])\n")}, insp: steps.Inspection{Kernel: "6.8.0-48-generic"}},
+		"refused-1": {err: fmt.Errorf("preflight: %w: dpkg was interrupted", steps.ErrRefused)},
+		"down-1":    {err: errors.New("dial tcp 10.0.0.9:22: connect: connection refused")},
+		"key-1":     {err: &host.HostKeyError{Node: "key-1", Host: "10.0.0.8"}},
+	}
+	var told []string
+	var mu sync.Mutex
+	facts := ReadHosts(t.Context(), hosts, []string{"ok-1", "refused-1", "down-1", "key-1"}, 2, func(node string, _ plan.Facts) {
+		mu.Lock()
+		told = append(told, node)
+		mu.Unlock()
+	})
+	if len(facts) != 4 || len(told) != 4 {
+		t.Fatalf("facts of %d nodes, told %v; want all 4", len(facts), told)
+	}
+	for _, c := range []struct {
+		node string
+		ok   func(plan.Facts) bool
+	}{
+		{"ok-1", func(f plan.Facts) bool { return f.Err == "" && f.Running == "6.8.0-48-generic" && f.Target == "6.8.0-51-generic" }},
+		{"refused-1", func(f plan.Facts) bool { return strings.Contains(f.SimulateRefused, "dpkg was interrupted") && f.Err == "" }},
+		{"down-1", func(f plan.Facts) bool { return strings.Contains(f.Err, "connection refused") && !f.HostKeyChanged }},
+		{"key-1", func(f plan.Facts) bool { return f.Err != "" && f.HostKeyChanged }},
+	} {
+		if f := facts[c.node]; !c.ok(f) {
+			t.Errorf("%s: %+v", c.node, f)
+		}
+	}
+}
+
+type hostRead struct {
+	sim  steps.Simulation
+	insp steps.Inspection
+	err  error
+}
+
+type hostsByNode map[string]hostRead
+
+func (h hostsByNode) Preflight(_ context.Context, node string) (steps.Simulation, steps.Inspection, error) {
+	r := h[node]
+	return r.sim, r.insp, r.err
 }
