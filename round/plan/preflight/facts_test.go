@@ -89,8 +89,12 @@ func TestReadHostsKeepsEveryNode(t *testing.T) {
 		node string
 		ok   func(plan.Facts) bool
 	}{
-		{"ok-1", func(f plan.Facts) bool { return f.Err == "" && f.Running == "6.8.0-48-generic" && f.Target == "6.8.0-51-generic" }},
-		{"refused-1", func(f plan.Facts) bool { return strings.Contains(f.SimulateRefused, "dpkg was interrupted") && f.Err == "" }},
+		{"ok-1", func(f plan.Facts) bool {
+			return f.Err == "" && f.Running == "6.8.0-48-generic" && f.Target == "6.8.0-51-generic"
+		}},
+		{"refused-1", func(f plan.Facts) bool {
+			return strings.Contains(f.SimulateRefused, "dpkg was interrupted") && f.Err == ""
+		}},
 		{"down-1", func(f plan.Facts) bool { return strings.Contains(f.Err, "connection refused") && !f.HostKeyChanged }},
 		{"key-1", func(f plan.Facts) bool { return f.Err != "" && f.HostKeyChanged }},
 	} {
