@@ -15,6 +15,7 @@ type Cause string
 // The causes a host step tells apart.
 const (
 	CauseUnreachable     Cause = "unreachable"
+	CauseNoKey           Cause = "no_ssh_key"
 	CauseHostKey         Cause = "host_key_changed"
 	CauseSudo            Cause = "no_sudo"
 	CauseDpkgInterrupted Cause = "dpkg_interrupted"
@@ -34,6 +35,8 @@ func NextStepFor(c Cause, node string) string {
 	switch c {
 	case CauseUnreachable:
 		return "Check that " + node + " is reachable over SSH (its address and port in the inventory, sshd running, the network and any jump host) and read the reason; then call again."
+	case CauseNoKey:
+		return "Give mcp-patch an SSH key for " + node + " (the reasons name the identity files tried): a key file at ~/.ssh/id_ed25519, id_ecdsa or id_rsa of the user it runs as, a key loaded into ssh-agent (ssh-add, with SSH_AUTH_SOCK set for mcp-patch), or one named in ssh.key_files, the inventory's identity_files or an IdentityFile line of ~/.ssh/config; mcp-patch doctor says which key each node uses. Then call again."
 	case CauseHostKey:
 		return "A person must check the host key out of band (console, provisioning records) and update known_hosts; never skip the check."
 	case CauseSudo:
@@ -64,12 +67,15 @@ func NextStepFor(c Cause, node string) string {
 func CauseOf(err error) Cause {
 	var hk *host.HostKeyError
 	var sudo *host.SudoError
+	var nk *host.NoKeyError
 	var se *StepError
 	switch {
 	case err == nil:
 		return CauseOther
 	case errors.As(err, &hk):
 		return CauseHostKey
+	case errors.As(err, &nk):
+		return CauseNoKey
 	case errors.As(err, &sudo):
 		return CauseSudo
 	case errors.As(err, &se):

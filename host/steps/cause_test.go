@@ -36,6 +36,8 @@ func TestNextStepForEachCause(t *testing.T) {
 			CauseHostKey, []string{"out of band", "never skip the check"}, "reachable"},
 		{"unreachable", errors.New("dial tcp 10.0.0.5:22: connect: connection refused"),
 			CauseUnreachable, []string{"solo-1 is reachable over SSH", "address and port"}, "dpkg"},
+		{"no key", fmt.Errorf("connect to node solo-1: %w", &host.NoKeyError{Node: "solo-1", Tried: []string{"/root/.ssh/id_ed25519 (not found)"}}),
+			CauseNoKey, []string{"SSH key for solo-1", "~/.ssh/id_ed25519", "ssh-agent", "ssh.key_files", "IdentityFile", "doctor"}, "reachable"},
 		{"no sudo", &host.SudoError{Node: "solo-1", User: "ubuntu", Reason: "sudo: a password is required"},
 			CauseSudo, []string{"NOPASSWD"}, "reachable"},
 		{"a script that broke its protocol", fmt.Errorf("inspect: %w", ErrProtocol),
