@@ -55,9 +55,6 @@ type VerifySummary struct {
 
 var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`) })
 
-// ValidEnvName reports whether name can be passed to a verify script.
-func ValidEnvName(name string) bool { return envName().MatchString(name) }
-
 // ErrVerifyDisabled is returned by RunVerify when this handle may not run
 // verify scripts (Options.VerifyDisabled).
 var ErrVerifyDisabled = errors.New("verify.sh may not run here")

@@ -42,13 +42,6 @@ const buildScript = "scripts/build-vm-image.sh"
 // (debootstrap, two kernels, a first boot under TCG).
 const buildTimeout = 45 * time.Minute
 
-// notBuiltExit is the build script's exit status for --cached-only when the
-// image is not built.
-const notBuiltExit = 3
-
-// ErrNotBuilt is returned by CachedImage when the image is not in the cache.
-var ErrNotBuilt = errors.New("the lab VM image is not built yet: run sh scripts/build-vm-image.sh once as root (6-15 minutes)")
-
 // Image is a built VM image directory.
 type Image struct {
 	// Dir is the image directory in the cache.
@@ -130,16 +123,6 @@ func parseEnvFile(s string) map[string]string {
 // callers wait for one build). $MCP_PATCH_VM_IMAGE short-circuits the
 // search. The build's progress lines go to logger.
 func FindImage(ctx context.Context, logger *slog.Logger) (Image, error) {
-	return findImage(ctx, logger, false)
-}
-
-// CachedImage is FindImage without the build: ErrNotBuilt when the image
-// for the current recipe is not in the cache.
-func CachedImage(ctx context.Context) (Image, error) {
-	return findImage(ctx, nil, true)
-}
-
-func findImage(ctx context.Context, logger *slog.Logger, cachedOnly bool) (Image, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -150,7 +133,7 @@ func findImage(ctx context.Context, logger *slog.Logger, cachedOnly bool) (Image
 	if err != nil {
 		return Image{}, err
 	}
-	dir, err := runBuildScript(ctx, logger, repo, cachedOnly)
+	dir, err := runBuildScript(ctx, logger, repo)
 	if err != nil {
 		return Image{}, err
 	}
@@ -180,14 +163,10 @@ func findRepo() (string, error) {
 
 // runBuildScript runs the build script and returns the directory it prints
 // last; its stderr lines are logged as they come.
-func runBuildScript(ctx context.Context, logger *slog.Logger, repo string, cachedOnly bool) (string, error) {
+func runBuildScript(ctx context.Context, logger *slog.Logger, repo string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
-	args := []string{filepath.Join(repo, buildScript)}
-	if cachedOnly {
-		args = append(args, "--cached-only")
-	}
-	cmd := exec.CommandContext(ctx, "sh", args...)
+	cmd := exec.CommandContext(ctx, "sh", filepath.Join(repo, buildScript))
 	cmd.Dir = repo
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
@@ -213,12 +192,7 @@ func runBuildScript(ctx context.Context, logger *slog.Logger, repo string, cache
 		}
 	}
 	_, _ = io.Copy(io.Discard, stderr) // a line longer than the scanner's buffer: keep the pipe drained
-	err = cmd.Wait()
-	var exit *exec.ExitError
-	if cachedOnly && errors.As(err, &exit) && exit.ExitCode() == notBuiltExit {
-		return "", ErrNotBuilt
-	}
-	if err != nil {
+	if err := cmd.Wait(); err != nil {
 		return "", fmt.Errorf("build VM image: %w\n%s", err, strings.Join(last, "\n"))
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")

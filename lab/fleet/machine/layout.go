@@ -207,20 +207,6 @@ func Populate(h *Host, path string) error {
 	})
 }
 
-// SetPanicSysctl writes (or, for 0, removes) the /etc/sysctl.d file that
-// sets kernel.panic, and the running value.
-func SetPanicSysctl(h *Host, s *State, seconds int) error {
-	p := h.Path("/etc/sysctl.d/90-kernel-panic.conf")
-	s.Sysctl["kernel.panic"] = strconv.Itoa(seconds)
-	if seconds == 0 {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		return nil
-	}
-	return writeFile(p, fmt.Sprintf("kernel.panic = %d\n", seconds))
-}
-
 func kubeconfig(host, user string) string {
 	return fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    certificate-authority-data: TEFCLUNB\n    server: https://k8s-api.lab:6443\n  name: kubernetes\ncontexts:\n- context:\n    cluster: kubernetes\n    user: %s\n  name: %s@kubernetes\ncurrent-context: %s@kubernetes\nusers:\n- name: %s\n  user: {}\n# node %s\n", user, user, user, user, host)
 }
