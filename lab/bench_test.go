@@ -18,7 +18,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/lab/fleet"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
-	"github.com/mcp-patch/mcp-patch/tools"
+	"github.com/mcp-patch/mcp-patch/round/plan/preflight"
 )
 
 // BenchmarkLabRound runs the whole round on a 3+1+2 lab with the lab's own
@@ -197,7 +197,7 @@ func benchOrder(nodes []string) []plan.Position {
 // planFromPreflight is plan_round's fleet-wide part: preflight.sh on every
 // node over pool (50 at a time), then the plan built, encoded and rendered.
 func planFromPreflight(b *testing.B, ctx context.Context, pool *host.Pool, nodes []string) (map[string]plan.Facts, plan.Fleet) {
-	facts := tools.PreflightHosts(ctx, steps.New(pool, nil), nodes, 50, func(string, plan.Facts) {})
+	facts := preflight.ReadHosts(ctx, steps.New(pool, nil), nodes, 50, func(string, plan.Facts) {})
 	fl := plan.Build(plan.Input{Round: "bench", Order: benchOrder(nodes), Facts: facts, Intent: plan.Intent{GPUApproval: plan.PerWindow, PanicSeconds: 10}})
 	if _, err := fl.Encode(); err != nil {
 		b.Fatal(err)
