@@ -27,10 +27,3 @@ func BenchmarkParseNvidiaSMIXML8GPU(b *testing.B) {
 		}
 	}
 }
-
-func BenchmarkParseIbstat12CA(b *testing.B) {
-	s := fixture(b, "net/ibstat_h100-node_12ca_ib400-plus-roce_all-active.txt")
-	for b.Loop() {
-		_ = ParseIbstat(s)
-	}
-}
