@@ -356,14 +356,3 @@ func TestLocate(t *testing.T) {
 		})
 	}
 }
-
-func TestCheckNodeExists(t *testing.T) {
-	kc := fake.NewClientset(gpuNode("gpu-1", "8", nil))
-	if err := CheckNodeExists(t.Context(), kc, "gpu-1"); err != nil {
-		t.Errorf("existing node: %v", err)
-	}
-	err := CheckNodeExists(t.Context(), kc, "gpu-9")
-	if !errors.Is(err, ErrNodeNotFound) || !strings.Contains(err.Error(), `"gpu-9"`) {
-		t.Errorf("missing node: %v", err)
-	}
-}

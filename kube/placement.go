@@ -313,19 +313,3 @@ func PickCanary(nodes []Node) Canary {
 
 // ErrNodeNotFound is returned when a named node is not in the cluster.
 var ErrNodeNotFound = errors.New("node not found in the cluster")
-
-// CheckNodeExists returns ErrNodeNotFound (wrapped, naming the node) when the
-// node does not exist.
-func CheckNodeExists(ctx context.Context, kc kubernetes.Interface, node string) error {
-	if node == "" {
-		return fmt.Errorf("node name is empty: %w", ErrNodeNotFound)
-	}
-	_, err := kc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("node %q: %w", node, ErrNodeNotFound)
-	}
-	if err != nil {
-		return fmt.Errorf("get node %q: %w", node, err)
-	}
-	return nil
-}
