@@ -195,6 +195,16 @@ type Git struct {
 type Kube struct {
 	// LeaseNamespace holds the window lock Lease. Default kube-system.
 	LeaseNamespace string `json:"lease_namespace,omitempty"`
+	// LeaseDuration is how long one renewal of the window Lease holds (its
+	// leaseDurationSeconds, so whole seconds): another server may take the
+	// window once it lapses, and nothing destructive starts unless the
+	// Lease was renewed within it. Default 60s.
+	LeaseDuration Duration `json:"lease_duration,omitempty"`
+	// LeaseRenew is the period between renewals of the window Lease while
+	// this server holds a window; a renewal that keeps failing until the
+	// Lease would lapse stops the window. Default 20s; shorter than
+	// lease_duration.
+	LeaseRenew Duration `json:"lease_renew,omitempty"`
 	// EtcdEndpoints, when set, are dialled directly for the etcd gate; else through SSH to control-plane nodes.
 	EtcdEndpoints []string `json:"etcd_endpoints,omitempty"`
 	// EtcdCA, EtcdCert, EtcdKey are client TLS files for etcd (kubeadm's healthcheck-client).
@@ -344,7 +354,7 @@ func DefaultConfig() Config {
 		Approvals: Approvals{TTL: Duration(30 * time.Minute), MaxLifetime: Duration(24 * time.Hour), NonceConfigMap: "mcp-patch-used-nonces"},
 		Git:       Git{AuthorName: "mcp-patch", AuthorEmail: "mcp-patch@localhost", Protected: []string{"main", "master"}},
 		Verify:    Verify{PassEnv: []string{"KUBECONFIG"}},
-		Kube: Kube{LeaseNamespace: "kube-system", DrainTimeout: Duration(10 * time.Minute), EvictRetry: Duration(5 * time.Second),
+		Kube: Kube{LeaseNamespace: "kube-system", LeaseDuration: Duration(60 * time.Second), LeaseRenew: Duration(20 * time.Second), DrainTimeout: Duration(10 * time.Minute), EvictRetry: Duration(5 * time.Second),
 			SmokeImage: "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", GateSettle: Duration(5 * time.Minute)},
 	}
 }
@@ -417,10 +427,17 @@ func (c *Config) Validate() error {
 	}
 	for name, d := range map[string]Duration{"ssh.dial_timeout": c.SSH.DialTimeout, "ssh.command_timeout": c.SSH.CommandTimeout,
 		"ssh.reboot_timeout": c.SSH.RebootTimeout, "ssh.dpkg_lock_timeout": c.SSH.DpkgLockTimeout, "approvals.ttl": c.Approvals.TTL, "approvals.max_lifetime": c.Approvals.MaxLifetime,
-		"kube.drain_timeout": c.Kube.DrainTimeout, "kube.evict_retry": c.Kube.EvictRetry} {
+		"kube.drain_timeout": c.Kube.DrainTimeout, "kube.evict_retry": c.Kube.EvictRetry,
+		"kube.lease_duration": c.Kube.LeaseDuration, "kube.lease_renew": c.Kube.LeaseRenew} {
 		if d <= 0 {
 			bad(name, "must be positive")
 		}
+	}
+	if d := c.Kube.LeaseDuration.D(); d > 0 && (d < time.Second || d%time.Second != 0) {
+		bad("kube.lease_duration", "%s is not a whole number of seconds (the Lease keeps seconds)", d)
+	}
+	if c.Kube.LeaseRenew > 0 && c.Kube.LeaseRenew >= c.Kube.LeaseDuration {
+		bad("kube.lease_renew", "%s is not shorter than kube.lease_duration %s: the Lease would lapse between renewals", c.Kube.LeaseRenew.D(), c.Kube.LeaseDuration.D())
 	}
 	if c.SSH.DpkgLockTimeout.D() > 2*time.Hour {
 		bad("ssh.dpkg_lock_timeout", "%s is longer than 2h", c.SSH.DpkgLockTimeout.D())

@@ -104,3 +104,36 @@ func TestValidateMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateLeaseTiming(t *testing.T) {
+	tests := []struct {
+		name            string
+		duration, renew time.Duration
+		wantErrPart     string // "" means valid
+	}{
+		{name: "defaults", duration: 60 * time.Second, renew: 20 * time.Second},
+		{name: "short, for a lab", duration: 2 * time.Second, renew: 200 * time.Millisecond},
+		{name: "renew as long as the Lease", duration: 10 * time.Second, renew: 10 * time.Second, wantErrPart: "kube.lease_renew"},
+		{name: "sub-second Lease", duration: 500 * time.Millisecond, renew: 100 * time.Millisecond, wantErrPart: "whole number of seconds"},
+		{name: "fractional seconds", duration: 1500 * time.Millisecond, renew: 100 * time.Millisecond, wantErrPart: "whole number of seconds"},
+		{name: "zero renew", duration: 60 * time.Second, renew: 0, wantErrPart: "kube.lease_renew: must be positive"},
+		{name: "zero duration", duration: 0, renew: time.Second, wantErrPart: "kube.lease_duration: must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Identity = "test"
+			c.Kube.LeaseDuration, c.Kube.LeaseRenew = Duration(tt.duration), Duration(tt.renew)
+			err := c.Validate()
+			if tt.wantErrPart == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErrPart) {
+				t.Fatalf("Validate = %v, want an error containing %q", err, tt.wantErrPart)
+			}
+		})
+	}
+}

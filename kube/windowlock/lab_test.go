@@ -116,38 +116,6 @@ func TestExpiredLeaseTakenOver(t *testing.T) {
 	_ = lockB.Release(t.Context())
 }
 
-func TestKeepHoldsAgainstAnotherServer(t *testing.T) {
-	c := labkube.Cluster(t)
-	kc := c.Client()
-	ns := labkube.Namespace(t, c)
-	a, b := configs(ns, "mcp-patch-window", 2*time.Second)
-	a.RenewInterval = 500 * time.Millisecond
-
-	lockA, _, err := windowlock.Acquire(t.Context(), kc, a, "2025-07", "gpu-01")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	kept := make(chan error, 1)
-	go func() { kept <- lockA.Keep(ctx) }()
-
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, _, err := windowlock.Acquire(t.Context(), kc, b, "2025-07", "gpu-02"); !errors.Is(err, windowlock.ErrHeld) {
-			t.Fatalf("while kept, the other server got: %v", err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	cancel()
-	if err := <-kept; err != nil {
-		t.Fatalf("Keep = %v", err)
-	}
-	labkube.Eventually(t, 5*time.Second, "takeover once renewals stop", func(ctx context.Context) (bool, error) {
-		_, _, err := windowlock.Acquire(ctx, kc, b, "2025-07", "gpu-02")
-		return err == nil, err
-	})
-}
-
 // TestRaceExactlyOneWins races two servers many times, on a fresh Lease
 // (create) and on an expired one (update), and requires exactly one winner
 // each time.

@@ -57,7 +57,7 @@ func TestRetakeOpenWindowLease(t *testing.T) {
 	}
 
 	server := func(cfg windowlock.Config) *window.Window {
-		return &window.Window{Round: j.RoundID(), Rec: &window.Recorder{J: j}, Lease: &windowlock.Window{Kube: kc, Config: cfg}}
+		return &window.Window{Round: j.RoundID(), Rec: &window.Recorder{J: j}, Lease: &windowlock.Lease{Kube: kc, Config: cfg}}
 	}
 	if node, err := server(a).Retake(t.Context()); err != nil || node != "gpu-1" {
 		t.Fatalf("restarted server: %q %v", node, err)

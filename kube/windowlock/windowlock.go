@@ -17,7 +17,9 @@
 //     count); a server that finds another holder when renewing or releasing
 //     has lost the lock and must stop its window.
 //
-// The package owns only its Lease. It must not know what a window does.
+// The package owns only its Lease: taking, renewing and releasing it, one
+// API call each. It must not know what a window does, nor keep the Lease
+// renewed (round/window's LeaseKeeper does, through Lease.Hold).
 package windowlock
 
 import (
@@ -61,18 +63,15 @@ type Config struct {
 	// Identity names this server, e.g. "<host>/<pid>"; two servers must
 	// never share one.
 	Identity string
-	// LeaseDuration is how long the Lease stays valid without renewal.
-	// Zero: 60s.
+	// LeaseDuration is how long the Lease stays valid without renewal
+	// (whole seconds on the Lease). Zero: 60s. Who renews it, and how
+	// often, is the holder's business (round/window's LeaseKeeper).
 	LeaseDuration time.Duration
-	// RenewInterval is how often Keep renews. Zero: LeaseDuration/3.
-	RenewInterval time.Duration
-	// RenewRetries is how many times Keep tries one renewal before it
-	// counts as failed. Zero: 3.
-	RenewRetries int
 	// ClockSkew is added to another holder's expiry before takeover. Zero:
 	// 5s.
 	ClockSkew time.Duration
-	// Logger gets renewals that failed and the loss. Nil: discarded.
+	// Logger is unused: the package keeps nothing renewed and logs
+	// nothing. Kept only while callers stop setting it.
 	Logger *slog.Logger
 }
 
@@ -80,8 +79,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Identity == "" {
 		return c, errors.New("identity is required")
 	}
-	if c.LeaseDuration < 0 || c.RenewInterval < 0 || c.RenewRetries < 0 || c.ClockSkew < 0 {
-		return c, errors.New("negative duration or retry count")
+	if c.LeaseDuration < 0 || c.ClockSkew < 0 {
+		return c, errors.New("negative duration")
 	}
 	if c.Namespace == "" {
 		c.Namespace = DefaultNamespace
@@ -95,20 +94,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LeaseDuration < time.Second {
 		return c, fmt.Errorf("lease duration %v is under a second", c.LeaseDuration)
 	}
-	if c.RenewInterval == 0 {
-		c.RenewInterval = c.LeaseDuration / 3
-	}
-	if c.RenewInterval >= c.LeaseDuration {
-		return c, fmt.Errorf("renew interval %v is not shorter than the lease duration %v", c.RenewInterval, c.LeaseDuration)
-	}
-	if c.RenewRetries == 0 {
-		c.RenewRetries = 3
-	}
 	if c.ClockSkew == 0 {
 		c.ClockSkew = 5 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c, nil
 }
@@ -323,53 +310,4 @@ func (k *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("release window lock: %w", err)
 	}
 	return nil
-}
-
-// Keep renews the Lease every RenewInterval until ctx ends (returning nil,
-// without releasing) or the lock is lost (returning the ErrLost error). A
-// renewal is tried RenewRetries times; when renewals keep failing for so
-// long that the Lease may have expired, the lock counts as lost too.
-func (k *Lock) Keep(ctx context.Context) error {
-	log := k.cfg.Logger.With("round", k.round, "node", k.node, "step", "window-lock")
-	lastOK := time.Now()
-	t := time.NewTicker(k.cfg.RenewInterval)
-	defer t.Stop()
-	retryPause := k.cfg.RenewInterval / time.Duration(k.cfg.RenewRetries+1)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		var err error
-		for try := 0; try < k.cfg.RenewRetries; try++ {
-			rctx, cancel := context.WithTimeout(ctx, retryPause)
-			_, err = k.Renew(rctx)
-			cancel()
-			if err == nil || errors.Is(err, ErrLost) || ctx.Err() != nil {
-				break
-			}
-			log.Warn("window lock renewal failed", "try", try+1, "err", err)
-			if try == k.cfg.RenewRetries-1 {
-				break
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(retryPause):
-			}
-		}
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case err == nil:
-			lastOK = time.Now()
-		case errors.Is(err, ErrLost):
-			log.Error("window lock lost", "err", err)
-			return err
-		case time.Since(lastOK) >= k.cfg.LeaseDuration-k.cfg.RenewInterval:
-			err = fmt.Errorf("%w: not renewed for %v (lease duration %v): %w", ErrLost, time.Since(lastOK).Round(time.Second), k.cfg.LeaseDuration, err)
-			log.Error("window lock lost", "err", err)
-			return err
-		}
-	}
 }

@@ -43,8 +43,13 @@ func (w *Window) StartFallbackDrill(ctx context.Context, book DrillBook, p Fallb
 	if a.ID == "" || a.Digest != p.Digest() {
 		return DrillOutcome{}, fmt.Errorf("start the fallback drill on %s: the approval (digest %s) does not cover the plan (digest %s)", p.Node, a.Digest, p.Digest())
 	}
-	if err := w.HoldLease(ctx, round.StepTrialBoot, p.Node); err != nil {
+	ctx, done, err := w.holdStep(ctx, round.StepTrialBoot, p.Node)
+	if err != nil {
 		return DrillOutcome{}, err
+	}
+	defer done()
+	if lost := w.LeaseHeld(ctx, p.Node); lost != nil {
+		return DrillOutcome{}, w.leaseStop(round.StepTrialBoot, p.Node, lost, "nothing was armed and the node was not rebooted")
 	}
 	if err := book.StartDrill(p, a.ID, w.now()); err != nil {
 		return DrillOutcome{}, fmt.Errorf("record the drill before arming it (nothing was armed): %w", err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/round"
 )
 
@@ -68,3 +69,5 @@ type Lease interface {
 	// Release lets it go, if this identity holds it.
 	Release(ctx context.Context, round, node string) error
 }
+
+var _ Lease = (*windowlock.Lease)(nil)

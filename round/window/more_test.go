@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
@@ -139,53 +138,6 @@ func TestHoldLeaseOtherErrorIsNotAStop(t *testing.T) {
 	if r.j.State().Stop != nil {
 		t.Fatal("an unreachable API server stopped the round")
 	}
-}
-
-// signalLease tells each renewal on a channel.
-type signalLease struct {
-	*fakes.Lease
-	held chan string
-}
-
-func (l signalLease) Hold(ctx context.Context, round, node string) error {
-	err := l.Lease.Hold(ctx, round, node)
-	select {
-	case l.held <- node:
-	default:
-	}
-	return err
-}
-
-func TestKeepRenewsUntilStopped(t *testing.T) {
-	r := newRig(t)
-	sl := signalLease{Lease: r.lease, held: make(chan string)}
-	r.w.Lease = sl
-	stop := r.w.Keep(context.Background(), node, time.Millisecond)
-	for range 2 {
-		select {
-		case n := <-sl.held:
-			if n != node {
-				t.Fatalf("renewed the Lease of %q", n)
-			}
-		case <-time.After(time.Minute):
-			stop()
-			t.Fatal("Keep did not renew the Lease within a minute")
-		}
-	}
-	stop()
-	// stop returns once the renewer ended: nothing renews after it.
-	select {
-	case n := <-sl.held:
-		t.Fatalf("the Lease of %s was renewed after stop", n)
-	default:
-	}
-	if err := r.lease.Hold(context.Background(), r.w.Round, node); err != nil {
-		t.Fatalf("Keep held the Lease as someone else: %v", err)
-	}
-	// Without a period or a Lease, Keep does nothing.
-	r.w.Keep(context.Background(), node, 0)()
-	r.w.Lease = nil
-	r.w.Keep(context.Background(), node, time.Millisecond)()
 }
 
 func TestHostErrorAndUncertainWords(t *testing.T) {

@@ -41,8 +41,8 @@ func WindowEnded(rec round.Record, st *round.State) string {
 // ends at its own time). The error is the journal's only.
 func (w *Window) Release(ctx context.Context, node string) ([]string, error) {
 	var reasons []string
-	if w.Lease != nil {
-		if err := w.Lease.Release(ctx, w.Round, node); err != nil {
+	if k := w.keeper(); k != nil {
+		if err := k.Release(ctx, w.Round, node); err != nil {
 			reasons = append(reasons, "the window Lease was not released (it is no longer renewed and lapses by itself): "+oneLine(err.Error()))
 		} else {
 			reasons = append(reasons, "window Lease released")

@@ -47,14 +47,22 @@ type InstallOutcome struct {
 // StartInstall starts apt-get full-upgrade detached on the node, bound to
 // the approved package digest.
 func (w *Window) StartInstall(ctx context.Context, p PackagePlan, a Approval) (InstallOutcome, error) {
-	if err := w.HoldLease(ctx, round.StepInstall, p.Node); err != nil {
+	ctx, done, err := w.holdStep(ctx, round.StepInstall, p.Node)
+	if err != nil {
 		return InstallOutcome{}, err
 	}
+	defer done()
 	if err := w.Rec.Start(p, a); err != nil {
 		return InstallOutcome{}, err
 	}
+	if lost := w.LeaseHeld(ctx, p.Node); lost != nil {
+		return InstallOutcome{}, w.leaseStop(round.StepInstall, p.Node, lost, "the install was not started")
+	}
 	st, err := w.Host.Install(ctx, p.Node, "start", w.Round, p.PackageDigest)
 	out := InstallOutcome{Install: &st}
+	if lost := LostLease(ctx); lost != nil {
+		return out, w.leaseStop(round.StepInstall, p.Node, lost, "the install may have started detached on the node: it is left to finish, and the next holder of the Lease observes it")
+	}
 	if err != nil {
 		if errors.Is(err, steps.ErrRefused) {
 			return out, w.Rec.FailWith(round.StepInstall, p.Node, "Stop and tell a person: the node refused to start the install and nothing was started (the reason says why: a drifted plan, an install already started, dpkg locked by another process or interrupted, /boot too small).",
@@ -77,11 +85,16 @@ func (w *Window) FollowInstall(ctx context.Context, node string) (InstallOutcome
 	if run == nil {
 		return InstallOutcome{}, fmt.Errorf("install on %s is not in flight", node)
 	}
-	if err := w.HoldLease(ctx, round.StepInstall, node); err != nil {
+	ctx, done, err := w.holdStep(ctx, round.StepInstall, node)
+	if err != nil {
 		return InstallOutcome{}, err
 	}
+	defer done()
 	st, err := w.Host.Install(ctx, node, "status", w.Round, "")
 	out := InstallOutcome{Install: &st}
+	if lost := LostLease(ctx); lost != nil {
+		return out, w.leaseStop(round.StepInstall, node, lost, "no further wait: the install runs detached on the node and is left to finish; the next holder of the Lease observes it")
+	}
 	obs := Underway
 	switch {
 	case err != nil && st.State == "":
@@ -154,11 +167,16 @@ func (p TrialBootPlan) input(roundID string) steps.TrialBootInput {
 // StartTrialBoot prepares the one-shot boot of exactly the approved
 // entries and requests the reboot.
 func (w *Window) StartTrialBoot(ctx context.Context, p TrialBootPlan, a Approval, progress func(done, total float64, msg string)) (TrialBootOutcome, error) {
-	if err := w.HoldLease(ctx, round.StepTrialBoot, p.Node); err != nil {
+	ctx, done, err := w.holdStep(ctx, round.StepTrialBoot, p.Node)
+	if err != nil {
 		return TrialBootOutcome{}, err
 	}
+	defer done()
 	if err := w.Rec.Start(p, a); err != nil {
 		return TrialBootOutcome{}, err
+	}
+	if lost := w.LeaseHeld(ctx, p.Node); lost != nil {
+		return TrialBootOutcome{}, w.leaseStop(round.StepTrialBoot, p.Node, lost, "nothing was prepared and the node was not rebooted")
 	}
 	tb, err := w.Host.TrialBootPrepare(ctx, p.Node, p.input(w.Round))
 	if err != nil {
@@ -166,7 +184,14 @@ func (w *Window) StartTrialBoot(ctx context.Context, p TrialBootPlan, a Approval
 			"prepare trial boot on "+p.Node+": "+err.Error())
 	}
 	progress(1, 3, "prepared: next_entry="+tb.NextEntry)
+	if lost := w.LeaseHeld(ctx, p.Node); lost != nil {
+		return TrialBootOutcome{TrialBoot: &tb}, w.leaseStop(round.StepTrialBoot, p.Node, lost,
+			"the trial boot was prepared but the node was not rebooted: its one-shot entry ("+tb.NextEntry+") stays queued for the next reboot, the old kernel the default")
+	}
 	rb, err := w.Host.TrialBootReboot(ctx, p.Node, w.Round)
+	if lost := LostLease(ctx); lost != nil {
+		return TrialBootOutcome{TrialBoot: &tb}, w.leaseStop(round.StepTrialBoot, p.Node, lost, "the reboot may have been requested: the node's boot is left as it is, and the next holder of the Lease observes it")
+	}
 	if RebootRefused(err) {
 		return TrialBootOutcome{TrialBoot: &tb}, w.Rec.FailWith(round.StepTrialBoot, p.Node, refusedRebootNext, "the node refused the trial reboot: "+err.Error())
 	}
@@ -192,12 +217,17 @@ func (w *Window) FollowTrialBoot(ctx context.Context, node string) (TrialBootOut
 	if run == nil {
 		return TrialBootOutcome{}, fmt.Errorf("trial boot on %s is not in flight", node)
 	}
-	if err := w.HoldLease(ctx, round.StepTrialBoot, node); err != nil {
+	ctx, done, err := w.holdStep(ctx, round.StepTrialBoot, node)
+	if err != nil {
 		return TrialBootOutcome{}, err
 	}
+	defer done()
 	w.forget(node)
 	tb, err := w.Host.TrialBootStatus(ctx, node, w.Round)
 	out := TrialBootOutcome{TrialBoot: &tb}
+	if lost := LostLease(ctx); lost != nil {
+		return out, w.leaseStop(round.StepTrialBoot, node, lost, "no further wait on the reboot: the node's boot is left as it is, and the next holder of the Lease observes it")
+	}
 	obs := Underway
 	switch {
 	case errors.Is(err, steps.ErrRefused) && tb.RebootRequestedAt == "":
@@ -232,6 +262,9 @@ func (w *Window) FollowTrialBoot(ctx context.Context, node string) (TrialBootOut
 			if tb.NewEntry != "" && (tb.NewEntry != p.NewEntry || tb.OldEntry != p.OldEntry) {
 				return out, w.Rec.FailWith(round.StepTrialBoot, node, "Stop and tell a person: the node's prepared trial boot is not the approved one.",
 					fmt.Sprintf("%s is prepared to boot %s with default %s, the approval was for %s with default %s", node, tb.NewEntry, tb.OldEntry, p.NewEntry, p.OldEntry))
+			}
+			if lost := w.LeaseHeld(ctx, node); lost != nil {
+				return out, w.leaseStop(round.StepTrialBoot, node, lost, "the node was not rebooted: its prepared one-shot entry stays queued, the old kernel the default")
 			}
 			rb, err := w.Host.TrialBootReboot(ctx, node, w.Round)
 			if RebootRefused(err) {
@@ -302,11 +335,16 @@ func (w *Window) Promote(ctx context.Context, p PromotePlan, a Approval) (Promot
 		return PromoteOutcome{}, refuse("Call promote_kernel again: it decides the plan from the boot the node runs now.",
 			"the promote plan of "+p.Node+" names no boot to hold the host to", "nothing was executed")
 	}
-	if err := w.HoldLease(ctx, round.StepPromote, p.Node); err != nil {
+	ctx, done, err := w.holdStep(ctx, round.StepPromote, p.Node)
+	if err != nil {
 		return PromoteOutcome{}, err
 	}
+	defer done()
 	if err := w.Rec.Start(p, a); err != nil {
 		return PromoteOutcome{}, err
+	}
+	if lost := w.LeaseHeld(ctx, p.Node); lost != nil {
+		return PromoteOutcome{}, w.leaseStop(round.StepPromote, p.Node, lost, "GRUB's default was not changed: the old kernel stays the default")
 	}
 	res, err := w.Host.Promote(ctx, p.Node, steps.PromoteInput{Round: w.Round, ExpectedKernel: p.Kernel, ExpectedBootID: p.BootID})
 	out := PromoteOutcome{Promote: &res}
@@ -366,9 +404,11 @@ type DrainOptions struct {
 // StartDrain opens the node's window: the Lease, then the journal, then
 // cordon and evict exactly the approved preview.
 func (w *Window) StartDrain(ctx context.Context, p DrainPlan, a Approval, o DrainOptions, progress func(done, total int, msg string)) (DrainOutcome, error) {
-	if err := w.HoldLease(ctx, round.StepDrain, p.Node); err != nil {
+	ctx, done, err := w.holdStep(ctx, round.StepDrain, p.Node)
+	if err != nil {
 		return DrainOutcome{}, err
 	}
+	defer done()
 	if err := w.Rec.Start(p, a); err != nil {
 		if rerr := w.ReleaseLease(ctx, p.Node); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("release the window Lease: %w", rerr))
@@ -389,9 +429,11 @@ func (w *Window) FollowDrain(ctx context.Context, node string, o DrainOptions, p
 	if run == nil {
 		return DrainOutcome{}, fmt.Errorf("drain of %s is not in flight", node)
 	}
-	if err := w.HoldLease(ctx, round.StepDrain, node); err != nil {
+	ctx, done, err := w.holdStep(ctx, round.StepDrain, node)
+	if err != nil {
 		return DrainOutcome{}, err
 	}
+	defer done()
 	obs := Underway
 	st, err := w.Cluster.CordonState(ctx, node)
 	switch {
@@ -437,6 +479,9 @@ func ApprovedPods(p DrainPlan) map[string]bool {
 }
 
 func (w *Window) drain(ctx context.Context, node, expect string, only map[string]bool, o DrainOptions, progress func(done, total int, msg string)) (DrainOutcome, error) {
+	if lost := w.LeaseHeld(ctx, node); lost != nil {
+		return DrainOutcome{}, w.leaseStop(round.StepDrain, node, lost, "nothing was evicted by this call")
+	}
 	if o.JobSelector != nil && !o.JobSelector.Empty() {
 		if out, held, err := w.waitForJobs(ctx, node, o); held {
 			return out, err
@@ -446,6 +491,10 @@ func (w *Window) drain(ctx context.Context, node, expect string, only map[string
 	opts.Policy, opts.Round, opts.Identity, opts.ExpectDigest, opts.OnlyPods = o.Policy, w.Round, o.Identity, expect, only
 	res, err := w.Cluster.Drain(ctx, node, opts, progress)
 	out := DrainOutcome{Drain: &res}
+	if lost := LostLease(ctx); lost != nil {
+		return out, w.leaseStop(round.StepDrain, node, lost,
+			fmt.Sprintf("no further eviction: %d pods evicted before, the node stays cordoned (recorded as ours)", len(res.Evicted)))
+	}
 	if err != nil {
 		why := []string{"drain of " + node + ": " + err.Error()}
 		for _, b := range res.Blocked {

@@ -8,11 +8,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/round"
 )
 
-// ErrLeaseHeld is wrapped by Lease.Hold when another holder has the Lease.
-var ErrLeaseHeld = errors.New("window Lease held by another holder")
+// ErrLeaseHeld is wrapped by Lease.Hold when another holder has the Lease
+// (windowlock.ErrHeld: the window Lease on the cluster says so).
+var ErrLeaseHeld = windowlock.ErrHeld
 
 // Bounds are how long each step may stay in flight before a re-entry
 // records it as failed. Zero fields take DefaultBounds' values.
@@ -85,7 +87,12 @@ type Window struct {
 	Rec     *Recorder
 	Host    Host
 	Cluster Cluster
-	Lease   Lease
+	// Lease is the window Lease on the cluster; nil: none (no cluster).
+	Lease Lease
+	// Keeper keeps the Lease while steps run (LeaseKeeper); a process
+	// shares one. Nil with Lease set: one for this Window alone.
+	Keeper *LeaseKeeper
+	own    *LeaseKeeper
 	// Silencer ends the node's Alertmanager silence when its window ends;
 	// nil: none is set.
 	Silencer Silencer
@@ -109,29 +116,65 @@ func (w *Window) forget(node string) {
 	}
 }
 
-// HoldLease takes or renews the window Lease before a step of node's
-// window acts. Held by someone else while the journal shows this round's
-// window of node open: the Lease was lost, and the window stops under the
-// window_lease rule (journaled). Without a Lease configured (no cluster),
-// it holds trivially.
+// keeper is the window's Lease keeper: Keeper when set (one per
+// process), else one for this Window alone; nil without a Lease.
+func (w *Window) keeper() *LeaseKeeper {
+	switch {
+	case w.Keeper != nil:
+		return w.Keeper
+	case w.Lease == nil:
+		return nil
+	case w.own == nil || w.own.Lease != w.Lease:
+		w.own = &LeaseKeeper{Lease: w.Lease, Log: w.Log}
+	}
+	return w.own
+}
+
+// HoldLease takes or renews the window Lease for a step of node's window
+// that binds no work to it (a gate being recorded). Held by someone else
+// while the journal shows this round's window of node open: the Lease was
+// lost, and the window stops under the window_lease rule (journaled).
+// Without a Lease configured (no cluster), it holds trivially.
 func (w *Window) HoldLease(ctx context.Context, step round.Step, node string) error {
-	if w.Lease == nil {
-		return nil
+	_, done, err := w.holdStep(ctx, step, node)
+	done()
+	return err
+}
+
+// holdStep is HoldLease for a step whose work runs in the returned
+// context: the keeper cancels it (cause ErrLeaseLost) when the Lease is
+// lost; done ends the step.
+func (w *Window) holdStep(ctx context.Context, step round.Step, node string) (context.Context, func(), error) {
+	k := w.keeper()
+	if k == nil {
+		return ctx, func() {}, nil
 	}
-	err := w.Lease.Hold(ctx, w.Round, node)
+	sctx, done, err := k.Hold(ctx, w.Round, node)
 	if err == nil {
-		return nil
+		return sctx, done, nil
 	}
-	if !errors.Is(err, ErrLeaseHeld) {
-		return fmt.Errorf("take the window Lease: %w", err)
+	if !errors.Is(err, ErrLeaseHeld) && !errors.Is(err, ErrLeaseLost) {
+		return ctx, done, fmt.Errorf("take the window Lease: %w", err)
 	}
 	n := w.Rec.J.Shared().Node(node)
 	if n == nil || n.Window != round.WindowOpen {
-		return refuse("Another operator's window is open: wait until it closes (its gate turns green), then call again.", err.Error(), "nothing was executed")
+		return ctx, done, refuse("Another operator's window is open: wait until it closes (its gate turns green), then call again.", err.Error(), "nothing was executed")
 	}
 	why := fmt.Sprintf("rule %s: the window Lease of %s was lost while its window is open: %v", round.RuleWindowLease, node, err)
-	return w.Rec.StopWith(step, node, "Stop: another server holds the window Lease now. A person finds out who (the Lease's holder), makes sure only one server works on the cluster, then signs resume or abort.",
-		why, "nothing was executed")
+	return ctx, done, w.Rec.StopWith(step, node, leaseNext, why, "nothing was executed")
+}
+
+// LeaseHeld is the guard before each destructive action of node's
+// window: nil while the Lease is held and was renewed within its
+// duration (or no Lease is configured); else the loss.
+func (w *Window) LeaseHeld(ctx context.Context, node string) error {
+	if lost := LostLease(ctx); lost != nil {
+		return lost
+	}
+	if k := w.keeper(); k != nil {
+		return k.Check(w.Round, node)
+	}
+	return nil
 }
 
 // Retake takes the window Lease again for the window the journal shows
@@ -144,48 +187,26 @@ func (w *Window) HoldLease(ctx context.Context, step round.Step, node string) er
 // configured).
 func (w *Window) Retake(ctx context.Context) (string, error) {
 	st := w.Rec.J.Shared()
-	if w.Lease == nil || st.Closed || st.Aborted || st.Current == "" {
+	k := w.keeper()
+	if k == nil || st.Closed || st.Aborted || st.Current == "" {
 		return "", nil
 	}
-	if err := w.Lease.Hold(ctx, w.Round, st.Current); err != nil {
+	_, done, err := k.Hold(ctx, w.Round, st.Current)
+	done() // a server's keeper renews it on (LeaseKeeper.BetweenSteps)
+	if err != nil {
 		return st.Current, fmt.Errorf("take the window Lease of %s again: %w", st.Current, err)
 	}
 	return st.Current, nil
 }
 
-// ReleaseLease lets the Lease go once the node's window closed.
+// ReleaseLease stops renewing and lets the Lease go once the node's
+// window closed.
 func (w *Window) ReleaseLease(ctx context.Context, node string) error {
-	if w.Lease == nil {
+	k := w.keeper()
+	if k == nil {
 		return nil
 	}
-	return w.Lease.Release(ctx, w.Round, node)
-}
-
-// Keep renews the Lease while a long step runs in ctx; the returned func
-// stops it. A renewal that fails is logged; the next step's HoldLease
-// judges it.
-func (w *Window) Keep(ctx context.Context, node string, every time.Duration) func() {
-	if w.Lease == nil || every <= 0 {
-		return func() {}
-	}
-	kctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-kctx.Done():
-				return
-			case <-t.C:
-				if err := w.Lease.Hold(kctx, w.Round, node); err != nil && kctx.Err() == nil && w.Log != nil {
-					w.Log.Warn("window Lease renewal failed", "round", w.Round, "node", node, "err", err)
-				}
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
+	return k.Release(ctx, w.Round, node)
 }
 
 // Overdue records a step in flight past its bound as failed.
