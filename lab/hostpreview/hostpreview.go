@@ -12,12 +12,15 @@
 package hostpreview
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/host"
@@ -46,6 +49,12 @@ type Options struct {
 	CommandTimeout time.Duration
 	// Logger receives the fleet's and the pool's events. nil discards.
 	Logger *slog.Logger
+	// Tables receives each command's full answer as the table printer
+	// shows it. nil writes them to Run's writer after each node's summary.
+	Tables io.Writer
+	// TablesName names where Tables goes, for the line that points a
+	// person there ("" when Tables is nil).
+	TablesName string
 }
 
 // Run starts the lab's 8 hosts (3 control-plane, a canary, 4 GPU servers)
@@ -97,18 +106,88 @@ func Run(ctx context.Context, opts Options, w io.Writer) (err error) {
 	fmt.Fprintf(w, "Lab hosts up in %s: %d emulated Ubuntu GPU and control-plane hosts behind SSH on 127.0.0.1 (host keys checked against %s)\n",
 		time.Since(start).Round(time.Second), len(f.Hosts()), f.KnownHostsFile())
 	fmt.Fprintln(w, "The host-side preflight, read-only: what inspect_node and simulate_upgrade read on each host (the same host steps and scripts/host/*.sh)")
+	tables := opts.Tables
+	if tables == nil {
+		tables = w
+	} else if opts.TablesName != "" {
+		fmt.Fprintf(w, "Each command's full answer: %s\n", opts.TablesName)
+	}
 	var errs []error
 	for _, node := range nodes {
-		fmt.Fprintf(w, "\n$ mcp-patch tool inspect_node --node %s -o table   # its inspection\n", node)
+		var full bytes.Buffer
+		fmt.Fprintf(&full, "\n$ mcp-patch tool inspect_node --node %s -o table   # its inspection\n", node)
 		insp, ierr := st.Inspect(ctx, node, steps.InspectInput{})
-		errs = append(errs, show(w, node, "inspect", "inspection", insp, ierr))
-		fmt.Fprintf(w, "\n$ mcp-patch tool simulate_upgrade --node %s -o table   # its simulation\n", node)
+		errs = append(errs, show(&full, node, "inspect", "inspection", insp, ierr))
+		fmt.Fprintf(&full, "\n$ mcp-patch tool simulate_upgrade --node %s -o table   # its simulation\n", node)
 		sim, serr := st.Simulate(ctx, node)
-		errs = append(errs, show(w, node, "simulate upgrade", "simulation", sim, serr))
+		errs = append(errs, show(&full, node, "simulate upgrade", "simulation", sim, serr))
+		if ierr == nil && serr == nil {
+			fmt.Fprintf(w, "\n%s\n", strings.Join(Summary(insp, sim), "\n"))
+		} else {
+			fmt.Fprintf(w, "\n%s: %v\n", node, errors.Join(ierr, serr))
+		}
+		if _, err := tables.Write(full.Bytes()); err != nil {
+			errs = append(errs, fmt.Errorf("host preview: write the answers for %s: %w", node, err))
+		}
 	}
-	fmt.Fprintf(w, "\nHost-side preview done in %s: the tools' verdicts and the round follow once mcp-patch and the control plane are built.\n",
+	fmt.Fprintf(w, "\nHost-side preview done in %s: the round follows once mcp-patch and the control plane are built.\n",
 		time.Since(start).Round(time.Second))
 	return errors.Join(errs...)
+}
+
+// Summary is a node's preflight in three lines: the kernel it runs and
+// the one the upgrade brings, the packages it moves by class with the
+// holds, and what blocks it (removals, changed holds, /boot too small,
+// the plan's digest when nothing does).
+func Summary(insp steps.Inspection, sim steps.Simulation) []string {
+	p := sim.Plan
+	target := p.TargetKernel
+	if target == "" {
+		target = "no new kernel"
+	}
+	lines := []string{
+		fmt.Sprintf("%s  kernel %s -> %s; %d kernels installed; /boot %s", insp.Node, insp.Kernel, target, len(insp.InstalledKernels), bootRoom(sim.Boot)),
+		fmt.Sprintf("%s  %d packages: %d kernel, %d NVIDIA, %d Kubernetes; %d kept back; holds: %s",
+			pad(insp.Node), len(p.Packages), len(p.Kernel), len(p.Nvidia), len(p.Kubernetes), len(p.KeptBack), cmpOr(strings.Join(sim.Holds, ", "), "none")),
+	}
+	blockers := slices.Clone(p.Blockers)
+	if sim.Boot.Short {
+		blockers = append(blockers, fmt.Sprintf("/boot too small (%d KiB needed)", sim.Boot.NeedKB))
+	}
+	if len(sim.Unheld) > 0 {
+		blockers = append(blockers, "not held: "+strings.Join(sim.Unheld, ", "))
+	}
+	if len(blockers) == 0 {
+		lines = append(lines, fmt.Sprintf("%s  blockers: none (plan %s)", pad(insp.Node), short(p.Digest)))
+	} else {
+		lines = append(lines, fmt.Sprintf("%s  blockers: %s", pad(insp.Node), strings.Join(blockers, "; ")))
+	}
+	return lines
+}
+
+// bootRoom is the room on /boot against what the new kernels need.
+func bootRoom(b steps.BootSpace) string {
+	if b.FreeKB == nil {
+		return fmt.Sprintf("free space unknown, %d MiB needed", b.NeedKB/1024)
+	}
+	return fmt.Sprintf("%d MiB free for %d MiB", *b.FreeKB/1024, b.NeedKB/1024)
+}
+
+func pad(node string) string { return strings.Repeat(" ", len(node)) }
+
+func cmpOr(s, alt string) string {
+	if s == "" {
+		return alt
+	}
+	return s
+}
+
+// short is a digest's first 12 hex digits.
+func short(digest string) string {
+	if i := strings.IndexByte(digest, ':'); i >= 0 && len(digest) > i+13 {
+		return digest[:i+13]
+	}
+	return digest
 }
 
 // show prints one host step's result under the key the tool's output uses

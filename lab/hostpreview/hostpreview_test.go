@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/lab/fleet"
 )
 
@@ -26,14 +29,29 @@ func TestMain(m *testing.M) {
 func TestRunSurveysEachNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	var out strings.Builder
-	if err := Run(ctx, Options{Dir: t.TempDir()}, &out); err != nil {
+	var out, tables strings.Builder
+	if err := Run(ctx, Options{Dir: t.TempDir(), Tables: &tables, TablesName: "answers.txt"}, &out); err != nil {
 		t.Fatalf("Run: %v\n%s", err, out.String())
 	}
-	text := out.String()
-	if !strings.HasPrefix(text, "Lab hosts up in ") || !strings.Contains(text, ": 8 emulated Ubuntu") {
-		t.Errorf("first line does not say the 8 hosts are up:\n%s", firstLines(text, 2))
+	screen := out.String()
+	if !strings.HasPrefix(screen, "Lab hosts up in ") || !strings.Contains(screen, ": 8 emulated Ubuntu") {
+		t.Errorf("first line does not say the 8 hosts are up:\n%s", firstLines(screen, 2))
 	}
+	// The screen holds a few lines per node, naming where the full
+	// answers are; the answers hold the tables.
+	if n := strings.Count(screen, "\n"); n > 20 || !strings.Contains(screen, "Each command's full answer: answers.txt") {
+		t.Errorf("the screen has %d lines, want a short summary naming answers.txt:\n%s", n, screen)
+	}
+	for _, node := range DefaultNodes {
+		if !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(node)+`  kernel \S+ -> \S+; `).MatchString(screen) ||
+			!strings.Contains(screen, "  blockers: none (plan sha256:") {
+			t.Errorf("no summary of %s:\n%s", node, screen)
+		}
+	}
+	if strings.Contains(screen, "$ mcp-patch tool") {
+		t.Errorf("the full answers are on the screen:\n%s", screen)
+	}
+	text := tables.String()
 	// One section per command, each opened by the command a person types.
 	sections := regexp.MustCompile(`(?m)^\$ mcp-patch tool (\S+) --node (\S+) `).FindAllStringSubmatchIndex(text, -1)
 	want := []string{"inspect_node cp-1", "simulate_upgrade cp-1", "inspect_node gpu-canary-1", "simulate_upgrade gpu-canary-1"}
@@ -78,8 +96,43 @@ func TestRunSurveysEachNode(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(text, "Host-side preview done in ") {
-		t.Errorf("no closing line:\n%s", text[max(0, len(text)-300):])
+	if !strings.Contains(screen, "Host-side preview done in ") {
+		t.Errorf("no closing line:\n%s", screen[max(0, len(screen)-300):])
+	}
+}
+
+func TestSummary(t *testing.T) {
+	free := int64(20 * 1024 * 1024)
+	insp := steps.Inspection{Node: "gpu-1", Kernel: "6.8.0-48-generic", InstalledKernels: make([]steps.InstalledKernel, 2)}
+	ok := steps.Simulation{Holds: []string{"containerd", "kubelet"}, Boot: steps.BootSpace{FreeKB: &free, NeedKB: 65536},
+		Plan: steps.Plan{Digest: "sha256:aa96d4cb43f3f31743bda75216b7ae2e", TargetKernel: "6.8.0-51-generic",
+			Packages: make([]steps.PlannedPackage, 12), Kernel: []string{"linux-image-6.8.0-51-generic"}, Nvidia: []string{"nvidia-dkms-550"}}}
+	blocked := ok
+	blocked.Plan.Blockers = []string{"apt would remove nvidia-fabricmanager-550"}
+	blocked.Plan.TargetKernel = ""
+	blocked.Boot = steps.BootSpace{NeedKB: 65536, Short: true}
+	blocked.Unheld = []string{"kubelet"}
+	for _, tc := range []struct {
+		name string
+		sim  steps.Simulation
+		want []string
+	}{
+		{"nothing blocks", ok, []string{
+			"gpu-1  kernel 6.8.0-48-generic -> 6.8.0-51-generic; 2 kernels installed; /boot 20480 MiB free for 64 MiB",
+			"       12 packages: 1 kernel, 1 NVIDIA, 0 Kubernetes; 0 kept back; holds: containerd, kubelet",
+			"       blockers: none (plan sha256:aa96d4cb43f3)",
+		}},
+		{"blocked", blocked, []string{
+			"gpu-1  kernel 6.8.0-48-generic -> no new kernel; 2 kernels installed; /boot free space unknown, 64 MiB needed",
+			"       12 packages: 1 kernel, 1 NVIDIA, 0 Kubernetes; 0 kept back; holds: containerd, kubelet",
+			"       blockers: apt would remove nvidia-fabricmanager-550; /boot too small (65536 KiB needed); not held: kubelet",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, Summary(insp, tc.sim)); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
 	}
 }
 

@@ -28,6 +28,7 @@ func main() {
 func run(args []string) int {
 	fs := flag.NewFlagSet("lab-preview", flag.ContinueOnError)
 	dir := fs.String("dir", "", "directory for the hosts (default: a new temporary directory, removed at the end)")
+	tablesFile := fs.String("tables", "", "write each command's full answer to this file, and only a summary per host to the screen")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -54,7 +55,21 @@ func run(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := hostpreview.Run(ctx, hostpreview.Options{Dir: d}, os.Stdout); err != nil {
+	opts := hostpreview.Options{Dir: d}
+	if *tablesFile != "" {
+		f, err := os.Create(*tablesFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "lab-preview:", err)
+			return 1
+		}
+		opts.Tables, opts.TablesName = f, *tablesFile
+		defer func() {
+			if err := f.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "lab-preview:", err)
+			}
+		}()
+	}
+	if err := hostpreview.Run(ctx, opts, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "lab-preview:", err)
 		return 1
 	}
