@@ -1,9 +1,11 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -135,17 +137,29 @@ func (p *labPool) closeAll() error {
 
 // TestDemoRound runs the whole demo round on the lab, driven by the agent
 // client, and checks what it left: every node on the new kernel, the
-// report and timeline committed, every window closed.
+// report and timeline committed, every window closed; and what a person
+// following it reads: a line per window step as it ends and the summary,
+// in about a hundred lines.
 func TestDemoRound(t *testing.T) {
 	l := upLab(t, Options{ControlPlanes: 3, Canary: 1, GPUServers: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	res, err := l.RunRound(ctx, "2026-11", tw{t}, testLog(t))
+	var out bytes.Buffer
+	res, err := l.RunRound(ctx, "2026-11", io.MultiWriter(&out, tw{t}), testLog(t))
 	if err != nil {
-		t.Fatalf("round: %v (after %d calls)", err, res.Outcome.Calls)
+		t.Fatalf("round: %v (after %d calls; every call in %s)", err, res.Outcome.Calls, res.CallsLog)
 	}
 	if !res.Outcome.Closed {
 		t.Fatalf("round did not close: %+v", res.Outcome)
+	}
+	if err := l.WriteSummary(io.MultiWriter(&out, tw{t}), "2026-11", res); err != nil {
+		t.Fatal(err)
+	}
+	checkDemoOutput(t, out.String(), res.State)
+	for _, want := range []string{"fallback drill on gpu-canary-1 passed", "report.md", "timeline.svg", "plan.md", res.CallsLog} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the demo's output does not name %q", want)
+		}
 	}
 	t.Logf("round closed in %s: %d calls, %d approvals", res.Duration, res.Outcome.Calls, res.Outcome.Approvals)
 	for _, h := range l.Fleet.Hosts() {
