@@ -72,7 +72,7 @@ type DemoResult struct {
 func (l *Lab) RunRound(ctx context.Context, roundID string, w io.Writer, log *slog.Logger) (res DemoResult, err error) {
 	start := time.Now()
 	res.Branch = "mcp-patch/round-" + roundID
-	res.CallsLog = filepath.Join(l.Dir, "round-"+roundID+"-calls.log")
+	res.CallsLog = l.CallsLog(roundID)
 	calls, err := os.Create(res.CallsLog)
 	if err != nil {
 		return res, fmt.Errorf("lab: the calls log: %w", err)
@@ -157,6 +157,12 @@ func (l *Lab) RunRound(ctx context.Context, roundID string, w io.Writer, log *sl
 		res.Log = strings.TrimSpace(string(b))
 	}
 	return res, err
+}
+
+// CallsLog is the file RunRound writes every tool call of round roundID
+// to, in the lab's directory.
+func (l *Lab) CallsLog(roundID string) string {
+	return filepath.Join(l.Dir, "round-"+roundID+"-calls.log")
 }
 
 // StepLine is the demo's line for a journal record as it is written, at
