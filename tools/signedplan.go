@@ -483,32 +483,37 @@ func (d *Deps) requestApproval(tool string, p Plan) error {
 }
 
 // planNextCall puts the plan's own calls before a window step that would
-// be refused without them: plan_round while the plan has blockers,
-// sign_plan while its digest is unsigned, approve_window before the drain
-// of a node approved per window.
+// be refused without them (window.DecidePlanNextCall).
 func (d *Deps) planNextCall(ctx context.Context, st *round.State, nc *Call) (*Call, string) {
 	if nc == nil || st.Stop != nil || st.Closed || st.Aborted || d.Book == nil {
 		return nc, ""
 	}
-	if _, ok := window.ReviewedStep(nc.Tool); !ok {
+	h, ok, err := d.planHeader(st.RoundID)
+	if err != nil {
 		return nc, ""
 	}
-	f, ok, err := d.planHeader(st.RoundID)
-	if err != nil || !ok {
-		return nc, ""
-	}
-	if !f.Ready() {
-		return CallTo("plan_round", "round", st.RoundID), "The plan has blockers: run plan_round again once they are fixed."
-	}
-	if sp, ok, err := d.planProof(ctx, st.RoundID); err != nil || !ok || sp.Digest != f.Digest {
-		return CallTo("sign_plan"), "A person reads rounds/" + st.RoundID + "/plan.md and signs the plan (sign_plan) before the first cordon."
-	}
-	if nc.Tool == "drain_node" {
-		if n, ok := f.Node(callNode(nc)); ok && n.Approval == plan.PerWindow {
-			if wp, ok, err := d.latestProof(ctx, st.RoundID, "approve_window", n.Node); err != nil || !ok || wp.Digest != n.Window {
-				return CallTo("approve_window", "node", n.Node), "A person approves the whole window of " + n.Node + " with one signature (approve_window)."
-			}
+	signed := func() string {
+		sp, ok, err := d.planProof(ctx, st.RoundID)
+		if err != nil || !ok {
+			return ""
 		}
+		return sp.Digest
 	}
-	return nc, ""
+	windowDigest := func(node string) string {
+		wp, ok, err := d.latestProof(ctx, st.RoundID, "approve_window", node)
+		if err != nil || !ok {
+			return ""
+		}
+		return wp.Digest
+	}
+	pc, ok := window.DecidePlanNextCall(st.RoundID, h, ok, signed, windowDigest, nc.Tool, callNode(nc))
+	switch {
+	case !ok:
+		return nc, ""
+	case pc.Tool == "plan_round":
+		return CallTo("plan_round", "round", st.RoundID), pc.Why
+	case pc.Node != "":
+		return CallTo(pc.Tool, "node", pc.Node), pc.Why
+	}
+	return CallTo(pc.Tool), pc.Why
 }

@@ -177,3 +177,42 @@ func DecideWindowCover(f plan.Fleet, sig PlanSignature, w KeptWindowApproval, to
 	}
 	return got, true, "", nil
 }
+
+// PlanCall is a call the plan needs before a window step: the tool, the
+// node it names ("" for a fleet-wide call) and why, in a person's words.
+type PlanCall struct {
+	Tool string
+	Node string
+	Why  string
+}
+
+// DecidePlanNextCall puts the plan's own calls before a window step of
+// tool on node in round roundID that SignedPlan or the window approval
+// would refuse without them: plan_round while the round has no plan
+// (hasPlan false) or its plan h has blockers, sign_plan while the plan's
+// digest is not the one the latest kept plan signature binds (signed: that
+// digest, "" for none), approve_window before the drain of a node approved
+// per window whose kept window approval is not of the plan's window
+// (windowDigest: the window digest it binds, "" for none). ok is false
+// when the step's own call stands. Pure but for what signed and
+// windowDigest read, each only when the rule needs it.
+func DecidePlanNextCall(roundID string, h plan.Header, hasPlan bool, signed func() string, windowDigest func(node string) string, tool, node string) (PlanCall, bool) {
+	if _, ok := ReviewedStep(tool); !ok {
+		return PlanCall{}, false
+	}
+	if !hasPlan {
+		return PlanCall{Tool: "plan_round", Why: "Round " + roundID + " has no reviewed plan: plan_round writes it, a person signs it (sign_plan), and only then may a window step run."}, true
+	}
+	if !h.Ready() {
+		return PlanCall{Tool: "plan_round", Why: "The plan has blockers: run plan_round again once they are fixed."}, true
+	}
+	if sig := signed(); sig == "" || sig != h.Digest {
+		return PlanCall{Tool: "sign_plan", Why: "A person reads rounds/" + roundID + "/plan.md and signs the plan (sign_plan) before the first cordon."}, true
+	}
+	if tool == "drain_node" {
+		if n, ok := h.Node(node); ok && n.Approval == plan.PerWindow && windowDigest(n.Node) != n.Window {
+			return PlanCall{Tool: "approve_window", Node: n.Node, Why: "A person approves the whole window of " + n.Node + " with one signature (approve_window)."}, true
+		}
+	}
+	return PlanCall{}, false
+}

@@ -1,6 +1,7 @@
 package window_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -167,6 +168,60 @@ func TestDecideWindowCover(t *testing.T) {
 				t.Fatalf("covered %v note %q, want %v %q", covered, note, c.covered, c.note)
 			case covered && digest != window.WindowBound(c.p):
 				t.Errorf("binds %s, want the live %s", digest, window.WindowBound(c.p))
+			}
+		})
+	}
+}
+
+// The plan's own calls come before a window step that would be refused
+// without them, in the order a person meets them; a step the plan does
+// not bind, or one the plan and its signatures admit, keeps its call.
+func TestDecidePlanNextCall(t *testing.T) {
+	f := approvalFleet()
+	b, err := f.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := plan.DecodeHeader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked := h
+	blocked.Blockers = []plan.Blocker{{Node: "gpu-1", Cause: "kernel.panic is 0"}}
+	gpu, _ := h.Node("gpu-2")
+	for _, c := range []struct {
+		name    string
+		h       plan.Header
+		hasPlan bool
+		signed  string
+		window  string
+		tool    string
+		node    string
+		want    string // "" keeps the step's call
+		names   string
+	}{
+		{name: "no plan", tool: "drain_node", node: "gpu-2", want: "plan_round", names: "has no reviewed plan"},
+		{name: "blockers", h: blocked, hasPlan: true, signed: h.Digest, tool: "install_updates", node: "gpu-2", want: "plan_round", names: "blockers"},
+		{name: "unsigned", h: h, hasPlan: true, tool: "drain_node", node: "cp-1", want: "sign_plan", names: "rounds/2026-11/plan.md"},
+		{name: "signed another digest", h: h, hasPlan: true, signed: "sha256:old", tool: "trial_boot", node: "cp-1", want: "sign_plan"},
+		{name: "a window to approve", h: h, hasPlan: true, signed: h.Digest, tool: "drain_node", node: "gpu-2", want: "approve_window", names: "whole window of gpu-2"},
+		{name: "an approved window", h: h, hasPlan: true, signed: h.Digest, window: gpu.Window, tool: "drain_node", node: "gpu-2"},
+		{name: "a control-plane drain", h: h, hasPlan: true, signed: h.Digest, tool: "drain_node", node: "cp-1"},
+		{name: "not bound by the plan", tool: "autoremove"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pc, ok := window.DecidePlanNextCall("2026-11", c.h, c.hasPlan, func() string { return c.signed }, func(string) string { return c.window }, c.tool, c.node)
+			if c.want == "" {
+				if ok {
+					t.Fatalf("the step's call was put off for %+v", pc)
+				}
+				return
+			}
+			if !ok || pc.Tool != c.want || !strings.Contains(pc.Why, c.names) {
+				t.Fatalf("%v %+v, want %s naming %q", ok, pc, c.want, c.names)
+			}
+			if c.want == "approve_window" && pc.Node != c.node {
+				t.Errorf("approve_window names %q, want %q", pc.Node, c.node)
 			}
 		})
 	}
