@@ -58,6 +58,8 @@ type Deps struct {
 	Background context.Context
 
 	locks windowLocks
+	// keeper keeps the window Lease (leaseKeeper).
+	keeper leaseKeeping
 	// serial lets one call at a time work on a node's window.
 	serial window.Serial
 	// Lease, when set, replaces the window Lease on the cluster (tests).

@@ -1,0 +1,71 @@
+package tools
+
+import (
+	"context"
+	"sync"
+
+	"github.com/mcp-patch/mcp-patch/kube/windowlock"
+	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+// leaseKeeping is the process's one keeper of the window Lease, made on
+// first use.
+type leaseKeeping struct {
+	mu     sync.Mutex
+	keeper *window.LeaseKeeper
+}
+
+// leaseKeeper is the process's keeper of the window Lease
+// (window.LeaseKeeper: a window step runs bound to it, and a lost Lease
+// stops the step), renewing it between the window's calls as long as the
+// process runs; nil without a cluster (nothing to hold). Its Lease is
+// d.Lease when set (tests), else the Lease on the cluster, timed by
+// kube.lease_renew and kube.lease_duration.
+func (d *Deps) leaseKeeper(ctx context.Context) (*window.LeaseKeeper, error) {
+	d.keeper.mu.Lock()
+	defer d.keeper.mu.Unlock()
+	if d.keeper.keeper != nil {
+		return d.keeper.keeper, nil
+	}
+	lease := d.Lease
+	if lease == nil {
+		if d.Cluster == nil {
+			return nil, nil
+		}
+		kc, err := d.cluster(ctx)
+		if err != nil {
+			return nil, err
+		}
+		lease = &windowlock.Lease{Kube: kc.Kube, Config: d.windowLockConfig()}
+	}
+	d.keeper.keeper = &window.LeaseKeeper{Lease: lease, BetweenSteps: true, Log: d.Log,
+		Timing: window.LeaseTiming{Renew: d.Config.Kube.LeaseRenew.D(), Duration: d.Config.Kube.LeaseDuration.D()}}
+	return d.keeper.keeper, nil
+}
+
+// keptLease is the keeper when one was made, without making one.
+func (d *Deps) keptLease() *window.LeaseKeeper {
+	d.keeper.mu.Lock()
+	defer d.keeper.mu.Unlock()
+	return d.keeper.keeper
+}
+
+// closeLease stops renewing the window Lease without releasing it (the
+// process ends: the Lease lapses, and the same identity takes it again
+// when it starts).
+func (d *Deps) closeLease() {
+	if k := d.keptLease(); k != nil {
+		k.Close()
+	}
+}
+
+func (d *Deps) windowLockConfig() windowlock.Config {
+	return windowlock.Config{Namespace: d.Config.Kube.LeaseNamespace, Identity: d.Identity, LeaseDuration: d.Config.Kube.LeaseDuration.D()}
+}
+
+// noClusterLease is the Lease of a cluster that cannot be reached: its
+// release answers why.
+type noClusterLease struct{ err error }
+
+func (l noClusterLease) Hold(context.Context, string, string) error    { return l.err }
+func (l noClusterLease) Release(context.Context, string, string) error { return l.err }
