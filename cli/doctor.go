@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/policy"
@@ -33,7 +34,9 @@ with what to do:
                    (SelfSubjectAccessReview; each one missing is named with
                    the RBAC rule that grants it, see mcp-patch rbac)
   ssh NODE         every inventory node: SSH reachable, its host key in
-                   known_hosts, "sudo -n true" works for the login user
+                   known_hosts, "sudo -n true" works for the login user;
+                   the key it logged in with and the ~/.ssh/config lines
+                   (file:line) its address, port, user, key or jump came from
   intent repo      the working copy is clean, on a branch, and commits go to
                    a working branch that is not protected
   allowed_signers  it parses; who may approve
@@ -159,12 +162,15 @@ func sshChecks(ctx context.Context, d *tools.Deps) []check {
 	})
 	out := make([]check, 0, len(res))
 	for _, r := range res {
-		out = append(out, sshCheck(inv, r))
+		key, _ := pool.KeyUsed(r.Node)
+		out = append(out, sshCheck(inv, r, key))
 	}
 	return out
 }
 
-func sshCheck(inv *host.MapInventory, r host.Result[host.Output]) check {
+// sshCheck is one node's line: how it was reached, the key that logged in
+// (key; empty when none did) and the ~/.ssh/config lines its target took.
+func sshCheck(inv *host.MapInventory, r host.Result[host.Output], key string) check {
 	what := "ssh " + r.Node
 	t, err := inv.Lookup(r.Node)
 	if err != nil {
@@ -174,22 +180,32 @@ func sshCheck(inv *host.MapInventory, r host.Result[host.Output]) check {
 	if t.Jump != "" {
 		login += " via " + t.Jump
 	}
+	var how string
+	if key != "" {
+		how += "; key " + key
+	}
+	if len(t.SSHConfigLines) > 0 {
+		how += "; ssh config: " + strings.Join(t.SSHConfigLines, ", ")
+	}
 	var hk *host.HostKeyError
 	var se *host.SudoError
+	var nk *host.NoKeyError
 	switch {
 	case errors.As(r.Err, &hk):
-		return failf(what, "%s: %v", login, hk)
+		return failf(what, "%s: %v%s", login, hk, how)
 	case errors.As(r.Err, &se):
-		return failf(what, "%s: host key known, logged in; %v", login, se)
+		return failf(what, "%s: host key known, logged in; %v%s", login, se, how)
+	case errors.As(r.Err, &nk):
+		return failf(what, "%s: %v%s; %s", login, nk, how, steps.NextStepFor(steps.CauseNoKey, r.Node))
 	case r.Err != nil:
-		return failf(what, "%s: %v; check the address, port, user and key (ssh.key_files or the agent)", login, r.Err)
+		return failf(what, "%s: %v%s; check the address, port, user and key (ssh.key_files, ~/.ssh or the agent)", login, r.Err, how)
 	case r.Value.ExitCode != 0:
-		return failf(what, "%s: `true` exited %d (%s)", login, r.Value.ExitCode, strings.TrimSpace(string(r.Value.Stderr)))
+		return failf(what, "%s: `true` exited %d (%s)%s", login, r.Value.ExitCode, strings.TrimSpace(string(r.Value.Stderr)), how)
 	}
 	if t.LoginUser() == "root" {
-		return okf(what, "%s, host key known, logged in as root (no sudo needed)", login)
+		return okf(what, "%s, host key known, logged in as root (no sudo needed)%s", login, how)
 	}
-	return okf(what, "%s, host key known, sudo -n works", login)
+	return okf(what, "%s, host key known, sudo -n works%s", login, how)
 }
 
 // intentCheck opens the intent repository as the tools do and checks the
