@@ -52,7 +52,7 @@ func TestClaudeCodeRunsLabRound(t *testing.T) {
 			t.Errorf("stop the lab: %v", err)
 		}
 	})
-	h, err := serveLabHTTP(ctx, l, "127.0.0.1:0", func(string) string { return "" }, discardLog())
+	h, err := ServeHTTP(ctx, l.Config, "127.0.0.1:0", filepath.Join(l.Dir, "http.token"), l.Clock.Now, func(string) string { return "" }, discardLog())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,8 +26,10 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-// binary is the real mcp-patch, built once for the tests that fork-exec it.
-var binary string
+// binary is the real mcp-patch, built once for the tests that fork-exec it;
+// labBinary is the lab's (cmd/mcp-patch-lab) beside it, which `mcp-patch
+// lab` runs.
+var binary, labBinary string
 
 func TestMain(m *testing.M) {
 	// The lab tests start fleets in this process: their hosts' commands
@@ -40,10 +42,10 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "mcp-patch")
-	out, err := exec.Command("go", "build", "-o", binary, "github.com/mcp-patch/mcp-patch/cmd/mcp-patch").CombinedOutput()
+	binary, labBinary = filepath.Join(dir, "mcp-patch"), filepath.Join(dir, "mcp-patch-lab")
+	out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/mcp-patch/mcp-patch/cmd/mcp-patch", "github.com/mcp-patch/mcp-patch/cmd/mcp-patch-lab").CombinedOutput()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "build mcp-patch: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "build mcp-patch and mcp-patch-lab: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -80,7 +82,14 @@ func exampleRepo(t testing.TB) string {
 func run(t *testing.T, stdin string, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	getenv := func(k string) string { return env[k] }
+	// `mcp-patch lab` finds the lab's binary built for the tests unless
+	// env says otherwise.
+	getenv := func(k string) string {
+		if v, ok := env[k]; ok || k != EnvLabBinary {
+			return v
+		}
+		return labBinary
+	}
 	code := Run(context.Background(), args, IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb, Getenv: getenv})
 	return code, out.String(), errb.String()
 }
@@ -386,6 +395,23 @@ func TestHTTPNeedsToken(t *testing.T) {
 	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "read_intent"})
 	if err != nil || res.IsError {
 		t.Fatalf("read_intent over HTTP: %v %+v", err, res)
+	}
+	// The capabilities are declared as served: prompts, and no list that
+	// announces changes it never makes.
+	caps := cs.InitializeResult().Capabilities
+	if caps.Prompts == nil || caps.Tools == nil || caps.Tools.ListChanged || caps.Prompts.ListChanged || caps.Resources == nil || caps.Resources.ListChanged || caps.Completions != nil {
+		t.Errorf("capabilities %+v, want tools, prompts and resources without listChanged, no completions", caps)
+	}
+	pl, err := cs.ListPrompts(context.Background(), nil)
+	if err != nil || len(pl.Prompts) != 3 {
+		t.Fatalf("prompts/list: %v %+v", err, pl)
+	}
+	gp, err := cs.GetPrompt(context.Background(), &mcp.GetPromptParams{Name: "continue_round", Arguments: map[string]string{"round": "2026-12"}})
+	if err != nil || len(gp.Messages) != 1 || !strings.Contains(gp.Messages[0].Content.(*mcp.TextContent).Text, `round_status {"round":"2026-12"}`) {
+		t.Fatalf("prompts/get continue_round: %v %+v", err, gp)
+	}
+	if _, err := cs.GetPrompt(context.Background(), &mcp.GetPromptParams{Name: "continue_round", Arguments: map[string]string{"round": "../x"}}); err == nil || !strings.Contains(err.Error(), "not a round id") {
+		t.Errorf("prompts/get with a bad round: %v, want refused", err)
 	}
 	// /metrics sits behind the same token.
 	for auth, want := range map[string]int{"": http.StatusUnauthorized, "Bearer " + token: http.StatusOK} {

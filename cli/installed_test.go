@@ -37,10 +37,11 @@ func (b *lockedBuffer) String() string {
 
 // TestLabUpFromAnInstalledBinary: the mcp-patch binary, outside the source
 // tree, started from a directory outside it with no Go toolchain on PATH,
-// brings the lab up on the control plane already in the cache (the one a
-// clone's scripts/build-controlplane.sh names: same key), and its hosts'
-// commands are the binary itself: inspect_node runs inspect.sh over SSH
-// through them. Nothing is built at run time.
+// brings the lab up (through the lab's binary, mcp-patch-lab, installed
+// beside it) on the control plane already in the cache (the one a clone's
+// scripts/build-controlplane.sh names: same key), and its hosts' commands
+// are the lab's binary: inspect_node runs inspect.sh over SSH through them.
+// Nothing is built at run time.
 func TestLabUpFromAnInstalledBinary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -58,7 +59,7 @@ func TestLabUpFromAnInstalledBinary(t *testing.T) {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "PATH", cluster.EnvBinDir, "MCP_PATCH_REPO", "MCP_PATCH_LAB_DIR", "MCP_PATCH_CONFIG", "PWD", lab.EnvHostBinary:
+		case "PATH", cluster.EnvBinDir, "MCP_PATCH_REPO", "MCP_PATCH_LAB_DIR", "MCP_PATCH_CONFIG", "PWD", lab.EnvHostBinary, EnvLabBinary:
 			continue
 		}
 		env = append(env, kv)
@@ -147,14 +148,14 @@ func TestLabUpFromAnInstalledBinary(t *testing.T) {
 		}
 	}
 
-	// The hosts' commands are links to the binary, which plays them.
+	// The hosts' commands are links to the lab's binary, which plays them.
 	links, err := filepath.Glob(filepath.Join(labDir, "fleet", "hosts", "gpu-canary-1", "bin", "*"))
 	if err != nil || len(links) == 0 {
 		t.Fatalf("no host commands under %s: %v", labDir, err)
 	}
 	for _, l := range links {
-		if to, err := os.Readlink(l); err != nil || to != binary {
-			t.Errorf("%s links to %q (%v), want the binary %s", l, to, err, binary)
+		if to, err := os.Readlink(l); err != nil || to != labBinary {
+			t.Errorf("%s links to %q (%v), want the lab's binary %s", l, to, err, labBinary)
 		}
 	}
 	insp := command("tool", "inspect_node", "--node", "gpu-canary-1", "--config", filepath.Join(labDir, "mcp-patch.yaml"))

@@ -1,394 +1,122 @@
 package cli
 
 import (
-	"bufio"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"strings"
+	"syscall"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
-
-	"github.com/mcp-patch/mcp-patch/lab"
-	"github.com/mcp-patch/mcp-patch/tools"
 )
 
-func labDir(getenv func(string) string) string {
-	if d := getenv("MCP_PATCH_LAB_DIR"); d != "" {
-		return d
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = os.TempDir()
-	}
-	return filepath.Join(base, "mcp-patch", "lab")
-}
+// The production binary links no lab code: `mcp-patch lab ...` runs the
+// lab's own binary, mcp-patch-lab (cmd/mcp-patch-lab: this CLI with the
+// real `lab` command and the lab hosts' emulated commands), with the same
+// arguments.
+const (
+	// EnvLabBinary names the lab's binary; unset, it is mcp-patch-lab
+	// beside this executable, else on PATH.
+	EnvLabBinary  = "MCP_PATCH_LAB_BINARY"
+	labBinaryName = "mcp-patch-lab"
+)
+
+// labEnv are the variables of this CLI's environment the lab's binary reads
+// as this one would, passed on as this process sees them.
+var labEnv = []string{"MCP_PATCH_LAB_DIR", "MCP_PATCH_CONFIG", "MCP_PATCH_INTENT_REPO", "MCP_PATCH_STATE_DIR", "MCP_PATCH_ALLOWED_SIGNERS", "MCP_PATCH_LAB_HOST"}
 
 func (a *app) labCommand() *cobra.Command {
-	c := &cobra.Command{
+	return &cobra.Command{
 		Use:   "lab COMMAND",
 		Short: "The embedded lab: an emulated GPU fleet on a real control plane",
 		Long: `The embedded lab: control-plane and GPU hosts emulated behind real SSH servers
 on 127.0.0.1, a real kube-apiserver, controller-manager, scheduler and kwok on
 a real 3-member etcd. "lab demo" runs a whole round on it; "lab up" keeps one
-running for Claude Code; "lab fault" injects a fault into a running lab.`,
-		Args: noArgs,
-		RunE: groupRun,
-	}
-	var dir string
-	addDir := func(cmd *cobra.Command) {
-		cmd.Flags().StringVar(&dir, "dir", labDir(a.stdio.Getenv), "where the lab keeps its files (env MCP_PATCH_LAB_DIR); up and demo start it afresh")
-	}
-	var shape lab.Options
-	addShape := func(cmd *cobra.Command) {
-		cmd.Flags().IntVar(&shape.ControlPlanes, "control-planes", 3, "control-plane hosts")
-		cmd.Flags().IntVar(&shape.Canary, "canary", 1, "canary GPU servers")
-		cmd.Flags().IntVar(&shape.GPUServers, "gpu-servers", 4, "other GPU servers")
-		cmd.Flags().BoolVar(&shape.VMCanary, "vm-canary", false, "the canary GPU server is a real Debian VM under QEMU (real GRUB, kernels, reboots; README, \"real VM\")")
-		cmd.Flags().StringVar((*string)(&shape.VMFirmware), "vm-firmware", "uefi", "what the VM canary boots with: uefi or bios")
-	}
-	// options are the lab's options once the flags are parsed; the lab
-	// logs only warnings unless --log-level is given (the demo prints each
-	// step itself).
-	options := func() (lab.Options, *slog.Logger, error) {
-		if !a.g.set("log-level") {
-			a.g.logLevel = "warn"
-		}
-		log, err := a.g.logger(a.stdio.Stderr)
-		if err != nil {
-			return lab.Options{}, nil, err
-		}
-		say := func(s string) { fmt.Fprintln(a.stdio.Stderr, "lab: "+s) }
-		o := shape
-		o.Dir, o.Logger, o.Progress = dir, log, say
-		o.Alertmanager = lab.FindAlertmanager(a.stdio.Getenv)
-		return o, log, nil
-	}
+running for Claude Code; "lab fault" injects a fault into a running lab.
 
-	var roundID string
-	demo := &cobra.Command{
-		Use:   "demo",
-		Short: "Start a fresh lab and run a whole patch round on it, printing every tool call",
-		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, log, err := options()
+The lab is its own binary, mcp-patch-lab (this CLI links no lab code): mcp-patch
+lab runs it with the same arguments, from $MCP_PATCH_LAB_BINARY, beside this
+executable or on PATH. Build it with
+  go build -o DIR/mcp-patch-lab ./cmd/mcp-patch-lab     (in a checkout)
+  go install github.com/mcp-patch/mcp-patch/cmd/mcp-patch-lab@VERSION`,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bin, err := findLabBinary(a.stdio.Getenv, os.Executable, os.Stat)
 			if err != nil {
 				return err
 			}
-			if roundID == "" {
-				roundID = time.Now().UTC().Format("2006-01")
-			}
-			return exit(labDemo(cmd.Context(), o, roundID, a.stdio, log))
+			return exit(a.runLab(cmd, bin, args))
 		},
 	}
-	addDir(demo)
-	addShape(demo)
-	demo.Flags().StringVar(&roundID, "round", "", "round id (default: this month, YYYY-MM in UTC)")
-
-	var httpAddr string
-	up := &cobra.Command{
-		Use:   "up",
-		Short: "Start a fresh lab and keep it running; prints how to connect Claude Code",
-		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, log, err := options()
-			if err != nil {
-				return err
-			}
-			return exit(labUp(cmd.Context(), o, httpAddr, a.stdio, log))
-		},
-	}
-	addDir(up)
-	addShape(up)
-	up.Flags().StringVar(&httpAddr, "http", "127.0.0.1:8765", "also serve MCP over HTTP here (on the lab clock)")
-
-	var node, arg string
-	var clear bool
-	fault := &cobra.Command{
-		Use:   "fault NAME [--node HOST] [--arg ARG] [--clear]",
-		Short: "Inject (or --clear) a fault in the running lab",
-		Long:  "Inject (or --clear) one of the lab's faults in the running lab.\n\nFaults: " + strings.Join(lab.FaultNames(), ", "),
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return usagef("lab fault takes one fault name (one of %s), got %d arguments", strings.Join(lab.FaultNames(), ", "), len(args))
-			}
-			return nil
-		},
-		ValidArgs: lab.FaultNames(),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return exit(labFault(args[0], dir, node, arg, clear, a.stdio))
-		},
-	}
-	addDir(fault)
-	fault.Flags().StringVar(&node, "node", "", "the host the fault applies to")
-	fault.Flags().StringVar(&arg, "arg", "", "the fault's argument")
-	fault.Flags().BoolVar(&clear, "clear", false, "clear the fault instead of injecting it")
-
-	down := &cobra.Command{
-		Use:   "down",
-		Short: "Stop the running lab",
-		Args:  noArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return exit(labDown(dir, a.stdio))
-		},
-	}
-	addDir(down)
-	c.AddCommand(demo, up, fault, down, a.labPreviewCommand(options, addDir))
-	return c
 }
 
-func labDemo(ctx context.Context, opts lab.Options, roundID string, stdio IO, log *slog.Logger) int {
-	start := time.Now()
-	if err := opts.Validate(); err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
-		return ExitUsage
-	}
-	if err := lab.Fresh(opts.Dir); err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
-		return ExitNotOK
-	}
-	l, err := lab.Up(ctx, opts)
-	if err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
-		return ExitNotOK
-	}
-	defer l.Close()
-	fmt.Fprintf(stdio.Stdout, "Lab up in %s: %d hosts over SSH, a real control plane, intent repo %s\n",
-		time.Since(start).Round(time.Second), l.Hosts(), l.IntentRepo)
-	fmt.Fprintf(stdio.Stdout, "Running round %s as an agent would: following each next step, approvals signed with the lab-only key.\n\n", roundID)
-	res, err := l.RunRound(ctx, roundID, stdio.Stdout, log)
-	fmt.Fprintln(stdio.Stdout)
-	if err != nil {
-		fmt.Fprintf(stdio.Stderr, "mcp-patch lab demo: the round did not finish: %v\n", err)
-		return ExitNotOK
-	}
-	if !res.Outcome.Closed {
-		fmt.Fprintf(stdio.Stderr, "mcp-patch lab demo: the round stopped at %s on %s: %s\n", res.Outcome.Stopped.Step, res.Outcome.Stopped.Node, res.Outcome.Stopped.Reason)
-		return ExitNotOK
-	}
-	report := filepath.Join(l.IntentRepo, "rounds", roundID, "report.md")
-	fmt.Fprintf(stdio.Stdout, "Round %s closed in %s: %d tool calls, %d approvals signed.\n", roundID, res.Duration.Round(time.Second), res.Outcome.Calls, res.Outcome.Approvals)
-	fmt.Fprintf(stdio.Stdout, "Report: %s (timeline: timeline.svg beside it)\nCommits on %s:\n%s\n", report, res.Branch, indent(res.Log))
-	if b, err := os.ReadFile(report); err == nil {
-		fmt.Fprintf(stdio.Stdout, "\n%s\n", string(b))
-	}
-	return ExitOK
-}
-
-func indent(s string) string {
-	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
-}
-
-func labUp(ctx context.Context, opts lab.Options, httpAddr string, stdio IO, log *slog.Logger) int {
-	if err := opts.Validate(); err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
-		return ExitUsage
-	}
-	// A lab starts fresh: state left by an earlier one (etcd data, host
-	// roots) would not match the new certificates and keys.
-	if _, err := os.Stat(filepath.Join(opts.Dir, "lab.sock")); err == nil {
-		if _, err := control(opts.Dir, "ping"); err == nil {
-			fmt.Fprintln(stdio.Stderr, "mcp-patch lab up: a lab is already running in", opts.Dir, "(mcp-patch lab down first)")
-			return ExitNotOK
+// runLab runs the lab's binary as `lab ARGS` on this process's stdio and
+// says its exit code; a stop of this process interrupts it (lab up and
+// demo stop their lab on an interrupt).
+func (a *app) runLab(cmd *cobra.Command, bin string, args []string) int {
+	c := exec.CommandContext(cmd.Context(), bin, append([]string{"lab"}, args...)...)
+	c.Stdin, c.Stdout, c.Stderr = a.stdio.Stdin, a.stdio.Stdout, a.stdio.Stderr
+	c.Env = os.Environ()
+	for _, k := range labEnv {
+		if v := a.stdio.Getenv(k); v != "" {
+			c.Env = append(c.Env, k+"="+v)
 		}
 	}
-	if err := lab.Fresh(opts.Dir); err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
+	c.Cancel = func() error { return c.Process.Signal(syscall.SIGINT) }
+	c.WaitDelay = time.Minute
+	err := c.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ee) && ee.ExitCode() >= 0:
+		return ee.ExitCode()
+	default:
+		fmt.Fprintf(a.stdio.Stderr, "mcp-patch lab: %s: %v\n", bin, err)
 		return ExitNotOK
 	}
-	l, err := lab.Up(ctx, opts)
-	if err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
-		return ExitNotOK
-	}
-	defer l.Close()
-	h, err := serveLabHTTP(ctx, l, httpAddr, stdio.Getenv, log)
-	if err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
-		return ExitNotOK
-	}
-	defer h.Close()
-	ctl, err := listenControl(ctx, opts.Dir, l)
-	if err != nil {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch lab up:", err)
-		return ExitNotOK
-	}
-	defer ctl.Close()
-	self, _ := os.Executable()
-	fmt.Fprintf(stdio.Stdout, `The lab is up (%d hosts). Connect Claude Code:
-
-  stdio:  claude mcp add mcp-patch-lab -- %s serve --config %s
-  HTTP:   claude mcp add --transport http mcp-patch-lab %s --header "Authorization: Bearer $(cat %s)"
-
-Sign approvals as the lab's person:   %s approve --key %s request.txt
-Inject a fault:                      %s lab fault NAME --node HOST   (names: %s)
-Stop it:                             Ctrl-C, or %s lab down
-`, l.Hosts(), self, l.ConfigFile, h.URL, h.TokenFile, self, l.ApproverKey, self, strings.Join(lab.FaultNames(), ", "), self)
-	if c := l.VMCanary; c != nil {
-		fmt.Fprintf(stdio.Stdout, `
-The canary %s is a real Debian VM (%s, kernels %s -> %s):
-  its shell:           %s
-  its serial console:  %s
-`, c.Name, strings.ToUpper(string(c.Firmware)), c.VM.Image.OldKernel, c.VM.Image.NewKernel, c.SSHCommand(), c.VM.SerialLog)
-	}
-	<-ctx.Done()
-	fmt.Fprintln(stdio.Stderr, "lab: stopping")
-	return ExitOK
 }
 
-// labHTTP is the lab's MCP server on streamable HTTP: the lab's
-// configuration and clock, behind a fresh bearer token that is also written
-// to http.token (mode 0600) in the lab directory.
-type labHTTP struct {
-	// URL is where the server answers, e.g. http://127.0.0.1:8765/.
-	URL, Token, TokenFile string
-	// Server is the MCP server behind URL (for a test to watch its
-	// messages).
-	Server  *mcp.Server
-	srv     *http.Server
-	cleanup func()
-}
-
-// serveLabHTTP starts the lab's MCP server on addr (host:port; port 0 picks
-// a free one). Close stops it.
-func serveLabHTTP(ctx context.Context, l *lab.Lab, addr string, getenv func(string) string, log *slog.Logger) (*labHTTP, error) {
-	cfg := l.Config
-	d, cleanup, err := tools.Build(ctx, &cfg, log, getenv, l.Clock.Now)
-	if err != nil {
-		return nil, err
+// findLabBinary is the lab's binary: $MCP_PATCH_LAB_BINARY when set (it
+// must exist), else mcp-patch-lab beside this executable, else on PATH;
+// none is an error that says how to build it.
+func findLabBinary(getenv func(string) string, executable func() (string, error), stat func(string) (os.FileInfo, error)) (string, error) {
+	runnable := func(p string) bool {
+		fi, err := stat(p)
+		return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 	}
-	tok := make([]byte, 24)
-	if _, err := rand.Read(tok); err != nil {
-		cleanup()
-		return nil, fmt.Errorf("make the HTTP token: %w", err)
-	}
-	h := &labHTTP{Token: hex.EncodeToString(tok), TokenFile: filepath.Join(l.Dir, "http.token"), cleanup: cleanup}
-	if err := os.WriteFile(h.TokenFile, []byte(h.Token+"\n"), 0o600); err != nil {
-		cleanup()
-		return nil, fmt.Errorf("write the HTTP token: %w", err)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		cleanup()
-		return nil, err
-	}
-	server := tools.NewServer(tools.Builtin(), d, Version)
-	srv, ln := newHTTPServer(ln, bearerHandler(server, h.Token, sessionLimitsOf(d.Config.Serve), log))
-	h.Server, h.srv, h.URL = server, srv, "http://"+ln.Addr().String()+"/"
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("lab HTTP server stopped", "err", err)
+	if p := getenv(EnvLabBinary); p != "" {
+		if !runnable(p) {
+			return "", fmt.Errorf("$%s is %s, which is not an executable file", EnvLabBinary, p)
 		}
-	}()
-	return h, nil
-}
-
-// Close stops the server and releases what it built.
-func (h *labHTTP) Close() error {
-	err := h.srv.Close()
-	h.cleanup()
-	return err
-}
-
-// The control socket lets `lab fault` and `lab down` reach a running lab.
-func listenControl(ctx context.Context, dir string, l *lab.Lab) (net.Listener, error) {
-	path := filepath.Join(dir, "lab.sock")
-	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, err
+		return p, nil
 	}
-	stop := make(chan struct{})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func(c net.Conn) {
-				defer c.Close()
-				line, _ := bufio.NewReader(c).ReadString('\n')
-				f := strings.Split(strings.TrimRight(line, "\r\n"), "\t")
-				var err error
-				switch {
-				case len(f) == 4 && f[0] == "inject":
-					err = l.Inject(ctx, f[1], f[2], f[3])
-				case len(f) == 4 && f[0] == "clear":
-					err = l.Clear(ctx, f[1], f[2])
-				case len(f) == 1 && f[0] == "ping":
-				case len(f) == 1 && f[0] == "down":
-					fmt.Fprintln(c, "ok")
-					close(stop)
-					return
-				default:
-					err = errors.New("bad control request")
-				}
-				if err != nil {
-					fmt.Fprintln(c, "error: "+err.Error())
-					return
-				}
-				fmt.Fprintln(c, "ok")
-			}(c)
+	var tried []string
+	if self, err := executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), labBinaryName)
+		if runnable(p) {
+			return p, nil
 		}
-	}()
-	go func() {
-		<-stop
-		p, _ := os.FindProcess(os.Getpid())
-		_ = p.Signal(os.Interrupt)
-	}()
-	return ln, nil
+		tried = append(tried, filepath.Dir(self))
+	}
+	for _, dir := range filepath.SplitList(getenv("PATH")) {
+		if dir == "" {
+			continue
+		}
+		if p := filepath.Join(dir, labBinaryName); runnable(p) {
+			return p, nil
+		}
+	}
+	tried = append(tried, "PATH")
+	return "", fmt.Errorf("the lab is its own binary, %s, and it is in none of %v ($%s unset): build it beside mcp-patch with `go build -o %s ./cmd/mcp-patch-lab` in a checkout of mcp-patch, or install it with `go install github.com/mcp-patch/mcp-patch/cmd/mcp-patch-lab@VERSION`",
+		labBinaryName, tried, EnvLabBinary, filepath.Join(firstOr(tried, "DIR"), labBinaryName))
 }
 
-func control(dir, req string) (string, error) {
-	c, err := net.DialTimeout("unix", filepath.Join(dir, "lab.sock"), 5*time.Second)
-	if err != nil {
-		return "", fmt.Errorf("no running lab in %s (start one with mcp-patch lab up): %w", dir, err)
+func firstOr(s []string, def string) string {
+	if len(s) == 0 || s[0] == "PATH" {
+		return def
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
-	fmt.Fprintln(c, req)
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return strings.TrimSpace(line), err
-}
-
-// controlError is what a failed control request says: the connection's
-// error, else the running lab's answer (sent as "error: ...").
-func controlError(resp string, err error) string {
-	if err != nil {
-		return strings.TrimSpace(err.Error() + " " + resp)
-	}
-	return strings.TrimPrefix(resp, "error: ")
-}
-
-func labFault(name, dir, node, arg string, clear bool, stdio IO) int {
-	verb := "inject"
-	if clear {
-		verb = "clear"
-	}
-	resp, err := control(dir, strings.Join([]string{verb, name, node, arg}, "\t"))
-	if err != nil || resp != "ok" {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch lab fault:", controlError(resp, err))
-		return ExitNotOK
-	}
-	fmt.Fprintf(stdio.Stdout, "%s %s: ok\n", verb, name)
-	return ExitOK
-}
-
-func labDown(dir string, stdio IO) int {
-	resp, err := control(dir, "down")
-	if err != nil || resp != "ok" {
-		fmt.Fprintln(stdio.Stderr, "mcp-patch lab down:", controlError(resp, err))
-		return ExitNotOK
-	}
-	fmt.Fprintln(stdio.Stdout, "lab stopping")
-	return ExitOK
+	return s[0]
 }

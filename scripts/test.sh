@@ -45,7 +45,7 @@ if ! grep -qx 'exec scripts/test.sh' "$clone/repo/.ci/run"; then
 	echo "test: .ci/run does not run the README's test command (exec scripts/test.sh)" >&2
 	exit 1
 fi
-(cd "$clone/repo" && go build -o "$clone/mcp-patch" ./cmd/mcp-patch && "$clone/mcp-patch" --help >/dev/null)
+(cd "$clone/repo" && go build -o "$clone/" ./cmd/mcp-patch ./cmd/mcp-patch-lab && "$clone/mcp-patch" --help >/dev/null && "$clone/mcp-patch" lab --help >/dev/null)
 rm -rf "$clone"
 trap - EXIT
 echo "test: fresh-clone check took $(($(date +%s) - start))s"
@@ -74,7 +74,7 @@ go vet ./...
 phase_took "go vet" "$start"
 # The lab hosts' emulated commands (a host step starts a dozen) run from a
 # lab-host build, which starts in ~15 ms where the test binaries take ~70 ms;
-# cli's installed-binary test still has mcp-patch play them itself.
+# cli's installed-binary test still has the lab's binary play them itself.
 mkdir -p bin
 go build -o bin/mcp-patch-lab-host ./lab/cmd/lab-host
 MCP_PATCH_LAB_HOST=$(pwd)/bin/mcp-patch-lab-host

@@ -16,16 +16,18 @@ import (
 // modulePath is the path the README's `go install` names.
 const modulePath = "github.com/mcp-patch/mcp-patch"
 
-// TestGoInstallFromProxy: the README's install command,
+// TestGoInstallFromProxy: the README's install command with the lab's
+// binary beside it,
 //
-//	go install github.com/mcp-patch/mcp-patch/cmd/mcp-patch@VERSION
+//	go install github.com/mcp-patch/mcp-patch/cmd/mcp-patch@VERSION github.com/mcp-patch/mcp-patch/cmd/mcp-patch-lab@VERSION
 //
 // run against a module proxy on disk (GOPROXY=file://...) that serves this
 // repository's committed files as VERSION, its dependencies coming from the
 // module cache's download directory (itself laid out as a proxy): the
 // module path resolves, the module builds outside the repository with its
-// own go.mod, and the installed binary runs and carries the control-plane
-// build script and pins (mcp-patch lab needs nothing else).
+// own go.mod, and the installed binary runs its lab through the lab's
+// binary, which carries the control-plane build script and pins (mcp-patch
+// lab needs nothing else).
 func TestGoInstallFromProxy(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -39,14 +41,14 @@ func TestGoInstallFromProxy(t *testing.T) {
 
 	modCache := goEnv(t, "GOMODCACHE")
 	gobin := t.TempDir()
-	cmd := exec.Command(goBin, "install", modulePath+"/cmd/mcp-patch@"+version)
+	cmd := exec.Command(goBin, "install", modulePath+"/cmd/mcp-patch@"+version, modulePath+"/cmd/mcp-patch-lab@"+version)
 	cmd.Dir = t.TempDir() // outside any module: the install must not use this checkout
 	cmd.Env = append(os.Environ(),
 		"GOPROXY=file://"+proxy+",file://"+filepath.Join(modCache, "cache", "download"),
 		"GOSUMDB=off", "GOFLAGS=", "GOWORK=off", "GOTOOLCHAIN=local", "GOBIN="+gobin)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("go install %s/cmd/mcp-patch@%s from the file proxy: %v\n%s", modulePath, version, err, out)
+		t.Fatalf("go install %s/cmd/mcp-patch@%s and cmd/mcp-patch-lab from the file proxy: %v\n%s", modulePath, version, err, out)
 	}
 	bin := filepath.Join(gobin, "mcp-patch")
 	help, err := exec.Command(bin, "lab", "--help").CombinedOutput()

@@ -1,8 +1,8 @@
 // Command mcp-patch is the MCP server and CLI for the OS and kernel patch
 // round of a Kubernetes GPU cluster. main only builds the context and maps
-// the result to an exit code; everything else lives in package cli. Started
-// under the name of a lab host's command (the lab links them to this
-// executable), it is that command instead (fleet.HostCommandMain).
+// the result to an exit code; everything else lives in package cli. It
+// links no lab code: the lab is cmd/mcp-patch-lab, which `mcp-patch lab`
+// runs.
 package main
 
 import (
@@ -13,13 +13,9 @@ import (
 	"syscall"
 
 	"github.com/mcp-patch/mcp-patch/cli"
-	"github.com/mcp-patch/mcp-patch/lab/fleet"
 )
 
 func main() {
-	if code, ran := fleet.HostCommandMain(os.Args); ran {
-		os.Exit(code)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := cli.Run(ctx, os.Args[1:], cli.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, SetMemoryLimit: debug.SetMemoryLimit})
 	stop()

@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcp-patch/mcp-patch/cli"
 	"github.com/mcp-patch/mcp-patch/lab"
 )
 
@@ -24,7 +25,7 @@ var previewTools = []string{"inspect_node", "simulate_upgrade"}
 // control plane, and the host-side preflight run on them through the CLI
 // twins, printed as a person would type and see it. scripts/demo.sh runs it
 // while the control plane compiles.
-func (a *app) labPreviewCommand(options func() (lab.Options, *slog.Logger, error), addDir func(*cobra.Command)) *cobra.Command {
+func labPreviewCommand(env cli.Env, options func() (lab.Options, *slog.Logger, error), addDir func(*cobra.Command)) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "preview",
 		Short: "Start the lab's hosts only (no control plane) and run inspect_node and simulate_upgrade on two of them",
@@ -33,29 +34,29 @@ run the host-side part of the preflight on a control-plane node and the
 canary through the CLI twins (mcp-patch tool inspect_node / simulate_upgrade),
 printing each command and its answer; then stop the hosts. Needs no
 control-plane build: scripts/demo.sh shows it while that build runs.`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o, _, err := options()
 			if err != nil {
 				return err
 			}
-			return exit(labPreview(cmd.Context(), o, a.stdio))
+			return cli.ExitCode(labPreview(cmd.Context(), o, env.Stdio))
 		},
 	}
 	addDir(c)
 	return c
 }
 
-func labPreview(ctx context.Context, opts lab.Options, stdio IO) int {
+func labPreview(ctx context.Context, opts lab.Options, stdio cli.IO) int {
 	start := time.Now()
 	if err := lab.Fresh(opts.Dir); err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch lab preview:", err)
-		return ExitNotOK
+		return cli.ExitNotOK
 	}
 	l, err := lab.Preview(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch lab preview:", err)
-		return ExitNotOK
+		return cli.ExitNotOK
 	}
 	defer func() {
 		if err := l.Close(); err != nil {
@@ -65,15 +66,15 @@ func labPreview(ctx context.Context, opts lab.Options, stdio IO) int {
 	fmt.Fprintf(stdio.Stdout, "Lab hosts up in %s: %d hosts over SSH (no control plane yet), config %s\n",
 		time.Since(start).Round(time.Second), len(l.Fleet.Hosts()), l.ConfigFile)
 	fmt.Fprintf(stdio.Stdout, "The host-side preflight, read-only, as a person runs it (MCP_PATCH_CONFIG=%s):\n", l.ConfigFile)
-	code := ExitOK
+	code := cli.ExitOK
 	for _, node := range previewNodes {
 		for _, tool := range previewTools {
 			fmt.Fprintf(stdio.Stdout, "\n$ mcp-patch tool %s --node %s -o table\n", tool, node)
 			// --log-level error: the answer alone, as the table shows it.
 			args := []string{"tool", tool, "--node", node, "--config", l.ConfigFile, "-o", "table", "--log-level", "error"}
-			if rc := Run(ctx, args, stdio); rc != ExitOK {
+			if rc := cli.Run(ctx, args, stdio); rc != cli.ExitOK {
 				fmt.Fprintf(stdio.Stderr, "mcp-patch lab preview: %s on %s exited %d\n", tool, node, rc)
-				code = ExitNotOK
+				code = cli.ExitNotOK
 			}
 		}
 	}
