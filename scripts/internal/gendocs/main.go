@@ -64,7 +64,7 @@ func pages(root string) ([]page, error) {
 	}
 	b, err := toolsPage()
 	add("docs/reference/tools.md", b, err)
-	b, err = configPage()
+	b, err = configPage(root)
 	add("docs/reference/configuration.md", b, err)
 	b, err = cliPage()
 	add("docs/reference/cli.md", b, err)
