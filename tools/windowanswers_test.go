@@ -148,69 +148,74 @@ func TestRecordStopRecordsThePlansStop(t *testing.T) {
 	}
 }
 
-// The server's window Lease on the cluster: the first hold takes it and
-// keeps it renewed in the background, another server is refused while it
-// is held, a release frees it (and stops the renewal), and the other
-// server then takes it.
+// The server's window Lease on the cluster, through its one keeper: the
+// first hold takes it and keeps it renewed between the window's calls,
+// another server is refused while it is held, a release frees it (and
+// stops the renewal), and the other server then takes it.
 func TestServerLeaseHoldsAndReleases(t *testing.T) {
 	kc := fake.NewClientset()
 	clients := &kube.Clients{Kube: kc}
 	server := func(id string) *Deps {
 		c := config.DefaultConfig()
-		return &Deps{Config: &c, Identity: id, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Background: t.Context(),
+		d := &Deps{Config: &c, Identity: id, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			Cluster: func(context.Context) (*kube.Clients, error) { return clients, nil }}
+		t.Cleanup(d.closeLease)
+		return d
 	}
+	ctx := t.Context()
 	a, b := server("server-a"), server("server-b")
-	la, err := a.windowLease(t.Context())
+	ka, err := a.leaseKeeper(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb, err := b.windowLease(t.Context())
+	if again, err := a.leaseKeeper(ctx); again != ka || err != nil {
+		t.Fatalf("a second keeper in one process: %p %p %v", again, ka, err)
+	}
+	kb, err := b.leaseKeeper(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := la.Hold(t.Context(), wRound, wNode); err != nil {
+	hold := func(k *window.LeaseKeeper, node string) error {
+		_, done, err := k.Hold(ctx, wRound, node)
+		done() // the step ends; the server's keeper renews on
+		return err
+	}
+	if err := hold(ka, wNode); err != nil {
 		t.Fatalf("server-a takes the Lease: %v", err)
 	}
-	if err := la.Hold(t.Context(), wRound, wNode); err != nil {
+	if err := hold(ka, wNode); err != nil {
 		t.Fatalf("server-a holds it again (renewal): %v", err)
 	}
-	a.locks.mu.Lock()
-	renewing := len(a.locks.held)
-	a.locks.mu.Unlock()
-	if renewing != 1 {
-		t.Fatalf("server-a renews %d Leases in the background, want 1", renewing)
+	if err := ka.Check(wRound, wNode); err != nil {
+		t.Fatalf("server-a does not keep its Lease between calls: %v", err)
 	}
-	if err := lb.Hold(t.Context(), wRound, "gpu-2"); !errors.Is(err, window.ErrLeaseHeld) || !strings.Contains(err.Error(), "server-a") {
+	if err := hold(kb, "gpu-2"); !errors.Is(err, window.ErrLeaseHeld) || !strings.Contains(err.Error(), "server-a") {
 		t.Fatalf("server-b while server-a holds it: %v", err)
 	}
-	if err := lb.Release(t.Context(), wRound, "gpu-2"); err != nil {
+	if err := kb.Release(ctx, wRound, "gpu-2"); err != nil {
 		t.Fatalf("server-b releasing what it does not hold: %v", err)
 	}
-	if h, held, err := windowlock.Inspect(t.Context(), kc, a.lockConfig()); err != nil || !held || h.Identity != "server-a" {
+	if h, held, err := windowlock.Inspect(ctx, kc, a.windowLockConfig()); err != nil || !held || h.Identity != "server-a" {
 		t.Fatalf("server-b's release touched server-a's Lease: %+v %v %v", h, held, err)
 	}
-	if err := la.Release(t.Context(), wRound, wNode); err != nil {
+	if err := ka.Release(ctx, wRound, wNode); err != nil {
 		t.Fatalf("server-a releases: %v", err)
 	}
-	a.locks.mu.Lock()
-	renewing = len(a.locks.held)
-	a.locks.mu.Unlock()
-	if renewing != 0 {
-		t.Fatalf("server-a still renews %d Leases after the release", renewing)
+	if err := ka.Check(wRound, wNode); !errors.Is(err, window.ErrLeaseLost) {
+		t.Fatalf("server-a still keeps the Lease after the release: %v", err)
 	}
-	if err := lb.Hold(t.Context(), wRound, "gpu-2"); err != nil {
+	if err := hold(kb, "gpu-2"); err != nil {
 		t.Fatalf("server-b after the release: %v", err)
 	}
 
 	// Without a cluster there is nothing to hold; a cluster that cannot be
 	// reached is an error, not a Lease held.
-	if l, err := (&Deps{Config: a.Config}).windowLease(t.Context()); l != nil || err != nil {
-		t.Fatalf("no cluster: %v %v", l, err)
+	if k, err := (&Deps{Config: a.Config}).leaseKeeper(ctx); k != nil || err != nil {
+		t.Fatalf("no cluster: %v %v", k, err)
 	}
 	down := server("server-c")
 	down.Cluster = func(context.Context) (*kube.Clients, error) { return nil, errors.New("connection refused") }
-	if _, err := down.windowLease(t.Context()); err == nil {
+	if _, err := down.leaseKeeper(ctx); err == nil {
 		t.Fatal("a Lease from an unreachable cluster")
 	}
 }
