@@ -51,7 +51,7 @@ func wire(ctx context.Context, d *Deps) (cleanup func(), err error) {
 		}
 	}
 	d.Identity = c.Identity
-	d.Background = ctx
+	closers = append(closers, d.closeLease)
 	d.Audit = d.RecordAudit
 	if c.IntentRepo != "" {
 		repoPath := c.IntentRepo
