@@ -34,12 +34,18 @@
 // # Journal
 //
 // Everything that happens is a record appended to journal.jsonl (fsync'd
-// before the call returns); state.json is a snapshot of the state, by
-// atomic replace, written at the first record, again each time the journal
-// has grown by the snapshot's own size, and at Close: it is always the
-// state of a prefix of the journal (its last_seq says which), so a
-// window's writes stay proportional to its records, not to the round. On
-// Open the state is rebuilt from the journal alone. A torn last line is saved beside the journal, truncated away and
+// before the call returns); the state snapshot is the state as of one
+// record, by atomic replace, written at the first record, again each time
+// the journal has grown by the snapshot's own size, and at Close: it is
+// always the state of a prefix of the journal (its last_seq says which),
+// so a window's writes stay proportional to its records, not to the
+// round. An anchored journal (the server's) keeps it beside its anchor in
+// the server's state directory (<round>.state.json), never in the intent
+// repository: there it would read as the round's state while it is a
+// prefix's, and its write at Close would change the working copy after
+// the call's last commit. A journal without an anchor keeps it beside
+// itself (state.json). On Open the state is rebuilt from the journal
+// alone. A torn last line is saved beside the journal, truncated away and
 // recorded. Each Open appends a session_opened record, so a step that was in
 // flight when an earlier process died replays as in flight with
 // NeedsRecheck set: the caller re-checks the host or cluster and records the

@@ -779,7 +779,8 @@ func (j *Journal) writeSnapshot() error {
 		return err
 	}
 	b = append(b, '\n')
-	if err := writeFileAtomic(j.dir, StateFile, b); err != nil {
+	dir, name := j.snapshotPath()
+	if err := writeFileAtomic(dir, name, b); err != nil {
 		return err
 	}
 	j.snapSeq, j.snapBytes, j.sinceSnap = j.state.LastSeq, int64(len(b)), 0
@@ -794,7 +795,7 @@ type snapshot struct {
 
 // readSnapshot reads state.json, nil when it is missing or not a state.
 func (j *Journal) readSnapshot() (*snapshot, int64) {
-	b, err := readFile(j.dir, StateFile)
+	b, err := readFile(j.snapshotPath())
 	if err != nil {
 		return nil, 0
 	}
@@ -821,8 +822,31 @@ func (snap *snapshot) journalBytes(sc scanned) int64 {
 	return 0
 }
 
+// snapshotPath is where the state snapshot lives: an anchored journal
+// (the server's) keeps it beside its anchor in the server's state
+// directory, <round>.state.json, out of the intent repository, where a
+// snapshot of a prefix of the journal would read as the round's state and
+// its write at Close would leave the working copy changed after the
+// call's last commit; a journal without an anchor (a standalone one, this
+// package's tests) keeps it beside itself as state.json.
+func (j *Journal) snapshotPath() (dir, name string) {
+	if j.anchorDir != "" {
+		return j.anchorDir, j.roundID + "." + StateFile
+	}
+	return j.dir, StateFile
+}
+
+// SnapshotPath is the path of the state snapshot of the round whose
+// journal is in dir, anchored in anchorDir ("" when not anchored).
+func SnapshotPath(dir, anchorDir string) string {
+	j := &Journal{dir: filepath.Clean(dir), roundID: filepath.Base(filepath.Clean(dir)), anchorDir: anchorDir}
+	d, name := j.snapshotPath()
+	return filepath.Join(d, name)
+}
+
 func (j *Journal) removeStaleTemps() {
-	matches, _ := filepath.Glob(filepath.Join(j.dir, "."+StateFile+".tmp-*"))
+	dir, name := j.snapshotPath()
+	matches, _ := filepath.Glob(filepath.Join(dir, "."+name+".tmp-*"))
 	for _, m := range matches {
 		if err := os.Remove(m); err == nil {
 			j.log.Info("removed a state file left half-written by a crash", "round", j.roundID, "file", filepath.Base(m))

@@ -73,15 +73,18 @@ func checkConsistent(t *testing.T, j *Journal) {
 	if diff := cmp.Diff(replayed, live); diff != "" {
 		t.Errorf("state differs from replay (-replay +live):\n%s", diff)
 	}
-	if err := snapshotMatches(j.Dir(), data); err != nil {
+	if err := snapshotFileMatches(SnapshotPath(j.Dir(), j.anchorDir), data); err != nil {
 		t.Error(err)
 	}
 }
 
 // readStateFile decodes dir's state.json.
-func readStateFile(dir string) (State, error) {
+func readStateFile(dir string) (State, error) { return readSnapshotFile(filepath.Join(dir, StateFile)) }
+
+// readSnapshotFile decodes the state snapshot at path.
+func readSnapshotFile(path string) (State, error) {
 	var st State
-	b, err := os.ReadFile(filepath.Join(dir, StateFile))
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return st, err
 	}
@@ -95,7 +98,12 @@ func readStateFile(dir string) (State, error) {
 // last_seq records of the journal bytes data make (a snapshot of a
 // prefix: it may lag the journal, never say something it does not).
 func snapshotMatches(dir string, data []byte) error {
-	file, err := readStateFile(dir)
+	return snapshotFileMatches(filepath.Join(dir, StateFile), data)
+}
+
+// snapshotFileMatches is snapshotMatches for the snapshot at path.
+func snapshotFileMatches(path string, data []byte) error {
+	file, err := readSnapshotFile(path)
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,8 @@ import (
 )
 
 // State is the round as the journal tells it. It is rebuilt by replaying
-// the journal; state.json is this struct, written for people and as a
-// cache.
+// the journal; the state snapshot (SnapshotPath) is this struct as of a
+// prefix of the journal.
 type State struct {
 	RoundID string    `json:"round_id"`
 	LastSeq uint64    `json:"last_seq"`

@@ -17,21 +17,7 @@ import (
 // metricsSource reads the open round's state for a scrape: the journal's
 // own state when this server holds it, else the state on disk. Nothing is
 // opened for writing.
-func (b *RoundBook) metricsSource() (*round.State, error) {
-	ids, err := b.OpenRounds()
-	if err != nil || len(ids) == 0 {
-		return nil, err
-	}
-	id := ids[len(ids)-1]
-	b.mu.Lock()
-	j, held := b.open[id]
-	b.mu.Unlock()
-	if held {
-		return j.State(), nil
-	}
-	st, _, err := round.ReadState(b.dir(id))
-	return st, err
-}
+func (b *RoundBook) metricsSource() (*round.State, error) { return b.OpenState() }
 
 // wireOps builds the notifier (webhooks from the config), the metrics and
 // the node Event recorder, hooks them to every journal the book opens, and

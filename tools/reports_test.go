@@ -106,12 +106,13 @@ func TestSignPlanRefusesAPlanMDThatIsNotThePlan(t *testing.T) {
 }
 
 // After the plan is signed and the server started again, the agent
-// edits what the server reports (plan.md, state.json,
-// plan-signatures.json) and writes a window approval of its own
-// (window-signatures/gpu-2.json). The server's next commit holds its own
-// renders, not the edits, leaves the made-up report out, and its message
-// and the call's answer name each file. The commits before, of files the
-// server wrote (journal snapshots included), name none.
+// edits what the server reports (plan.md, plan-signatures.json), writes a
+// window approval of its own (window-signatures/gpu-2.json) and a
+// state.json. The server's next commit holds its own renders, not the
+// edits, leaves the made-up report out, and its message and the call's
+// answer name each file; the state.json is no file of the server's (its
+// state snapshot lives in the state directory) and no commit holds it.
+// The commits before, of files the server wrote, name none.
 func TestServerCommitHoldsItsOwnReports(t *testing.T) {
 	f := newFleet(t)
 	f.planned()
@@ -121,10 +122,12 @@ func TestServerCommitHoldsItsOwnReports(t *testing.T) {
 		t.Fatalf("a commit of the server's own files names edits:\n%s", log)
 	}
 	f.restart()
-	f.state() // the journal opens (and checks state.json) before the edits
+	f.state() // the journal opens before the edits
 
 	f.edit(fleetPlanMD, forgeKernel)
-	f.edit(round.StateFile, func(s string) string { return strings.Replace(s, "{", "{\n  \"forged\": true,", 1) })
+	if err := os.WriteFile(f.roundFile(round.StateFile), []byte(`{"forged": true}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	f.edit(planSignedFile, func(s string) string { return strings.ReplaceAll(s, "alice@example.org", "mallory@example.org") })
 	forgedWindow := filepath.Join(f.repo, "rounds", fRound, windowSignaturesDir, "gpu-2.json")
 	if err := os.MkdirAll(filepath.Dir(forgedWindow), 0o755); err != nil {
@@ -139,13 +142,13 @@ func TestServerCommitHoldsItsOwnReports(t *testing.T) {
 		t.Fatalf("plan_round: %s %v", res.Status, res.Reasons)
 	}
 	msg := gitRun(t, f.repo, "log", "-1", "--format=%B", "mcp-patch/round-"+fRound)
-	for _, want := range []string{"Written again from the server's state over edits it did not make: ", "state.json", "plan.md", "plan-signatures.json",
+	for _, want := range []string{"Written again from the server's state over edits it did not make: ", "plan.md", "plan-signatures.json",
 		"Left out, not written by the server: window-signatures/gpu-2.json"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the commit message lacks %q:\n%s", want, msg)
 		}
 	}
-	for _, name := range []string{"state.json", "plan.md", "plan-signatures.json", "window-signatures/gpu-2.json"} {
+	for _, name := range []string{"plan.md", "plan-signatures.json", "window-signatures/gpu-2.json"} {
 		if !strings.Contains(reasons(res), "rounds/"+fRound+"/"+name+" was not") {
 			t.Errorf("plan_round's answer does not name %s: %v", name, res.Reasons)
 		}
@@ -153,11 +156,8 @@ func TestServerCommitHoldsItsOwnReports(t *testing.T) {
 	if md, ok := f.branchFile(fleetPlanMD); !ok || md != f.renderedPlanMDOf() {
 		t.Errorf("the branch's plan.md is not the render of plan.json:\n%s", md)
 	}
-	if st, ok := f.branchFile(round.StateFile); !ok || strings.Contains(st, "forged") {
-		t.Errorf("the branch's state.json is the agent's (held %v)", ok)
-	}
-	if st, _ := os.ReadFile(f.roundFile(round.StateFile)); strings.Contains(string(st), "forged") {
-		t.Errorf("state.json in the working copy is still the agent's")
+	if log := gitRun(t, f.repo, "log", "--all", "--format=%h %s", "--", "rounds/"+fRound+"/"+round.StateFile); log != "" {
+		t.Errorf("commits hold a state.json in the intent repository:\n%s", log)
 	}
 	ps, ok := f.branchFile(planSignedFile)
 	if !ok || strings.Contains(ps, "mallory") || !strings.Contains(ps, "alice@example.org") {

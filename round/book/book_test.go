@@ -1,4 +1,4 @@
-package tools
+package book
 
 import (
 	"os"
@@ -28,18 +28,17 @@ func TestRoundFilesNameWhatChangedSinceTheLastCommit(t *testing.T) {
 		}
 	}
 	write("journal.jsonl")
-	write("state.json")
 	write("journal-000001.jsonl")
 	clock := func() time.Time { return time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC) }
 	anchors := filepath.Join(t.TempDir(), "journals")
-	book := NewRoundBook(root, anchors, clock)
+	b := New(root, anchors, clock)
 	for _, n := range []string{"a", "b", "c"} {
-		if err := book.WriteNodeFile(id, nodePlansDir, n, []byte("{}\n")); err != nil {
+		if err := b.WriteNodeFile(id, NodePlansDir, n, []byte("{}\n")); err != nil {
 			t.Fatal(err)
 		}
 	}
 	p := func(f string) string { return "rounds/" + id + "/" + f }
-	top := []string{p("journal.jsonl"), p("state.json")}
+	top := []string{p("journal.jsonl")}
 	all := append(append([]string{}, top...), p("nodes/a.json"), p("nodes/b.json"), p("nodes/c.json"), p("journal-000001.jsonl"))
 	check := func(what string, f RoundFiles, files, sealed []string) {
 		t.Helper()
@@ -52,7 +51,7 @@ func TestRoundFilesNameWhatChangedSinceTheLastCommit(t *testing.T) {
 	}
 	files := func() RoundFiles {
 		t.Helper()
-		f, err := book.Files(id)
+		f, err := b.Files(id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,13 +62,13 @@ func TestRoundFilesNameWhatChangedSinceTheLastCommit(t *testing.T) {
 	check("before any commit", first, all, []string{p("journal-000001.jsonl")})
 	// Not committed (the commit failed): the next call names them all again.
 	check("after a failed commit", files(), all, []string{p("journal-000001.jsonl")})
-	book.Committed(id, first)
+	b.Committed(id, first)
 	check("after the commit", files(), top, nil)
 
-	if err := book.WriteNodeFile(id, windowSignaturesDir, "b", []byte("{}\n")); err != nil {
+	if err := b.WriteNodeFile(id, WindowSignaturesDir, "b", []byte("{}\n")); err != nil {
 		t.Fatal(err)
 	}
-	if err := book.WriteNodeFile(id, nodePlansDir, "b", []byte(`{"b":1}`+"\n")); err != nil {
+	if err := b.WriteNodeFile(id, NodePlansDir, "b", []byte(`{"b":1}`+"\n")); err != nil {
 		t.Fatal(err)
 	}
 	write("journal-000002.jsonl")
@@ -78,13 +77,13 @@ func TestRoundFilesNameWhatChangedSinceTheLastCommit(t *testing.T) {
 	check("a window later", second, append(append([]string{}, top...), p("nodes/b.json"), p("window-signatures/b.json"), p("journal-000002.jsonl"), p("audit-000001.jsonl")),
 		[]string{p("journal-000002.jsonl"), p("audit-000001.jsonl")})
 	// b's plan is written again while the commit of second runs.
-	if err := book.WriteNodeFile(id, nodePlansDir, "b", []byte(`{"b":2}`+"\n")); err != nil {
+	if err := b.WriteNodeFile(id, NodePlansDir, "b", []byte(`{"b":2}`+"\n")); err != nil {
 		t.Fatal(err)
 	}
-	book.Committed(id, second)
+	b.Committed(id, second)
 	check("b written during the commit", files(), append(append([]string{}, top...), p("nodes/b.json")), nil)
 
-	again := NewRoundBook(root, anchors, clock)
+	again := New(root, anchors, clock)
 	f, err := again.Files(id)
 	if err != nil {
 		t.Fatal(err)
