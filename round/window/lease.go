@@ -247,11 +247,17 @@ func (k *LeaseKeeper) Check(roundID, node string) error {
 // Release stops renewing and lets the Lease of round and node go.
 func (k *LeaseKeeper) Release(ctx context.Context, roundID, node string) error {
 	k.mu.Lock()
-	if c := k.cur; c != nil && c.round == roundID && c.node == node {
+	c := k.cur
+	if c != nil && c.round == roundID && c.node == node {
 		k.cur = nil
 		k.endLocked(c)
+	} else {
+		c = nil
 	}
 	k.mu.Unlock()
+	if c != nil {
+		<-c.done // a renewal in flight must not take the Lease back after the release
+	}
 	return k.Lease.Release(ctx, roundID, node)
 }
 
