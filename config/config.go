@@ -129,10 +129,10 @@ type SSH struct {
 	Jump string `json:"jump,omitempty" jsonschema:"description=Bastion for every node: the name of a node in the inventory file (ssh.inventory); an inventory entry's jump field overrides it and jump: - there connects directly"`
 	// Inventory is a YAML file mapping node names to addresses, ports,
 	// users, jump hosts, key files and host key aliases (examples/inventory.yaml,
-	// the README's "SSH inventory"). Each field: the node's own, else the
+	// docs/getting-started.md, "SSH inventory"). Each field: the node's own, else the
 	// file's defaults, else this section's user, port and jump. Nodes it
 	// does not name are reached at their InternalIP.
-	Inventory string `json:"inventory,omitempty" jsonschema:"description=YAML file mapping node names to SSH targets: 'defaults' (user; port; jump; identity_files) and 'nodes' (NAME: address; port; user; jump; identity_files; host_key_alias). A node's own field wins; then the file's defaults; then ssh.user / ssh.port / ssh.jump. Cluster nodes it does not name are reached at their InternalIP. See examples/inventory.yaml and the README's SSH inventory section"`
+	Inventory string `json:"inventory,omitempty" jsonschema:"description=YAML file mapping node names to SSH targets: 'defaults' (user; port; jump; identity_files) and 'nodes' (NAME: address; port; user; jump; identity_files; host_key_alias). A node's own field wins; then the file's defaults; then ssh.user / ssh.port / ssh.jump. Cluster nodes it does not name are reached at their InternalIP. See examples/inventory.yaml and docs/getting-started.md (SSH inventory)"`
 	// Concurrency bounds fan-out across hosts. Default 50.
 	Concurrency int `json:"concurrency,omitempty" jsonschema:"minimum=1,maximum=1000"`
 	// DialTimeout bounds a connection attempt. Default 10s.

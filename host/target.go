@@ -264,7 +264,7 @@ func (m *MapInventory) Nodes() []string {
 }
 
 // inventoryFile is the on-disk shape of an inventory (examples/inventory.yaml
-// and the README's "SSH inventory" section describe it for people):
+// and docs/getting-started.md's "SSH inventory" section describe it for people):
 //
 //	defaults:
 //	  user: ubuntu
