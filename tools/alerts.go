@@ -8,6 +8,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube/alerts"
 	"github.com/mcp-patch/mcp-patch/kube/gate"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // alertSource is where the gate reads alerts; ok is false when neither
@@ -30,18 +31,18 @@ func (d *Deps) alertSource() (alerts.Source, bool, error) {
 
 // alertsConfig is the gate's alert check for the open round: the intent's
 // rules and the open window (whose own alerts are expected).
-func (d *Deps) alertsConfig(s *session) (*gate.AlertsConfig, error) {
+func (d *Deps) alertsConfig(s *window.Round) (*gate.AlertsConfig, error) {
 	src, ok, err := d.alertSource()
 	if err != nil || !ok {
 		return nil, err
 	}
-	rules, err := s.settings.Alerts.Rules()
+	rules, err := s.Settings.Alerts.Rules()
 	if err != nil {
 		return nil, Refuse("Fix the alerts section of os-layer/settings.yaml.", err.Error())
 	}
 	cfg := &gate.AlertsConfig{Source: src, Rules: rules}
 	if s != nil {
-		cfg.Window = openWindow(s.j.State())
+		cfg.Window = openWindow(s.Journal.State())
 	}
 	return cfg, nil
 }

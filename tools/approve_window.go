@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/round/plan/preflight"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -36,43 +37,43 @@ func ApproveWindow() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return ApproveWindowOut{}, err
 		}
-		s, err := d.openSession()
+		s, err := d.openRound()
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
-		f, ok, err := d.fleetPlanShared(s.id)
+		f, ok, err := d.fleetPlanShared(s.ID)
 		if err != nil || !ok {
-			return ApproveWindowOut{}, Refuse("Call plan_round first: it writes the plan.", "round "+s.id+" has no usable plan document")
+			return ApproveWindowOut{}, Refuse("Call plan_round first: it writes the plan.", "round "+s.ID+" has no usable plan document")
 		}
-		n, err := window.AdmitWindowApproval(f, s.id, in.Node)
+		n, err := window.AdmitWindowApproval(f, s.ID, in.Node)
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
-		if _, _, err := d.signedPlan(ctx, s.id); err != nil {
+		if _, _, err := d.signedPlan(ctx, s.ID); err != nil {
 			return ApproveWindowOut{}, err
 		}
-		rule, err := d.stepPrincipals(s.id, in.Node)
+		rule, err := d.stepPrincipals(s.ID, in.Node)
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
 		// Approved means a kept signature of this window verifies now, by
 		// one the intent lets sign the node's steps.
-		if wp, ok, err := d.latestProof(ctx, s.id, "approve_window", in.Node); err == nil && ok && wp.Digest == n.Window && wp.verified.RequirePrincipals(rule.names) == nil {
+		if wp, ok, err := d.latestProof(ctx, s.ID, "approve_window", in.Node); err == nil && ok && wp.Digest == n.Window && wp.verified.RequirePrincipals(rule.names) == nil {
 			return ApproveWindowOut{Tools: windowToolsOf(wp.Summary), Result: Result{Reasons: []string{"the window of " + in.Node + " is already approved by " + wp.Principal}}}, nil
 		}
 		kc, err := d.cluster(ctx)
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
-		pv, err := drain.Preview(ctx, kc.Kube, in.Node, drainPolicyOf(s.settings))
+		pv, err := drain.Preview(ctx, kc.Kube, in.Node, preflight.DrainPolicy(s.Settings))
 		if err != nil {
 			return ApproveWindowOut{}, Fail("Check the node name and the API server.", "preview drain: "+err.Error())
 		}
-		wa, err := window.DecideWindowApproval(f, s.id, n, pv)
+		wa, err := window.DecideWindowApproval(f, s.ID, n, pv)
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
-		bind := Plan{Node: in.Node, Round: s.id, Digest: wa.Digest, Summary: wa.Summary, Principals: rule.names}
+		bind := Plan{Node: in.Node, Round: s.ID, Digest: wa.Digest, Summary: wa.Summary, Principals: rule.names}
 		if d.Approvals == nil {
 			return ApproveWindowOut{}, Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")
 		}
@@ -98,13 +99,13 @@ func ApproveWindow() Tool {
 		if err != nil {
 			return ApproveWindowOut{}, fmt.Errorf("record the window approval: %w", err)
 		}
-		if err := d.keepProof(s.id, proof{Tool: "approve_window", Node: in.Node, ApprovalID: a.ID, Approval: a.Text, Plan: kept}); err != nil {
+		if err := d.keepProof(s.ID, proof{Tool: "approve_window", Node: in.Node, ApprovalID: a.ID, Approval: a.Text, Plan: kept}); err != nil {
 			return ApproveWindowOut{}, Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was recorded")
 		}
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return ApproveWindowOut{}, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")
 		}
-		if err := d.saveWindowSignature(s.id, ws); err != nil {
+		if err := d.saveWindowSignature(s.ID, ws); err != nil {
 			return ApproveWindowOut{}, fmt.Errorf("record the window approval: %w", err)
 		}
 		out := ApproveWindowOut{Tools: wa.Tools, Result: Result{Reasons: []string{"the window of " + in.Node + " is approved by " + a.Principal},

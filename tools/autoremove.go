@@ -32,11 +32,11 @@ func Autoremove() Tool {
 		Idempotent: true, OpenWorld: true,
 	}, Steps[AutoremoveIn, AutoremoveOut, window.AutoremovePlan]{
 		Follow: func(ctx context.Context, d *Deps, in AutoremoveIn, p Progress) (AutoremoveOut, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return AutoremoveOut{}, err
 			}
-			if s.inFlightRun(round.StepAutoremove, "") == nil {
+			if s.InFlightRun(round.StepAutoremove, "") == nil {
 				return AutoremoveOut{}, errNotInFlight
 			}
 			w, err := d.window(ctx, s, 0)
@@ -46,12 +46,12 @@ func Autoremove() Tool {
 			return AutoremoveOut{}, w.FollowUnobservable(round.StepAutoremove, "", "what each node removed is not known")
 		},
 		Plan: func(ctx context.Context, d *Deps, in AutoremoveIn) (string, window.AutoremovePlan, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return "", window.AutoremovePlan{}, err
 			}
-			if s.inFlightRun(round.StepAutoremove, "") == nil {
-				if err := s.admit(d, round.StepAutoremove, ""); err != nil {
+			if s.InFlightRun(round.StepAutoremove, "") == nil {
+				if err := s.Admit(round.StepAutoremove, ""); err != nil {
 					return "", window.AutoremovePlan{}, err
 				}
 			}
@@ -61,10 +61,10 @@ func Autoremove() Tool {
 			}
 			res, problems := w.SimulateAutoremove(ctx, roundNodes(s), keptKernels(d, s), steps.AutoremoveSimulate, d.Config.SSH.Concurrency)
 			plan, err := window.DecideAutoremove(res, problems)
-			return s.id, plan, err
+			return s.ID, plan, err
 		},
 		Do: func(ctx context.Context, d *Deps, in AutoremoveIn, plan window.AutoremovePlan, a Approved, p Progress) (AutoremoveOut, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return AutoremoveOut{}, err
 			}
@@ -78,9 +78,9 @@ func Autoremove() Tool {
 	})
 }
 
-func roundNodes(s *session) []string {
+func roundNodes(s *window.Round) []string {
 	var nodes []string
-	if p := s.j.Shared().Plan; p != nil {
+	if p := s.Journal.Shared().Plan; p != nil {
 		for _, pos := range p.Order.Positions {
 			nodes = append(nodes, pos.Node)
 		}
@@ -90,9 +90,9 @@ func roundNodes(s *session) []string {
 
 // keptKernels is the running kernel simulate_upgrade recorded per node:
 // autoremove never removes it.
-func keptKernels(d *Deps, s *session) map[string]string {
+func keptKernels(d *Deps, s *window.Round) map[string]string {
 	keep := map[string]string{}
-	for n, p := range s.nodePlans(d) {
+	for n, p := range s.NodePlans() {
 		keep[n] = p.RunningKernel
 	}
 	return keep

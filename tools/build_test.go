@@ -111,7 +111,7 @@ func TestBuildDefaultsAndVerifyInReadOnly(t *testing.T) {
 	if d.Identity != "server-a" || d.Intent != nil || d.Book != nil || d.Ops == nil || d.Audit == nil {
 		t.Fatalf("Build without an intent repo: identity %q intent %v book %v ops %v", d.Identity, d.Intent != nil, d.Book != nil, d.Ops != nil)
 	}
-	if _, err := d.openSession(); err == nil || !strings.Contains(err.Error(), "no intent repository") {
+	if _, err := d.openRound(); err == nil || !strings.Contains(err.Error(), "no intent repository") {
 		t.Fatalf("a round without an intent repository: %v", err)
 	}
 	for _, c := range []struct {

@@ -26,7 +26,7 @@ func CheckGate() Tool {
 			" failure new since the baseline, OIDC discovery.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in GateIn, p Progress) (GateOut, error) {
-		s, err := d.readSession()
+		s, err := d.readRound()
 		if err != nil {
 			return GateOut{}, err
 		}

@@ -23,22 +23,22 @@ func CloseRound() Tool {
 			"lessons, committed with journal and audit log.",
 		Kind: Write, Idempotent: false, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (CloseRoundOut, error) {
-		s, err := d.openSession()
+		s, err := d.openRound()
 		if err != nil {
 			return CloseRoundOut{}, err
 		}
-		st := s.j.State()
-		if s.inFlight(round.StepClose, "") {
+		st := s.Journal.State()
+		if s.InFlight(round.StepClose, "") {
 			// A close the stopped process began: finish it.
-			if err := s.finish(round.StepClose, "", "", "closed (resumed)"); err != nil {
+			if err := s.Finish(round.StepClose, "", "", "closed (resumed)"); err != nil {
 				return CloseRoundOut{}, err
 			}
 			c, err := d.commitRound(ctx, s, "closed")
 			if err != nil {
 				return CloseRoundOut{}, err
 			}
-			return CloseRoundOut{Report: "rounds/" + s.id + "/" + round.ReportFile, Timeline: "rounds/" + s.id + "/" + round.TimelineFile, Commit: c,
-				Result: Result{Reasons: []string{"round " + s.id + " closed"}, NextAction: "Ask people to review and merge the round's working branch."}}, nil
+			return CloseRoundOut{Report: "rounds/" + s.ID + "/" + round.ReportFile, Timeline: "rounds/" + s.ID + "/" + round.TimelineFile, Commit: c,
+				Result: Result{Reasons: []string{"round " + s.ID + " closed"}, NextAction: "Ask people to review and merge the round's working branch."}}, nil
 		}
 		if !st.Aborted && !st.RoundSteps[round.StepAutoremove].Green() {
 			return CloseRoundOut{}, ruleRefusal(st.Admit(round.StepClose, "", d.now()))
@@ -47,31 +47,31 @@ func CloseRound() Tool {
 		if err != nil {
 			return CloseRoundOut{}, err
 		}
-		if _, _, err := s.j.WriteReport(); err != nil {
+		if _, _, err := s.Journal.WriteReport(); err != nil {
 			return CloseRoundOut{}, err
 		}
 		c, err := d.commitRound(ctx, s, "report and findings")
 		if err != nil {
 			return CloseRoundOut{}, Fail("Fix the intent repository (uncommitted edits?) and call again.", "commit the report: "+err.Error())
 		}
-		if _, err := s.j.FindingsCommitted(c); err != nil {
+		if _, err := s.Journal.FindingsCommitted(c); err != nil {
 			return CloseRoundOut{}, err
 		}
-		if err := s.begin(round.StepClose, ""); err != nil {
+		if err := s.Begin(round.StepClose, ""); err != nil {
 			return CloseRoundOut{}, err
 		}
-		if err := s.finish(round.StepClose, "", "", "closed"); err != nil {
+		if err := s.Finish(round.StepClose, "", "", "closed"); err != nil {
 			return CloseRoundOut{}, err
 		}
-		if _, _, err := s.j.WriteReport(); err != nil {
+		if _, _, err := s.Journal.WriteReport(); err != nil {
 			return CloseRoundOut{}, err
 		}
 		c2, err := d.commitRound(ctx, s, "closed")
 		if err != nil {
 			return CloseRoundOut{}, Fail("Call close_round's commit again by hand: git add rounds/ and commit.", "commit the closed round: "+err.Error())
 		}
-		return CloseRoundOut{Report: "rounds/" + s.id + "/" + round.ReportFile, Timeline: "rounds/" + s.id + "/" + round.TimelineFile, Commit: c2,
-			Result: Result{Reasons: append([]string{"round " + s.id + " closed; report and timeline committed (" + short(c2) + ")"}, docs...),
+		return CloseRoundOut{Report: "rounds/" + s.ID + "/" + round.ReportFile, Timeline: "rounds/" + s.ID + "/" + round.TimelineFile, Commit: c2,
+			Result: Result{Reasons: append([]string{"round " + s.ID + " closed; report and timeline committed (" + short(c2) + ")"}, docs...),
 				NextAction: "Ask people to review and merge the round's working branch of the intent repository."}}, nil
 	})
 }

@@ -27,14 +27,14 @@ func CloseWindow() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return GateOut{}, err
 		}
-		s, err := d.openSession()
+		s, err := d.openRound()
 		if err != nil {
 			return GateOut{}, err
 		}
 		if err := gatePhase(s, in.Node); err != nil {
 			return GateOut{}, err
 		}
-		if err := s.admit(d, round.StepGate, in.Node); err != nil {
+		if err := s.Admit(round.StepGate, in.Node); err != nil {
 			return GateOut{}, err
 		}
 		w, err := d.window(ctx, s, 0)
@@ -53,12 +53,12 @@ func CloseWindow() Tool {
 		}
 		out := GateOut{Gate: &g.rep}
 		if g.rep.OK {
-			if err := s.check(round.StepGate, in.Node, true, "", "gate green"); err != nil {
+			if err := s.Check(round.StepGate, in.Node, true, "", "gate green"); err != nil {
 				return out, err
 			}
 			out.Reasons = append([]string{"gate green"}, g.reasons...)
 			out.NextAction = "The next node may start (round_status names it)."
-			if st := s.j.Shared().Node(in.Node); st != nil && st.Window == round.WindowClosed {
+			if st := s.Journal.Shared().Node(in.Node); st != nil && st.Window == round.WindowClosed {
 				rel, err := w.Release(ctx, in.Node)
 				out.Reasons = append(out.Reasons, rel...)
 				if err != nil {
@@ -73,11 +73,11 @@ func CloseWindow() Tool {
 			return out, nil
 		}
 		// Red: wait within the settle time, then stop the round.
-		np, _ := s.nodePlan(d, in.Node)
+		np, _ := s.NodePlan(in.Node)
 		red := window.DecideRedGate(np.GateRedSince, d.now(), d.Config.Kube.GateSettle.D())
 		if red.First {
 			np.Node, np.GateRedSince = in.Node, red.Since
-			if err := s.saveNodePlan(d, np); err != nil {
+			if err := s.SaveNodePlan(np); err != nil {
 				return out, errors.Join(Fail("Call close_window again.", "record when the gate turned red"), err)
 			}
 		}
@@ -85,7 +85,7 @@ func CloseWindow() Tool {
 			out.Result = Result{Status: StatusInProgress, Reasons: g.reasons, NextAction: red.Next()}
 			return out, nil
 		}
-		if err := s.check(round.StepGate, in.Node, false, "", strings.Join(g.reasons, "; ")); err != nil {
+		if err := s.Check(round.StepGate, in.Node, false, "", strings.Join(g.reasons, "; ")); err != nil {
 			return out, err
 		}
 		out.Result = Result{Status: StatusFailed, Reasons: g.reasons, NextAction: red.Next()}

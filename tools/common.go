@@ -4,11 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -26,18 +23,9 @@ type NodeIn struct {
 	Node string `json:"node"`
 }
 
-// session is the open round: its journal and the intent's settings.
-type session struct {
-	j        *round.Journal
-	id       string
-	settings intent.Settings
-	// events and now feed the recorder (nil: no events, time.Now).
-	events func(window.Event)
-	now    func() time.Time
-}
-
-// openSession returns the open round, or a refusal when there is none.
-func (d *Deps) openSession() (*session, error) {
+// openRound opens the open round for writing, or answers a refusal when
+// there is none: the one owner of the round for the call.
+func (d *Deps) openRound() (*window.Round, error) {
 	if d.Book == nil {
 		return nil, Refuse("Start the server with --intent-repo: rounds are kept in the intent repository.", "no intent repository is configured")
 	}
@@ -45,13 +33,13 @@ func (d *Deps) openSession() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.sessionOf(j), nil
+	return d.roundOf(j), nil
 }
 
-// readSession is openSession for a read-only tool: the open round read
+// readRound is openRound for a read-only tool: the open round read
 // through a view (RoundBook.CurrentView), so that the call writes nothing
 // and locks no writer out, even as the process's first call.
-func (d *Deps) readSession() (*session, error) {
+func (d *Deps) readRound() (*window.Round, error) {
 	if d.Book == nil {
 		return nil, Refuse("Start the server with --intent-repo: rounds are kept in the intent repository.", "no intent repository is configured")
 	}
@@ -59,15 +47,15 @@ func (d *Deps) readSession() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.sessionOf(j), nil
+	return d.roundOf(j), nil
 }
 
-// sessionOf is the session of round journal j with the intent's settings.
-func (d *Deps) sessionOf(j *round.Journal) *session {
-	s := &session{j: j, id: j.RoundID(), events: d.WindowEvents, now: d.now}
-	if r, err := d.intentRepo(s.id); err == nil {
+// roundOf is the round of journal j with the intent's settings.
+func (d *Deps) roundOf(j *round.Journal) *window.Round {
+	s := &window.Round{Journal: j, ID: j.RoundID(), Book: d.Book, Events: d.WindowEvents, Now: d.now, Log: d.Log}
+	if r, err := d.intentRepo(s.ID); err == nil {
 		if st, err := r.RoundSettings(); err == nil {
-			s.settings = st
+			s.Settings = st
 		} else {
 			d.Log.Warn("intent settings unreadable", "err", err)
 		}
@@ -75,17 +63,17 @@ func (d *Deps) sessionOf(j *round.Journal) *session {
 	return s
 }
 
-// maybeSession is the open round for checks that also work before a
-// round is planned: nil when no round is open. A check that records
-// (its recording twin) holds the journal for writing; the read-only check
-// reads it through a view (readSession).
-func (d *Deps) maybeSession(record bool) *session {
+// maybeRound is the open round for checks that also work before a round
+// is planned: nil when no round is open. A check that records (its
+// recording twin) holds the journal for writing; the read-only check
+// reads it through a view (readRound).
+func (d *Deps) maybeRound(record bool) *window.Round {
 	if d.Book == nil || d.Book.CurrentID() == "" {
 		return nil
 	}
-	open := d.readSession
+	open := d.readRound
 	if record {
-		open = d.openSession
+		open = d.openRound
 	}
 	s, err := open()
 	if err != nil {
@@ -94,115 +82,43 @@ func (d *Deps) maybeSession(record bool) *session {
 	return s
 }
 
-// checkSession is the open round for a check: held for writing by the
+// checkRound is the open round for a check: held for writing by the
 // recording twin, read through a view by the read-only tool.
-func (d *Deps) checkSession(record bool) (*session, error) {
+func (d *Deps) checkRound(record bool) (*window.Round, error) {
 	if record {
-		return d.openSession()
+		return d.openRound()
 	}
-	return d.readSession()
+	return d.readRound()
 }
 
-// ruleRefusal turns a standing rule's refusal into a tool refusal.
+// ruleRefusal turns a standing rule's refusal into a tool refusal
+// (window.RuleRefusal words it).
 func ruleRefusal(err error) error {
-	var re *round.RuleError
-	if errors.As(err, &re) {
-		next := "Call round_status: it says what the round needs next."
-		switch re.Rule {
-		case round.RuleRoundStopped:
-			next = "A person must decide: ask them to sign a resume or abort (record_decision)."
-		case round.RuleStepInFlight:
-			next = "Call the same tool again: it re-checks the host and cluster and records the outcome."
-		}
-		return Refuse(next, fmt.Sprintf("refused by standing rule %s: %s", re.Rule, re.Reason), "nothing was executed")
+	var ref *window.Refusal
+	if errors.As(window.RuleRefusal(err), &ref) {
+		return Refuse(ref.Next, ref.Reasons...)
 	}
 	return err
-}
-
-// admit checks the standing rules for a step without recording anything.
-func (s *session) admit(d *Deps, step round.Step, node string) error {
-	if s == nil {
-		return nil
-	}
-	return ruleRefusal(s.j.Shared().Admit(step, node, d.now()))
-}
-
-// rec is the round's recorder. The records the tools write outside a
-// window step's chokepoint go through it too: no journal error is dropped
-// and every transition reaches the Events hook.
-func (s *session) rec() *window.Recorder {
-	return &window.Recorder{J: s.j, Events: s.events, Now: s.now}
-}
-
-// begin starts a step without an approval (admission included), or, when
-// an earlier attempt is still in flight (the process running it stopped),
-// carries on with that attempt: the callers are idempotent steps whose run
-// is their own re-check. A read-only check always starts a new attempt.
-func (s *session) begin(step round.Step, node string) error {
-	return ruleRefusal(s.rec().Begin(step, node))
-}
-
-func (s *session) finish(step round.Step, node, kernel, detail string) error {
-	return s.rec().Finish(step, node, kernel, detail)
-}
-
-func (s *session) fail(step round.Step, node, detail string) error {
-	return s.rec().Fail(step, node, detail)
-}
-
-// check records a read-only check after it ran: green finishes it, red
-// fails it (which stops the round). Without a round nothing is recorded.
-func (s *session) check(step round.Step, node string, ok bool, kernel, detail string) error {
-	return s.checkOn(step, node, ok, window.Boot{Kernel: kernel}, detail)
-}
-
-// checkOn is check for a check that ran on the node's boot b: the boot
-// is recorded with it, green or red, and the steps that depend on the
-// check hold the host to it (window.DecideOnTrialBoot).
-func (s *session) checkOn(step round.Step, node string, ok bool, b window.Boot, detail string) error {
-	if s == nil {
-		return nil
-	}
-	if err := s.begin(step, node); err != nil {
-		return err
-	}
-	if ok {
-		return s.rec().FinishOn(step, node, b, detail)
-	}
-	return s.rec().FailOn(step, node, b, detail)
 }
 
 // hostFailure records a check that could not run on its host as failed
 // (not sure means stop: a person decides), except for bad input, which
 // changed nothing and is only refused.
-func (s *session) hostFailure(step round.Step, node string, err error) error {
+func hostFailure(s *window.Round, step round.Step, node string, err error) error {
 	var f *Failure
 	if s == nil || !errors.As(err, &f) {
 		return err
 	}
-	if rerr := s.check(step, node, false, "", strings.Join(f.Reasons, "; ")); rerr != nil {
+	if rerr := s.Check(step, node, false, "", strings.Join(f.Reasons, "; ")); rerr != nil {
 		return rerr
 	}
 	f.NextAction = "Stop: the check could not run. " + f.NextAction + " A person signs resume (after fixing it) or abort."
 	return f
 }
 
-// stepState is the state of a step on a node in the open round.
-func (s *session) stepRun(step round.Step, node string) *round.StepRun {
-	if s == nil {
-		return nil
-	}
-	return s.j.StepRun(step, node)
-}
-
-func (s *session) inFlight(step round.Step, node string) bool {
-	r := s.stepRun(step, node)
-	return r != nil && r.State == round.InFlight
-}
-
 // hostError turns errors from the host steps into results: bad input is a
 // refusal, anything else a failure naming the node, whose next step fits
-// its cause (hostCauseOf, NextStepFor).
+// its cause (steps.CauseOf, steps.NextStepFor).
 func hostError(node, action string, err error) error {
 	switch {
 	case errors.Is(err, steps.ErrBadInput):
@@ -210,109 +126,16 @@ func hostError(node, action string, err error) error {
 	case errors.Is(err, host.ErrUnknownNode):
 		return Refuse("Use a node from plan_round's order (or the SSH inventory).", fmt.Sprintf("%s: %v", action, err), "nothing was executed")
 	}
-	return Fail(NextStepFor(hostCauseOf(err), node), fmt.Sprintf("%s on %s: %v", action, node, err))
+	return Fail(steps.NextStepFor(steps.CauseOf(err), node), fmt.Sprintf("%s on %s: %v", action, node, err))
 }
 
-// NodePlan is what the round decided for one node, kept beside the
-// journal in rounds/<id>/nodes.json (plan.json is the reviewed plan of the
-// whole round, see round/plan): the package set simulate_upgrade found
-// (its digest is what install_updates binds) and the GRUB entries of the
-// trial boot.
-type NodePlan struct {
-	Node          string   `json:"node"`
-	TargetKernel  string   `json:"target_kernel"`
-	RunningKernel string   `json:"running_kernel"`
-	PackageDigest string   `json:"package_digest"`
-	PackageLines  []string `json:"package_lines"`
-	Kernel        []string `json:"kernel_packages"`
-	Nvidia        []string `json:"nvidia_packages"`
-	OldEntry      string   `json:"old_entry,omitempty"`
-	NewEntry      string   `json:"new_entry,omitempty"`
-	// DrillStarted is when fallback_drill rebooted the canary; DrillPassed
-	// says the fallback was proven this round.
-	DrillStarted time.Time `json:"drill_started,omitzero"`
-	DrillPassed  bool      `json:"drill_passed,omitempty"`
-	// Drill is the approved drill in flight and DrillApproval its approval.
-	Drill         *window.FallbackDrillPlan `json:"drill,omitempty"`
-	DrillApproval string                    `json:"drill_approval,omitempty"`
-	// GateRedSince is when check_gate first saw this node's gate red.
-	GateRedSince time.Time `json:"gate_red_since,omitzero"`
-}
-
-// Each node's plan is a file of its own, rounds/<id>/nodes/<node>.json, so
-// a step writes what it changes: one node's plan, not every node's (one
-// nodes.json for the fleet grew with each window and was rewritten whole
-// at each step). nodes.json, where a round written before still has it, is
-// read under the per-node files.
+// nodePlansDir is the folder of the round's node plans; nodePlansFile is
+// the one file that held every node's plan, which nothing reads or writes
+// any more (the book still commits one a round has).
 const (
+	nodePlansDir  = window.NodePlansDir
 	nodePlansFile = "nodes.json"
-	nodePlansDir  = "nodes"
 )
-
-// legacyNodePlans reads nodes.json, the whole fleet's plans in one file.
-func (s *session) legacyNodePlans(d *Deps) map[string]NodePlan {
-	plans := map[string]NodePlan{}
-	if b, err := d.Book.ReadFile(s.id, nodePlansFile); err == nil {
-		if err := json.Unmarshal(b, &plans); err != nil {
-			d.Log.Warn("nodes.json unreadable", "round", s.id, "err", err)
-		}
-	}
-	return plans
-}
-
-func (s *session) nodePlans(d *Deps) map[string]NodePlan {
-	if s == nil {
-		return map[string]NodePlan{}
-	}
-	plans := s.legacyNodePlans(d)
-	names, err := d.Book.NodeFiles(s.id, nodePlansDir)
-	if err != nil {
-		d.Log.Warn("node plans unreadable", "round", s.id, "err", err)
-	}
-	for _, node := range names {
-		if p, ok := s.readNodePlan(d, node); ok {
-			plans[node] = p
-		}
-	}
-	return plans
-}
-
-// readNodePlan reads nodes/<node>.json; false when there is none or it is
-// unreadable (logged).
-func (s *session) readNodePlan(d *Deps, node string) (NodePlan, bool) {
-	b, err := d.Book.ReadNodeFile(s.id, nodePlansDir, node)
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			d.Log.Warn("node plan unreadable", "round", s.id, "node", node, "err", err)
-		}
-		return NodePlan{}, false
-	}
-	var p NodePlan
-	if err := json.Unmarshal(b, &p); err != nil {
-		d.Log.Warn("node plan unreadable", "round", s.id, "node", node, "err", err)
-		return NodePlan{}, false
-	}
-	return p, true
-}
-
-func (s *session) nodePlan(d *Deps, node string) (NodePlan, bool) {
-	if s == nil {
-		return NodePlan{}, false
-	}
-	if p, ok := s.readNodePlan(d, node); ok {
-		return p, true
-	}
-	p, ok := s.legacyNodePlans(d)[node]
-	return p, ok
-}
-
-func (s *session) saveNodePlan(d *Deps, p NodePlan) error {
-	b, err := json.MarshalIndent(p, "", "  ")
-	if err != nil {
-		return err
-	}
-	return d.Book.WriteNodeFile(s.id, nodePlansDir, p.Node, append(b, '\n'))
-}
 
 // windowLocks holds the window Leases this process keeps renewed.
 type windowLocks struct {
@@ -354,7 +177,7 @@ func orDash(s string) string {
 
 // recording is the round a check records into: the open round for the
 // recording twin, none for the read-only tool (which writes nothing).
-func recording(s *session, record bool) *session {
+func recording(s *window.Round, record bool) *window.Round {
 	if !record {
 		return nil
 	}
@@ -383,16 +206,16 @@ const commitSettle = 10 * time.Second
 
 // commitRound commits the round's record files to the intent repository's
 // working branch and returns the commit hash.
-func (d *Deps) commitRound(ctx context.Context, s *session, why string) (string, error) {
+func (d *Deps) commitRound(ctx context.Context, s *window.Round, why string) (string, error) {
 	c, _, err := d.commitRoundNamed(ctx, s, why)
 	return c, err
 }
 
 // commitRoundNamed is commitRound that also answers the reports it wrote
 // again or left out (tools/reports.go).
-func (d *Deps) commitRoundNamed(ctx context.Context, s *session, why string) (string, reportNames, error) {
+func (d *Deps) commitRoundNamed(ctx context.Context, s *window.Round, why string) (string, reportNames, error) {
 	var names reportNames
-	r, err := d.intentRepo(s.id)
+	r, err := d.intentRepo(s.ID)
 	if err != nil {
 		return "", names, err
 	}
@@ -402,24 +225,24 @@ func (d *Deps) commitRoundNamed(ctx context.Context, s *session, why string) (st
 	sctx, cancel := context.WithTimeout(ctx, commitSettle)
 	defer cancel()
 	if err := d.Ops.Settle(sctx); err != nil {
-		d.Log.Warn("committing the round before its notifications settled; their outcomes go into the next commit", "round", s.id, "err", err)
+		d.Log.Warn("committing the round before its notifications settled; their outcomes go into the next commit", "round", s.ID, "err", err)
 	}
 	var c intent.Commit
-	err = s.j.Hold(func() error {
+	err = s.Journal.Hold(func() error {
 		// The reports the server owns are its own renders, never an
 		// edit behind its back (tools/reports.go).
-		files, n, err := d.guardedFiles(s.id)
+		files, n, err := d.guardedFiles(s.ID)
 		names = n
 		if err != nil {
 			return err
 		}
-		msg := fmt.Sprintf("round %s: %s", s.id, why)
+		msg := fmt.Sprintf("round %s: %s", s.ID, why)
 		if body := names.message(); body != "" {
 			msg += "\n\n" + body
 		}
 		c, err = r.CommitFilesSealed(ctx, msg, files.Files, files.Sealed)
 		if err == nil || errors.Is(err, intent.ErrNoChange) {
-			d.Book.Committed(s.id, files)
+			d.Book.Committed(s.ID, files)
 		}
 		return err
 	})
@@ -437,10 +260,10 @@ func (d *Deps) commitRoundNamed(ctx context.Context, s *session, why string) (st
 // copy is clean once the call answers). The outcome is added to the
 // call's reasons: done(hash) when committed, failed + the error when not.
 // Outside a tool's run it commits at once and adds to reasons.
-func (d *Deps) commitRoundLast(ctx context.Context, s *session, why string, done func(hash string) string, failed string, reasons *[]string) {
+func (d *Deps) commitRoundLast(ctx context.Context, s *window.Round, why string, done func(hash string) string, failed string, reasons *[]string) {
 	commit := func(ctx context.Context, res *Result) {
 		c, names, err := d.commitRoundNamed(ctx, s, why)
-		res.Reasons = append(res.Reasons, names.reasons(s.id)...)
+		res.Reasons = append(res.Reasons, names.reasons(s.ID)...)
 		if err == nil {
 			res.Reasons = append(res.Reasons, done(short(c)))
 		} else {
@@ -502,25 +325,6 @@ func short(h string) string {
 		return h[:12]
 	}
 	return h
-}
-
-// verifyInput is what verify expects of node on kernel: the intent's
-// sysctls and bonds, and on GPU servers its RDMA ports.
-func (s *session) verifyInput(node, kernel string) steps.VerifyInput {
-	vin := steps.VerifyInput{TargetKernel: kernel}
-	if ns := s.settings.Node; ns != nil {
-		vin.ExpectedSysctls = ns.Sysctls
-		for b := range ns.Bonds {
-			vin.ExpectedBonds = append(vin.ExpectedBonds, b)
-		}
-		sort.Strings(vin.ExpectedBonds)
-	}
-	if n := s.j.Shared().Node(node); n != nil && n.GPU {
-		if g := s.settings.GPU; g != nil {
-			vin.ExpectedRDMAPorts = g.RDMADevices
-		}
-	}
-	return vin
 }
 
 // uncordonIfOurs uncordons a node only when this server cordoned it in

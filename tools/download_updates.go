@@ -30,13 +30,13 @@ func DownloadUpdates() Tool {
 		// Without an open round this is the pre-download a person runs on
 		// one host before a window: it fills apt's cache and nothing else,
 		// and there is no round to record it in.
-		s := d.maybeSession(true)
+		s := d.maybeRound(true)
 		h, err := d.hosts(ctx)
 		if err != nil {
 			return DownloadOut{}, err
 		}
 		if s != nil {
-			if err := s.begin(round.StepDownload, in.Node); err != nil {
+			if err := s.Begin(round.StepDownload, in.Node); err != nil {
 				return DownloadOut{}, err
 			}
 		}
@@ -47,7 +47,7 @@ func DownloadUpdates() Tool {
 			if s == nil {
 				return DownloadOut{Download: &dl}, withReasons(herr, "no round is open: nothing was recorded")
 			}
-			return DownloadOut{Download: &dl}, errors.Join(herr, s.fail(round.StepDownload, in.Node, err.Error()))
+			return DownloadOut{Download: &dl}, errors.Join(herr, s.Fail(round.StepDownload, in.Node, err.Error()))
 		}
 		reasons := []string{downloadSummary(dl)}
 		if s == nil {
@@ -55,7 +55,7 @@ func DownloadUpdates() Tool {
 			return DownloadOut{Download: &dl, Result: Result{Reasons: reasons,
 				NextAction: "The packages wait in apt's cache on the node; the window's install_updates uses them."}}, nil
 		}
-		if err := s.finish(round.StepDownload, in.Node, "", ""); err != nil {
+		if err := s.Finish(round.StepDownload, in.Node, "", ""); err != nil {
 			return DownloadOut{}, err
 		}
 		return DownloadOut{Download: &dl, Result: Result{Reasons: reasons, NextAction: "snapshot_node on this node next.", NextCall: CallTo("snapshot_node", "node", in.Node)}}, nil
@@ -66,7 +66,7 @@ func DownloadUpdates() Tool {
 func downloadSummary(dl steps.DownloadResult) string {
 	s := fmt.Sprintf("%d package(s) fetched into apt's cache", len(dl.Fetched))
 	if dl.Lock != nil {
-		s += fmt.Sprintf(" after waiting for dpkg's lock (held by %s)", lockHolder(dl.Lock))
+		s += fmt.Sprintf(" after waiting for dpkg's lock (held by %s)", dl.Lock.Holder())
 	}
 	return s
 }
@@ -77,7 +77,7 @@ func addLockFacts(err error, dl steps.DownloadResult) {
 	if dl.Lock == nil {
 		return
 	}
-	withReasons(err, fmt.Sprintf("dpkg's lock was held by %s; the step waited %d s for it and left it alone", lockHolder(dl.Lock), dl.Lock.WaitedSeconds))
+	withReasons(err, fmt.Sprintf("dpkg's lock was held by %s; the step waited %d s for it and left it alone", dl.Lock.Holder(), dl.Lock.WaitedSeconds))
 }
 
 // withReasons appends reasons to a refusal or failure and returns it.

@@ -34,7 +34,7 @@ func DrainNode() Tool {
 	}, Steps[DrainIn, DrainOut, window.DrainPlan]{
 		Target: func(in DrainIn) string { return in.Node },
 		Follow: func(ctx context.Context, d *Deps, in DrainIn, p Progress) (DrainOut, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return DrainOut{}, err
 			}
@@ -43,13 +43,13 @@ func DrainNode() Tool {
 				if err != nil {
 					return DrainOut{}, err
 				}
-				o, err := window.DryRunDrain(ctx, c, s.id, in.Node, d.drainOptions(s), drainProgress(p))
+				o, err := window.DryRunDrain(ctx, c, s.ID, in.Node, d.drainOptions(s), drainProgress(p))
 				if err != nil {
 					return DrainOut{Drain: o.Drain}, Fail("Read the blocked pods: the real drain would stop there too.", "dry-run drain: "+err.Error())
 				}
 				return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome)}, nil
 			}
-			run := s.inFlightRun(round.StepDrain, in.Node)
+			run := s.InFlightRun(round.StepDrain, in.Node)
 			if run == nil {
 				return DrainOut{}, errNotInFlight
 			}
@@ -64,7 +64,7 @@ func DrainNode() Tool {
 			opts := d.drainOptions(s)
 			opts.Approved = &window.DrainPlan{}
 			if last := run.Last(); last != nil {
-				approved, err := d.approvedDrain(ctx, s.id, in.Node, last.ApprovalID)
+				approved, err := d.approvedDrain(ctx, s.ID, in.Node, last.ApprovalID)
 				if err != nil {
 					return DrainOut{}, Refuse("Ask a person to sign a new request: call drain_node again to get it.", err.Error(), "nothing was evicted")
 				}
@@ -76,14 +76,14 @@ func DrainNode() Tool {
 			return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome).then(CallTo("install_updates", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, in DrainIn) (string, window.DrainPlan, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return "", window.DrainPlan{}, err
 			}
 			if err := d.admitDrain(ctx, s, in.Node); err != nil {
 				return "", window.DrainPlan{}, err
 			}
-			jobs, jobWait, err := jobWaitOf(s.settings)
+			jobs, jobWait, err := window.JobWait(s.Settings)
 			if err != nil {
 				return "", window.DrainPlan{}, err
 			}
@@ -91,13 +91,13 @@ func DrainNode() Tool {
 			if err != nil {
 				return "", window.DrainPlan{}, err
 			}
-			pv, err := w.Cluster.PreviewDrain(ctx, in.Node, d.drainPolicy(s))
+			pv, err := w.Cluster.PreviewDrain(ctx, in.Node, s.DrainPolicy())
 			if err != nil {
 				return "", window.DrainPlan{}, Fail("Check the node name and the API server.", "preview drain: "+err.Error())
 			}
 			plan, err := window.DecideDrain(in.Node, pv)
 			if err != nil || jobs == nil {
-				return s.id, plan, err
+				return s.ID, plan, err
 			}
 			// The jobs it waits for are part of what a person reads (not of
 			// the digest: jobs come and go; the wait is bounded).
@@ -105,7 +105,7 @@ func DrainNode() Tool {
 			if err != nil {
 				return "", window.DrainPlan{}, Fail("Check the API server and call again.", err.Error())
 			}
-			return s.id, plan.WaitFor(holding, jobWait), nil
+			return s.ID, plan.WaitFor(holding, jobWait), nil
 		},
 		Do: func(ctx context.Context, d *Deps, in DrainIn, plan window.DrainPlan, a Approved, p Progress) (DrainOut, error) {
 			s, w, err := d.openWindow(ctx, needCluster)

@@ -3,6 +3,8 @@ package tools
 import (
 	"strings"
 	"testing"
+
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 func (r *wrig) installDone(t *testing.T) {
@@ -30,7 +32,7 @@ func TestFallbackDrillOnFakes(t *testing.T) {
 	if n := r.host.Count("drill-arm"); n != 1 {
 		t.Fatalf("drill armed %d times", n)
 	}
-	np, _ := (&session{id: wRound}).nodePlan(r.d, wNode)
+	np, _ := (&window.Round{ID: wRound, Book: r.d.Book}).NodePlan(wNode)
 	if np.DrillStarted.IsZero() || np.Drill == nil || np.DrillApproval == "" {
 		t.Fatalf("the drill in flight is not recorded with its approval: %+v", np)
 	}
@@ -41,7 +43,7 @@ func TestFallbackDrillOnFakes(t *testing.T) {
 	if res.Status != StatusFailed || !strings.Contains(strings.Join(res.Reasons, " "), "did not prove the fallback") || res.NextAction == "" {
 		t.Fatalf("drill follow, fell back without the drill firing: %s %v", res.Status, res.Reasons)
 	}
-	np, _ = (&session{id: wRound}).nodePlan(r.d, wNode)
+	np, _ = (&window.Round{ID: wRound, Book: r.d.Book}).NodePlan(wNode)
 	if np.DrillPassed {
 		t.Fatalf("an unproven drill recorded as passed: %+v", np)
 	}

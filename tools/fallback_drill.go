@@ -37,7 +37,7 @@ func FallbackDrill() Tool {
 			if err != nil {
 				return DrillOut{}, err
 			}
-			np, _ := s.nodePlan(d, in.Node)
+			np, _ := s.NodePlan(in.Node)
 			if np.DrillStarted.IsZero() {
 				return DrillOut{}, errNotInFlight
 			}
@@ -45,25 +45,25 @@ func FallbackDrill() Tool {
 			return DrillOut{Result: outcome(o.Outcome), Drill: o.Drill, TrialBoot: o.TrialBoot}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, in DrillIn) (string, window.FallbackDrillPlan, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return "", window.FallbackDrillPlan{}, err
 			}
-			if err := s.admit(d, round.StepTrialBoot, in.Node); err != nil {
+			if err := s.Admit(round.StepTrialBoot, in.Node); err != nil {
 				return "", window.FallbackDrillPlan{}, err
 			}
 			w, err := d.window(ctx, s, needHost)
 			if err != nil {
 				return "", window.FallbackDrillPlan{}, err
 			}
-			np, _ := s.nodePlan(d, in.Node)
+			np, _ := s.NodePlan(in.Node)
 			insp, err := w.Host.Inspect(ctx, in.Node, steps.InspectInput{TargetKernel: np.TargetKernel})
 			if err != nil {
 				return "", window.FallbackDrillPlan{}, hostError(in.Node, "inspect before the drill", err)
 			}
-			n := s.j.Shared().Node(in.Node)
+			n := s.Journal.Shared().Node(in.Node)
 			plan, err := window.DecideFallbackDrill(in.Node, insp, np.TargetKernel, n != nil && n.Canary, np.DrillPassed, panicSeconds(s))
-			return s.id, plan, err
+			return s.ID, plan, err
 		},
 		Do: func(ctx context.Context, d *Deps, in DrillIn, plan window.FallbackDrillPlan, a Approved, p Progress) (DrillOut, error) {
 			s, w, err := d.openWindow(ctx, needHost)
@@ -80,18 +80,18 @@ func FallbackDrill() Tool {
 // (rounds/<id>/nodes/<node>.json).
 type drillBook struct {
 	d *Deps
-	s *session
+	s *window.Round
 }
 
 func (b drillBook) StartDrill(p window.FallbackDrillPlan, approvalID string, at time.Time) error {
-	np, _ := b.s.nodePlan(b.d, p.Node)
+	np, _ := b.s.NodePlan(p.Node)
 	np.Node, np.DrillStarted, np.Drill, np.DrillApproval = p.Node, at, &p, approvalID
-	return b.s.saveNodePlan(b.d, np)
+	return b.s.SaveNodePlan(np)
 }
 
 func (b drillBook) EndDrill(node string, passed bool) error {
-	np, _ := b.s.nodePlan(b.d, node)
+	np, _ := b.s.NodePlan(node)
 	np.DrillStarted = time.Time{}
 	np.DrillPassed = np.DrillPassed || passed
-	return b.s.saveNodePlan(b.d, np)
+	return b.s.SaveNodePlan(np)
 }

@@ -30,12 +30,12 @@ type FleetCheckOut struct {
 
 // fleetKernels reads every node's running kernel and compares it with the
 // kernel the round installed there. It writes nothing.
-func fleetKernels(ctx context.Context, d *Deps, s *session, p Progress) (FleetCheckOut, []string, error) {
+func fleetKernels(ctx context.Context, d *Deps, s *window.Round, p Progress) (FleetCheckOut, []string, error) {
 	h, err := d.hosts(ctx)
 	if err != nil {
 		return FleetCheckOut{}, nil, err
 	}
-	plans := s.nodePlans(d)
+	plans := s.NodePlans()
 	nodes := roundNodes(s)
 	var done atomic.Int64
 	results := host.FanOut(ctx, nodes, d.Config.SSH.Concurrency, func(ctx context.Context, node string) (steps.KernelInfo, error) {
@@ -69,11 +69,11 @@ func FleetCheck() Tool {
 			" behind. Without a round: every inventory node's kernel and boot id.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (FleetCheckOut, error) {
-		s := d.maybeSession(false)
+		s := d.maybeRound(false)
 		if s == nil {
 			return fleetKernelsHostOnly(ctx, d, p)
 		}
-		if err := window.AdmitFleetCheck(s.j.State()); err != nil {
+		if err := window.AdmitFleetCheck(s.Journal.State()); err != nil {
 			return FleetCheckOut{}, err
 		}
 		out, bad, err := fleetKernels(ctx, d, s, p)
@@ -111,7 +111,7 @@ func fleetKernelsHostOnly(ctx context.Context, d *Deps, p Progress) (FleetCheckO
 	})
 	out := FleetCheckOut{Nodes: []FleetNode{}}
 	kernels := map[string]int{}
-	var hz []hazard
+	var hz []steps.Hazard
 	firstBad := ""
 	for _, r := range results {
 		fn := FleetNode{Node: r.Node, OK: r.Err == nil}
@@ -121,7 +121,7 @@ func fleetKernelsHostOnly(ctx context.Context, d *Deps, p Progress) (FleetCheckO
 			}
 			f := hostError(r.Node, "read the kernel", r.Err)
 			fn.Error = f.Error()
-			hz = append(hz, hazard{hostCauseOf(r.Err), f.Error()})
+			hz = append(hz, steps.Hazard{Cause: steps.CauseOf(r.Err), Reason: f.Error()})
 		} else {
 			fn.Kernel, fn.BootID = r.Value.Kernel, r.Value.BootID
 			kernels[fn.Kernel]++
@@ -140,7 +140,7 @@ func fleetKernelsHostOnly(ctx context.Context, d *Deps, p Progress) (FleetCheckO
 	out.Reasons = append(out.Reasons, clip(blockerReasons(hz), 20)...)
 	out.Reasons = append(out.Reasons, "no round is open: nothing was compared with a round's kernels and nothing was recorded")
 	if len(hz) > 0 {
-		out.NextAction = NextStepFor(hz[0].cause, firstBad)
+		out.NextAction = steps.NextStepFor(hz[0].Cause, firstBad)
 		if len(hz) > 1 {
 			out.NextAction += fmt.Sprintf(" (%d nodes could not be read: each row says why.)", len(hz))
 		}

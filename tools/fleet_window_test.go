@@ -6,6 +6,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // preflight runs a node's preflight steps through their tools.
@@ -139,7 +140,7 @@ func TestFallbackDrillPassesWhenTheArmedKernelFallsBack(t *testing.T) {
 	if r.host.Drill.Armed || r.host.Count("drill-disarm") != 1 || r.host.Running != wRunning {
 		t.Fatalf("after the drill: %+v, %d disarms, running %s", r.host.Drill, r.host.Count("drill-disarm"), r.host.Running)
 	}
-	np, _ := (&session{id: wRound}).nodePlan(r.d, wNode)
+	np, _ := (&window.Round{ID: wRound, Book: r.d.Book}).NodePlan(wNode)
 	if !np.DrillPassed || !np.DrillStarted.IsZero() {
 		t.Fatalf("the drill is not recorded as passed and ended: %+v", np)
 	}

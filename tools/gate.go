@@ -19,19 +19,19 @@ import (
 
 const baselineFile = "baseline.json"
 
-func (d *Deps) gateConfig(ctx context.Context, s *session) (gate.Config, error) {
+func (d *Deps) gateConfig(ctx context.Context, s *window.Round) (gate.Config, error) {
 	cfg := gate.Config{}
-	if s.settings.StackHealth != nil {
-		cfg.Health.CriticalNamespaces = s.settings.StackHealth.CriticalNamespaces
+	if s.Settings.StackHealth != nil {
+		cfg.Health.CriticalNamespaces = s.Settings.StackHealth.CriticalNamespaces
 	}
-	if b, err := d.Book.ReadFile(s.id, baselineFile); err == nil {
+	if b, err := d.Book.ReadFile(s.ID, baselineFile); err == nil {
 		var base gate.Baseline
 		if err := json.Unmarshal(b, &base); err != nil {
 			return cfg, fmt.Errorf("read the round's baseline: %w", err)
 		}
 		cfg.Baseline = &base
 	}
-	if pg := s.settings.Postgres; pg != nil {
+	if pg := s.Settings.Postgres; pg != nil {
 		cfg.Postgres = gate.PostgresConfig{Namespaces: []string{pg.Namespace}, RequireClusters: true}
 	}
 	if k := d.Config.Kube; len(k.EtcdEndpoints) > 0 {
@@ -110,13 +110,13 @@ type gateRun struct {
 // keepAccepted writes the restarts a gate accepted (those the node's
 // deliberate reboot explains) into the round's baseline, so the later
 // gates of the round accept them too.
-func (d *Deps) keepAccepted(s *session, g gateRun) error {
+func (d *Deps) keepAccepted(s *window.Round, g gateRun) error {
 	if len(g.accepted) == 0 {
 		return nil
 	}
 	b, err := json.MarshalIndent(g.baseline, "", "  ")
 	if err == nil {
-		err = d.Book.WriteFile(s.id, baselineFile, append(b, '\n'))
+		err = d.Book.WriteFile(s.ID, baselineFile, append(b, '\n'))
 	}
 	if err != nil {
 		return fmt.Errorf("update the baseline: %w", err)
@@ -126,7 +126,7 @@ func (d *Deps) keepAccepted(s *session, g gateRun) error {
 
 // evaluateGate evaluates the gate for node ("" for the cluster only). It
 // writes nothing.
-func evaluateGate(ctx context.Context, d *Deps, s *session, node string) (gateRun, error) {
+func evaluateGate(ctx context.Context, d *Deps, s *window.Round, node string) (gateRun, error) {
 	kc, err := d.cluster(ctx)
 	if err != nil {
 		return gateRun{}, err
@@ -137,7 +137,7 @@ func evaluateGate(ctx context.Context, d *Deps, s *session, node string) (gateRu
 	}
 	var g gateRun
 	if node != "" && cfg.Baseline != nil {
-		if r := s.stepRun(round.StepTrialBoot, node); r != nil && r.Green() {
+		if r := s.StepRun(round.StepTrialBoot, node); r != nil && r.Green() {
 			if g.accepted, err = gate.AcceptRebootRestarts(ctx, kc.Kube, cfg.Baseline, node); err != nil {
 				return gateRun{}, Fail("Check the API server and call again.", err.Error())
 			}
@@ -174,8 +174,8 @@ func evaluateGate(ctx context.Context, d *Deps, s *session, node string) (gateRu
 
 // gatePhase refuses a node's gate before its phase: its window must be
 // open with the kernel promoted. "Not yet" is a refusal, never a failure.
-func gatePhase(s *session, node string) error {
-	n := s.j.Shared().Node(node)
+func gatePhase(s *window.Round, node string) error {
+	n := s.Journal.Shared().Node(node)
 	if n == nil {
 		return Refuse("Use a node from the round's order.", node+" is not in this round's order")
 	}
@@ -197,30 +197,30 @@ func stepState(r *round.StepRun) string {
 // takeBaseline takes the round's health baseline once, before its first
 // window: journaled as the baseline step, written to rounds/<id>/baseline.json.
 // nil when the round has one already.
-func (d *Deps) takeBaseline(ctx context.Context, kc *kube.Clients, s *session) (*gate.Baseline, error) {
-	if s.j.Shared().BaselineTaken {
+func (d *Deps) takeBaseline(ctx context.Context, kc *kube.Clients, s *window.Round) (*gate.Baseline, error) {
+	if s.Journal.Shared().BaselineTaken {
 		return nil, nil
 	}
 	hc := gate.HealthConfig{}
-	if sh := s.settings.StackHealth; sh != nil {
+	if sh := s.Settings.StackHealth; sh != nil {
 		hc.CriticalNamespaces = sh.CriticalNamespaces
 	}
-	if err := s.begin(round.StepBaseline, ""); err != nil {
+	if err := s.Begin(round.StepBaseline, ""); err != nil {
 		return nil, err
 	}
 	base, err := gate.TakeBaseline(ctx, kc.Kube, hc, d.failingVerify(ctx))
 	if err != nil {
 		return nil, errors.Join(Fail("Check the API server; a person signs resume, then plan_round again.", "take the baseline: "+err.Error()),
-			s.fail(round.StepBaseline, "", err.Error()))
+			s.Fail(round.StepBaseline, "", err.Error()))
 	}
 	b, err := json.MarshalIndent(base, "", "  ")
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("encode the baseline: %w", err), s.fail(round.StepBaseline, "", err.Error()))
+		return nil, errors.Join(fmt.Errorf("encode the baseline: %w", err), s.Fail(round.StepBaseline, "", err.Error()))
 	}
-	if err := d.Book.WriteFile(s.id, baselineFile, append(b, '\n')); err != nil {
+	if err := d.Book.WriteFile(s.ID, baselineFile, append(b, '\n')); err != nil {
 		return nil, err
 	}
-	if err := s.finish(round.StepBaseline, "", "", fmt.Sprintf("%d not-ready nodes, %d unhealthy workloads, %d failing verify", len(base.NotReadyNodes), len(base.UnhealthyWorkloads), len(base.FailingVerify))); err != nil {
+	if err := s.Finish(round.StepBaseline, "", "", fmt.Sprintf("%d not-ready nodes, %d unhealthy workloads, %d failing verify", len(base.NotReadyNodes), len(base.UnhealthyWorkloads), len(base.FailingVerify))); err != nil {
 		return nil, err
 	}
 	return &base, nil
@@ -228,8 +228,8 @@ func (d *Deps) takeBaseline(ctx context.Context, kc *kube.Clients, s *session) (
 
 // etcdBeforeControlPlane is window.DecideEtcdBeforeWindow on etcd's health,
 // read only before the window of a control-plane node.
-func (d *Deps) etcdBeforeControlPlane(ctx context.Context, s *session, node string) error {
-	n := s.j.Shared().Node(node)
+func (d *Deps) etcdBeforeControlPlane(ctx context.Context, s *window.Round, node string) error {
+	n := s.Journal.Shared().Node(node)
 	if n == nil || n.Role != round.RoleControlPlane {
 		return nil
 	}

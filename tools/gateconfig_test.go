@@ -34,7 +34,7 @@ func (p *dialPool) Dial(_ context.Context, node, network, addr string) (net.Conn
 // own 127.0.0.1 port, the OIDC CA bundle (a missing file is named).
 func TestGateConfig(t *testing.T) {
 	r := newWRig(t)
-	s, err := r.d.openSession()
+	s, err := r.d.openRound()
 	if err != nil {
 		t.Fatal(err)
 	}

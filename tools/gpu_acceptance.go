@@ -30,16 +30,16 @@ func GPUAcceptance() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		s, err := d.openSession()
+		s, err := d.openRound()
 		if err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		if !s.inFlight(round.StepGPUAcceptance, in.Node) {
-			if err := s.admit(d, round.StepGPUAcceptance, in.Node); err != nil {
+		if !s.InFlight(round.StepGPUAcceptance, in.Node) {
+			if err := s.Admit(round.StepGPUAcceptance, in.Node); err != nil {
 				return GPUAcceptanceOut{}, err
 			}
 		}
-		g := s.settings.GPU
+		g := s.Settings.GPU
 		if g == nil {
 			return GPUAcceptanceOut{}, Refuse("Add the gpu section to the gpu-fleet component's settings.yaml.", "the intent has no gpu settings (expected GPUs, model endpoint)")
 		}
@@ -61,14 +61,14 @@ func GPUAcceptance() Tool {
 		if err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		if _, err := window.DecideOnTrialBoot(in.Node, s.stepRun(round.StepTrialBoot, in.Node), now,
-			window.Checked{Step: round.StepVerify, Run: s.stepRun(round.StepVerify, in.Node), Tool: "record_verification"}); err != nil {
+		if _, err := window.DecideOnTrialBoot(in.Node, s.StepRun(round.StepTrialBoot, in.Node), now,
+			window.Checked{Step: round.StepVerify, Run: s.StepRun(round.StepVerify, in.Node), Tool: "record_verification"}); err != nil {
 			return GPUAcceptanceOut{}, err
 		}
 		if err := w.HoldLease(ctx, round.StepGPUAcceptance, in.Node); err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		if err := s.begin(round.StepGPUAcceptance, in.Node); err != nil {
+		if err := s.Begin(round.StepGPUAcceptance, in.Node); err != nil {
 			return GPUAcceptanceOut{}, err
 		}
 		c := window.RunGPUAcceptance(ctx, gpuProbes{d: d, hosts: h, kube: kc.Kube, gpu: g}, in.Node, p)
@@ -77,14 +77,14 @@ func GPUAcceptance() Tool {
 		// The boot the host check ran on: promote is held to it.
 		boot := window.Boot{Kernel: c.Host.Kernel, ID: c.Host.BootID}
 		if len(problems) > 0 {
-			if err := s.rec().FailOn(round.StepGPUAcceptance, in.Node, boot, strings.Join(problems, "; ")); err != nil {
+			if err := s.Rec().FailOn(round.StepGPUAcceptance, in.Node, boot, strings.Join(problems, "; ")); err != nil {
 				problems = append(problems, "the failure could not be recorded in the journal: "+err.Error())
 			}
 			out.Result = Result{Status: StatusFailed, Reasons: problems,
 				NextAction: "Stop: GPU acceptance failed on the new kernel (the old kernel is still the default). Tell a person; they sign resume (after fixing) or abort."}
 			return out, nil
 		}
-		if err := s.rec().FinishOn(round.StepGPUAcceptance, in.Node, boot, strings.Join(notes, "; ")); err != nil {
+		if err := s.Rec().FinishOn(round.StepGPUAcceptance, in.Node, boot, strings.Join(notes, "; ")); err != nil {
 			return out, err
 		}
 		out.Reasons = window.GPUAccepted(c, notes)

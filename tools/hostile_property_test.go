@@ -354,7 +354,7 @@ func runHostile(t *testing.T, base *fleet, seq []hostileOp) (res hostileResult) 
 			f.handWriteSignatures(drainDigests)
 			editWhile(fleetPlanFile, edits[op.Pick%len(edits)], tool, node)
 		case "nodes.json edited":
-			editWhile(filepath.Join(nodePlansDir, node+".json"), func(s string) string { return strings.ReplaceAll(s, "sha256:", "sha256:0") }, tool, node)
+			editWhile(filepath.Join(window.NodePlansDir, node+".json"), func(s string) string { return strings.ReplaceAll(s, "sha256:", "sha256:0") }, tool, node)
 		case "journal edited":
 			// A hand-written record of the step done, appended to the
 			// journal file (the agent can write the working copy).

@@ -9,6 +9,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // InspectIn is inspect_node's input: one node, or every node of the SSH
@@ -61,13 +62,13 @@ func inspectNode(record bool) Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return InspectOut{}, err
 		}
-		s := d.maybeSession(record)
+		s := d.maybeRound(record)
 		rec := recording(s, record)
 		if record && s == nil {
 			return InspectOut{}, RefuseWith(CallTo("inspect_node", "node", in.Node), "Call inspect_node instead: it reads the node and records nothing.",
 				"no round is open: record_inspection records into a round", "nothing was done")
 		}
-		if err := rec.admit(d, round.StepInspect, in.Node); err != nil {
+		if err := rec.Admit(round.StepInspect, in.Node); err != nil {
 			return InspectOut{}, err
 		}
 		h, err := d.hosts(ctx)
@@ -75,25 +76,25 @@ func inspectNode(record bool) Tool {
 			return InspectOut{}, err
 		}
 		var target string
-		if np, ok := s.nodePlan(d, in.Node); ok {
+		if np, ok := s.NodePlan(in.Node); ok {
 			target = np.TargetKernel
 		}
 		insp, err := h.Steps.Inspect(ctx, in.Node, steps.InspectInput{TargetKernel: target})
 		if err != nil {
-			return InspectOut{}, rec.hostFailure(round.StepInspect, in.Node, hostError(in.Node, "inspect", err))
+			return InspectOut{}, hostFailure(rec, round.StepInspect, in.Node, hostError(in.Node, "inspect", err))
 		}
-		hz := inspectionHazards(insp, target)
+		hz := steps.InspectionHazards(insp, target)
 		reasons := blockerReasons(hz)
 		var causes []string
 		for _, h := range hz {
-			causes = append(causes, h.reason)
+			causes = append(causes, h.Reason)
 		}
-		if err := rec.check(round.StepInspect, in.Node, len(hz) == 0, insp.Kernel, strings.Join(causes, "; ")); err != nil {
+		if err := rec.Check(round.StepInspect, in.Node, len(hz) == 0, insp.Kernel, strings.Join(causes, "; ")); err != nil {
 			return InspectOut{}, err
 		}
 		out := InspectOut{Inspection: &insp}
 		if len(hz) > 0 {
-			next := nextForHazards(in.Node, hz)
+			next := steps.NextForHazards(in.Node, hz)
 			if rec != nil {
 				next = "Stop: " + next + " A person signs resume (after fixing it) or abort."
 			} else if s != nil {
@@ -125,7 +126,7 @@ func inspectSummary(insp steps.Inspection) string {
 }
 
 // notRecorded says, outside a round's recording, that nothing was recorded.
-func notRecorded(rec *session) []string {
+func notRecorded(rec *window.Round) []string {
 	if rec != nil {
 		return nil
 	}
@@ -153,25 +154,25 @@ func inspectAll(ctx context.Context, d *Deps, p Progress) (InspectOut, error) {
 		if err != nil {
 			return InspectRow{}, err
 		}
-		hz := inspectionHazards(insp, "")
+		hz := steps.InspectionHazards(insp, "")
 		row := InspectRow{Node: node, Status: StatusOK, Kernel: insp.Kernel, Target: insp.Pending.TargetKernel,
 			Packages: len(insp.Pending.Packages), Blockers: len(hz)}
 		if len(hz) > 0 {
-			row.Status, row.Reason = StatusFailed, hz[0].reason
+			row.Status, row.Reason = StatusFailed, hz[0].Reason
 		}
 		return row, nil
 	})
 	out := InspectOut{Nodes: make([]InspectRow, 0, len(res))}
 	var bad []string
-	var hz []hazard
+	var hz []steps.Hazard
 	for _, r := range res {
 		row := r.Value
 		if r.Err != nil {
 			f := hostError(r.Node, "inspect", r.Err)
 			row = InspectRow{Node: r.Node, Status: StatusFailed, Blockers: 1, Reason: f.Error()}
-			hz = append(hz, hazard{hostCauseOf(r.Err), r.Node + ": " + f.Error()})
+			hz = append(hz, steps.Hazard{Cause: steps.CauseOf(r.Err), Reason: r.Node + ": " + f.Error()})
 		} else if row.Blockers > 0 {
-			hz = append(hz, hazard{causeOfText(row.Reason), r.Node + ": " + row.Reason})
+			hz = append(hz, steps.Hazard{Cause: steps.CauseOfText(row.Reason), Reason: r.Node + ": " + row.Reason})
 		}
 		if row.Status != StatusOK {
 			bad = append(bad, r.Node)

@@ -31,11 +31,11 @@ func InstallUpdates() Tool {
 	}, Steps[InstallIn, InstallOut, window.PackagePlan]{
 		Target: func(in InstallIn) string { return in.Node },
 		Follow: func(ctx context.Context, d *Deps, in InstallIn, p Progress) (InstallOut, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return InstallOut{}, err
 			}
-			if s.inFlightRun(round.StepInstall, in.Node) == nil {
+			if s.InFlightRun(round.StepInstall, in.Node) == nil {
 				return InstallOut{}, errNotInFlight
 			}
 			w, err := d.window(ctx, s, needHost)
@@ -46,16 +46,16 @@ func InstallUpdates() Tool {
 			return InstallOut{Install: o.Install, Result: outcome(o.Outcome).then(CallTo("trial_boot", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, in InstallIn) (string, window.PackagePlan, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return "", window.PackagePlan{}, err
 			}
-			if s.inFlightRun(round.StepInstall, in.Node) == nil {
-				if err := s.admit(d, round.StepInstall, in.Node); err != nil {
+			if s.InFlightRun(round.StepInstall, in.Node) == nil {
+				if err := s.Admit(round.StepInstall, in.Node); err != nil {
 					return "", window.PackagePlan{}, err
 				}
 			}
-			np, _ := s.nodePlan(d, in.Node)
+			np, _ := s.NodePlan(in.Node)
 			w, err := d.window(ctx, s, needHost)
 			if err != nil {
 				return "", window.PackagePlan{}, err
@@ -68,14 +68,14 @@ func InstallUpdates() Tool {
 			// plan was signed is shown as a diff against what people
 			// reviewed, and re-planned there (replan_node).
 			live := window.PackagePlan{Node: in.Node, PackageDigest: sim.Plan.Digest, AptLines: sim.Plan.Lines, TargetKernel: sim.Plan.TargetKernel}
-			if err := d.checkReviewed(ctx, s.id, "install_updates", live); err != nil {
+			if err := d.checkReviewed(ctx, s.ID, "install_updates", live); err != nil {
 				return "", window.PackagePlan{}, err
 			}
 			plan, err := window.DecidePackage(in.Node, sim, window.Simulated{PackageDigest: np.PackageDigest, TargetKernel: np.TargetKernel, RunningKernel: np.RunningKernel})
-			return s.id, plan, err
+			return s.ID, plan, err
 		},
 		Do: func(ctx context.Context, d *Deps, in InstallIn, plan window.PackagePlan, a Approved, p Progress) (InstallOut, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return InstallOut{}, err
 			}

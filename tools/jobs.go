@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -11,21 +10,6 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube/alerts"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 )
-
-// jobWaitOf is the intent's drain.wait_for_jobs: the pods (batch training
-// jobs) a drain waits for after it cordons, and the wait's bound. A nil
-// selector: the drain waits for nothing.
-func jobWaitOf(st intent.Settings) (labels.Selector, time.Duration, error) {
-	ds := st.Drain
-	if ds == nil || ds.WaitForJobs == nil {
-		return nil, 0, nil
-	}
-	sel, err := labels.Parse(ds.WaitForJobs.Selector)
-	if err != nil {
-		return nil, 0, Refuse("Fix drain.wait_for_jobs.selector in os-layer/settings.yaml.", "drain.wait_for_jobs.selector: "+err.Error(), "nothing was cordoned")
-	}
-	return sel, time.Duration(ds.WaitForJobs.MaxWaitMinutes) * time.Minute, nil
-}
 
 // selectorRisks are the plan's fleet-wide risks from the intent's
 // selectors (pure wording in kube/drain and kube/alerts): a

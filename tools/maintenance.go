@@ -1,110 +1,35 @@
 package tools
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/intent"
-	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/maintenance"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
-// MaintenanceView is where the round stands against the intent's
-// maintenance windows (round_status shows it).
-type MaintenanceView struct {
-	InWindow   bool      `json:"in_window"`
-	WindowEnds time.Time `json:"window_ends,omitzero"`
-	NextOpens  time.Time `json:"next_opens,omitzero"`
-	// Expected is the window a node is assumed to need and where the figure
-	// comes from (median of this round's windows, or the intent's estimate).
-	Expected       round.Duration `json:"expected_window"`
-	ExpectedSource string         `json:"expected_source"`
-	// DrainAdmitted says whether a drain may start now; NextFit is when the
-	// next node's window fits, when it may not.
-	DrainAdmitted bool      `json:"drain_admitted"`
-	NextFit       time.Time `json:"next_fit,omitzero"`
-	Reason        string    `json:"reason,omitempty"`
+// roundMaintenance is where the open round stands against the intent's
+// maintenance windows now (window.Maintenance); ok is false without a
+// round or without a maintenance section (work may start at any time).
+func roundMaintenance(s *window.Round, now time.Time) (maintenance.Schedule, window.MaintenanceView, bool, error) {
+	if s == nil {
+		return maintenance.Schedule{}, window.MaintenanceView{}, false, nil
+	}
+	return window.Maintenance(s.Settings.Maintenance, s.Journal.Shared().WindowDurations(), now)
 }
 
-// maintenance compiles the intent's windows for the open round; ok is
-// false when the intent declares none (work may start at any time).
-func (s *session) maintenance(now time.Time) (maintenance.Schedule, MaintenanceView, bool, error) {
-	if s == nil || s.settings.Maintenance == nil {
-		return maintenance.Schedule{}, MaintenanceView{}, false, nil
-	}
-	sched, err := s.settings.Maintenance.Schedule()
-	if err != nil {
-		return maintenance.Schedule{}, MaintenanceView{}, false, err
-	}
-	var closed []time.Duration
-	for _, d := range s.j.Shared().WindowDurations() {
-		closed = append(closed, d)
-	}
-	exp := maintenance.ExpectedWindow(closed, s.settings.Maintenance.Estimate())
-	dec := maintenance.AdmitStart(sched, now, exp)
-	v := MaintenanceView{Expected: round.Duration(exp.Length), ExpectedSource: exp.Source,
-		DrainAdmitted: dec.Admit, NextFit: dec.NextFit, Reason: dec.Reason}
-	if cur, in := sched.Current(now); in {
-		v.InWindow, v.WindowEnds = true, cur.End
-	}
-	if next, ok := sched.NextOpen(now); ok {
-		v.NextOpens = next.Start
-	}
-	return sched, v, true, nil
-}
-
-// admitMaintenance refuses to start a node's window (its drain) when the
-// node's expected window does not fit before the maintenance window ends.
-// A refusal changes nothing and does not stop the round: it waits.
-func (d *Deps) admitMaintenance(s *session, node string) error {
-	_, v, ok, err := s.maintenance(d.now())
-	if err != nil {
-		return Refuse("Fix the maintenance section of os-layer/settings.yaml.", err.Error(), "nothing was cordoned")
-	}
-	if !ok || v.DrainAdmitted {
+// admitMaintenance is the maintenance rule before node's window opens
+// (window.AdmitMaintenance): a refusal waits, it does not stop the round.
+func (d *Deps) admitMaintenance(s *window.Round, node string) error {
+	if s == nil {
 		return nil
 	}
-	next := "Wait: no maintenance window long enough is coming; a person lengthens a window or lowers estimated_window_minutes in os-layer/settings.yaml."
-	if !v.NextFit.IsZero() {
-		next = fmt.Sprintf("Wait until %s (the next maintenance window %s's expected window fits in), then call drain_node again; round_status says the same.",
-			v.NextFit.Format(time.RFC3339), node)
-	}
-	return Refuse(next, "maintenance window: "+v.Reason, "nothing was cordoned")
+	return fromWindow(window.AdmitMaintenance(s.Settings.Maintenance, s.Journal.Shared().WindowDurations(), d.now(), node))
 }
 
-// applyMaintenance puts the maintenance rule into a status: when the next
-// step would start a node's window and it does not fit, the next call
-// waits for the window it fits in.
-func applyMaintenance(status *round.Status, v MaintenanceView) {
-	nx := status.Next
-	if nx == nil || nx.Step != round.StepDrain || nx.Recheck || v.DrainAdmitted {
-		return
-	}
-	if v.NextFit.IsZero() {
-		status.NextAction = "Wait: " + v.Reason
-		nx.Tool = ""
-		return
-	}
-	nx.WaitUntil = v.NextFit
-	status.NextAction = fmt.Sprintf("Wait until %s, when the next maintenance window that fits %s opens; then drain_node %s. (%s)",
-		v.NextFit.Format(time.RFC3339), nx.Node, nx.Node, v.Reason)
-}
-
-// etaConfig is the estimate's settings from the intent: the maintenance
-// windows and their estimated node window, else one hour a node at any time.
-func etaConfig(s intent.Settings) round.ETAConfig {
-	cfg := round.ETAConfig{DefaultWindow: time.Hour}
-	if m := s.Maintenance; m != nil {
-		if sched, err := m.Schedule(); err == nil {
-			cfg.Maintenance, cfg.DefaultWindow = sched, m.Estimate()
-		}
-	}
-	return cfg
-}
-
-func (s *session) settingsOrZero() intent.Settings {
+func settingsOrZero(s *window.Round) intent.Settings {
 	if s == nil {
 		return intent.Settings{}
 	}
-	return s.settings
+	return s.Settings
 }

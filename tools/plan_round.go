@@ -7,6 +7,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/gate"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/plan/preflight"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -61,7 +62,7 @@ func PlanRound() Tool {
 		if err != nil {
 			return PlanRoundOut{}, err
 		}
-		nodes, rp := orderInput(inv, pl)
+		nodes, rp := preflight.OrderInput(inv, pl)
 		order, err := round.PlanOrder(nodes, rp)
 		if err != nil {
 			return PlanRoundOut{}, Fail("Read the reason; the inventory may be incomplete.", "plan the order: "+err.Error())
@@ -75,7 +76,7 @@ func PlanRound() Tool {
 		if err != nil {
 			return PlanRoundOut{}, err
 		}
-		s := &session{j: j, id: in.Round, settings: settings, events: d.WindowEvents, now: d.now}
+		s := &window.Round{Journal: j, ID: in.Round, Settings: settings, Book: d.Book, Events: d.WindowEvents, Now: d.now, Log: d.Log}
 		due, err := window.DecidePlanOrder(j.State(), d.now())
 		if err != nil {
 			return PlanRoundOut{}, err
@@ -95,7 +96,7 @@ func PlanRound() Tool {
 		}
 		p(2, total, "estimate")
 		st := j.State()
-		if est, err := round.ETA(st, st.WindowDurations(), d.now(), deadline, etaConfig(settings)); err == nil {
+		if est, err := round.ETA(st, st.WindowDurations(), d.now(), deadline, window.ETAConfig(settings)); err == nil {
 			out.ETA = &est
 		}
 		out.Reasons = append(out.Reasons, window.PlanReasons(out.ETA, deadline, order.Notes)...)

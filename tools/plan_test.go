@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
+	"github.com/mcp-patch/mcp-patch/round/plan/preflight"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -57,7 +58,7 @@ func planDeps(t *testing.T, approval string) (*Deps, plan.Fleet) {
 	for _, p := range order.Positions {
 		facts[p.Node] = planFacts("6.8.0-51-generic")
 	}
-	f := plan.Build(plan.Input{Round: planRound, Order: positionsOf(order), Facts: facts,
+	f := plan.Build(plan.Input{Round: planRound, Order: preflight.Positions(order), Facts: facts,
 		Intent: plan.Intent{GPUApproval: approval, PanicSeconds: 10}})
 	if err := d.writeFleetPlan(planRound, f); err != nil {
 		t.Fatal(err)
@@ -369,7 +370,7 @@ func TestPlanHeaderOncePerContent(t *testing.T) {
 	}
 
 	// Another revision of the plan: decoded again.
-	g := plan.Build(plan.Input{Round: planRound, Order: positionsOf(round.Order{Positions: []round.Position{
+	g := plan.Build(plan.Input{Round: planRound, Order: preflight.Positions(round.Order{Positions: []round.Position{
 		{Node: "cp-1", Role: round.RoleControlPlane, Reason: "control plane"},
 	}}), Facts: map[string]plan.Facts{"cp-1": planFacts("6.8.0-51-generic")}, Intent: plan.Intent{GPUApproval: plan.PerWindow, PanicSeconds: 10}})
 	if err := d.writeFleetPlan(planRound, g); err != nil {

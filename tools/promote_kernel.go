@@ -32,11 +32,11 @@ func PromoteKernel() Tool {
 	}, Steps[PromoteIn, PromoteOut, window.PromotePlan]{
 		Target: func(in PromoteIn) string { return in.Node },
 		Follow: func(ctx context.Context, d *Deps, in PromoteIn, p Progress) (PromoteOut, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return PromoteOut{}, err
 			}
-			if s.inFlightRun(round.StepPromote, in.Node) == nil {
+			if s.InFlightRun(round.StepPromote, in.Node) == nil {
 				return PromoteOut{}, errNotInFlight
 			}
 			w, err := d.window(ctx, s, 0)
@@ -47,12 +47,12 @@ func PromoteKernel() Tool {
 			return PromoteOut{Promote: o.Promote, Result: outcome(o.Outcome).then(CallTo("close_window", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, in PromoteIn) (string, window.PromotePlan, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return "", window.PromotePlan{}, err
 			}
-			if s.inFlightRun(round.StepPromote, in.Node) == nil {
-				if err := s.admit(d, round.StepPromote, in.Node); err != nil {
+			if s.InFlightRun(round.StepPromote, in.Node) == nil {
+				if err := s.Admit(round.StepPromote, in.Node); err != nil {
 					return "", window.PromotePlan{}, err
 				}
 			}
@@ -62,12 +62,12 @@ func PromoteKernel() Tool {
 			if err != nil {
 				return "", window.PromotePlan{}, err
 			}
-			np, _ := s.nodePlan(d, in.Node)
+			np, _ := s.NodePlan(in.Node)
 			plan, err := w.PlanPromote(ctx, in.Node, np.TargetKernel)
-			return s.id, plan, err
+			return s.ID, plan, err
 		},
 		Do: func(ctx context.Context, d *Deps, in PromoteIn, plan window.PromotePlan, a Approved, p Progress) (PromoteOut, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return PromoteOut{}, err
 			}

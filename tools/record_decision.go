@@ -98,11 +98,11 @@ func RecordDecision() Tool {
 		if !ok {
 			return DecisionOut{}, Refuse("Use resume, abort, hypervisor_snapshot_taken or residual_risk_accepted.", fmt.Sprintf("unknown decision %q", in.Decision))
 		}
-		s, err := d.openSession()
+		s, err := d.openRound()
 		if err != nil {
 			return DecisionOut{}, err
 		}
-		st := s.j.State()
+		st := s.Journal.State()
 		node := window.DecisionNode(st, dk.name, in.Node)
 		if node != round.FleetWide {
 			if err := ValidNode(node); err != nil {
@@ -113,7 +113,7 @@ func RecordDecision() Tool {
 		if err != nil {
 			return DecisionOut{}, err
 		}
-		binding := policy.AttestationFields{Node: node, Round: s.id, Reason: in.Reason, ReviewTrigger: in.ReviewTrigger}
+		binding := policy.AttestationFields{Node: node, Round: s.ID, Reason: in.Reason, ReviewTrigger: in.ReviewTrigger}
 		if t.Bound {
 			binding.Step, binding.Stop = policy.NoStop, policy.NoStop
 			if t.Stop != nil {
@@ -133,7 +133,7 @@ func RecordDecision() Tool {
 		}
 		// The summary is the server's, now: a statement whose summary was
 		// rewritten before it was signed is refused, as approvals are.
-		summary := window.DecisionSummary(st, dk.name, node, s.id, t)
+		summary := window.DecisionSummary(st, dk.name, node, s.ID, t)
 		if in.Attestation == "" {
 			text, exp, err := d.Approvals.Attestation(dk.kind, binding, summary)
 			if err != nil {
@@ -150,14 +150,14 @@ func RecordDecision() Tool {
 		}
 		// Kept before it is used: the decision counts, now and whenever
 		// the round's state is rebuilt, only as this kept signature.
-		if err := d.keepProof(s.id, proof{Tool: decisionTool, Step: in.Decision, Node: node, ApprovalID: a.ID, Approval: in.Attestation}); err != nil {
+		if err := d.keepProof(s.ID, proof{Tool: decisionTool, Step: in.Decision, Node: node, ApprovalID: a.ID, Approval: in.Attestation}); err != nil {
 			return DecisionOut{}, Refuse("Ask the operator to fix the server's state directory.", "the statement could not be kept: "+err.Error(), "nothing was recorded")
 		}
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return DecisionOut{}, Refuse("Ask the person to sign a fresh statement.", "statement could not be used: "+err.Error(), "nothing was recorded")
 		}
 		detail := window.DecisionDetail(dk.name, a.Principal, req.Reason, req.ReviewTrigger)
-		rec, err := s.j.Decide(dk.name, node, t.Step, round.Meta{ApprovalID: a.ID, Detail: detail})
+		rec, err := s.Journal.Decide(dk.name, node, t.Step, round.Meta{ApprovalID: a.ID, Detail: detail})
 		if err != nil {
 			return DecisionOut{}, ruleRefusal(err)
 		}

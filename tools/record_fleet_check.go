@@ -18,21 +18,21 @@ func RecordFleetCheck() Tool {
 		Description: "As fleet_check, recorded in the round: green starts the soak; a node left behind stops the round.",
 		Kind:        Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (FleetCheckOut, error) {
-		s, err := d.openSession()
+		s, err := d.openRound()
 		if err != nil {
 			return FleetCheckOut{}, err
 		}
-		if err := window.AdmitFleetCheck(s.j.State()); err != nil {
+		if err := window.AdmitFleetCheck(s.Journal.State()); err != nil {
 			return FleetCheckOut{}, err
 		}
-		if err := s.admit(d, round.StepFleetCheck, ""); err != nil {
+		if err := s.Admit(round.StepFleetCheck, ""); err != nil {
 			return FleetCheckOut{}, err
 		}
 		out, bad, err := fleetKernels(ctx, d, s, p)
 		if err != nil {
 			return out, err
 		}
-		if err := s.check(round.StepFleetCheck, "", len(bad) == 0, "", strings.Join(bad, "; ")); err != nil {
+		if err := s.Check(round.StepFleetCheck, "", len(bad) == 0, "", strings.Join(bad, "; ")); err != nil {
 			return out, err
 		}
 		if len(bad) > 0 {
@@ -42,9 +42,9 @@ func RecordFleetCheck() Tool {
 		}
 		out.Reasons = []string{fmt.Sprintf("all %d nodes run the round's kernels", len(out.Nodes))}
 		out.NextAction = "Call round_status: it says what remains before close."
-		st := s.j.State()
+		st := s.Journal.State()
 		if st.Admit(round.StepSoak, "", d.now()) == nil && st.SoakStarted.IsZero() {
-			if err := s.begin(round.StepSoak, ""); err != nil {
+			if err := s.Begin(round.StepSoak, ""); err != nil {
 				return out, err
 			}
 			out.Reasons = append(out.Reasons, fmt.Sprintf("the soak of %s starts now", time.Duration(st.Plan.Soak)))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round/plan"
+	"github.com/mcp-patch/mcp-patch/round/plan/preflight"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -34,19 +35,19 @@ func ReplanNode() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return ReplanOut{}, err
 		}
-		s, err := d.openSession()
+		s, err := d.openRound()
 		if err != nil {
 			return ReplanOut{}, err
 		}
-		f, ok, err := d.fleetPlan(s.id)
+		f, ok, err := d.fleetPlan(s.ID)
 		if err != nil || !ok {
-			return ReplanOut{}, Refuse("Call plan_round: it writes the whole plan.", "round "+s.id+" has no usable plan document")
+			return ReplanOut{}, Refuse("Call plan_round: it writes the whole plan.", "round "+s.ID+" has no usable plan document")
 		}
 		reviewed, ok := f.Node(in.Node)
 		if !ok {
-			return ReplanOut{}, Refuse("Name a node of the round's plan.", in.Node+" is not in the plan of round "+s.id)
+			return ReplanOut{}, Refuse("Name a node of the round's plan.", in.Node+" is not in the plan of round "+s.ID)
 		}
-		st := s.j.State()
+		st := s.Journal.State()
 		done, err := window.ReplanScope(st.Node(in.Node))
 		if err != nil {
 			return ReplanOut{}, err
@@ -60,27 +61,27 @@ func ReplanNode() Tool {
 			return ReplanOut{}, err
 		}
 		p(0, 2, "preflight "+in.Node)
-		facts := preflightFacts(ctx, h.Steps, in.Node)
+		facts := preflight.ReadNode(ctx, h.Steps, in.Node)
 		var evicted []drain.PodRef
 		if len(done) == 0 {
 			p(1, 2, "drain preview "+in.Node)
-			jobs, jobWait, err := jobWaitOf(s.settings)
+			jobs, jobWait, err := window.JobWait(s.Settings)
 			if err != nil {
 				return ReplanOut{}, err
 			}
-			facts.Drain, evicted = drainFacts(ctx, kc, in.Node, drainPolicyOf(s.settings), jobs, jobWait)
+			facts.Drain, evicted = preflight.ClusterDrains{Client: kc.Kube, Policy: preflight.DrainPolicy(s.Settings), Jobs: jobs, JobWait: jobWait}.DrainFacts(ctx, in.Node)
 		}
 		var pos plan.Position
-		for _, ps := range positionsOf(st.Plan.Order) {
+		for _, ps := range preflight.Positions(st.Plan.Order) {
 			if ps.Node == in.Node {
 				pos = ps
 			}
 		}
 		pl := plan.Placement{}
-		if inv, pla, err := d.inventoryAndPlacement(ctx, kc, s.settings); err == nil {
-			pl = placementOf(pla, inv, map[string][]drain.PodRef{in.Node: evicted}, s.settings)
+		if inv, pla, err := d.inventoryAndPlacement(ctx, kc, s.Settings); err == nil {
+			pl = preflight.PlacementOf(pla, inv, map[string][]drain.PodRef{in.Node: evicted}, s.Settings)
 		}
-		it := d.planIntent(s.id, s.settings, map[string]plan.Facts{in.Node: facts})
+		it := d.planIntent(s.ID, s.Settings, map[string]plan.Facts{in.Node: facts})
 		live := plan.KeepDone(reviewed, plan.BuildNode(reviewed.Position, pos, facts, pl, it), done...)
 		g, changed, err := plan.Replan(f, live)
 		if err != nil {
@@ -89,10 +90,10 @@ func ReplanNode() Tool {
 		out := ReplanOut{Changed: changed}
 		if g.Digest == f.Digest {
 			out.Reasons = []string{in.Node + " matches its reviewed plan: nothing changed"}
-			out.Plan, err = d.planStatus(ctx, s.id, s.j.Shared())
+			out.Plan, err = d.planStatus(ctx, s.ID, s.Journal.Shared())
 			return out, err
 		}
-		if err := d.writeFleetPlan(s.id, g); err != nil {
+		if err := d.writeFleetPlan(s.ID, g); err != nil {
 			return out, err
 		}
 		out.Reasons = append(out.Reasons, fmt.Sprintf("%s re-planned: revision %d, digest %s", in.Node, g.Revision, g.Digest))
@@ -101,7 +102,7 @@ func ReplanNode() Tool {
 		}
 		d.commitRoundLast(ctx, s, "re-plan of "+in.Node, func(c string) string { return "plan committed (" + c + ")" },
 			"plan not committed: ", &out.Reasons)
-		if out.Plan, err = d.planStatus(ctx, s.id, s.j.Shared()); err != nil {
+		if out.Plan, err = d.planStatus(ctx, s.ID, s.Journal.Shared()); err != nil {
 			return out, err
 		}
 		out.NextAction = "A person signs only what changed: call sign_plan."

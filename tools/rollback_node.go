@@ -37,14 +37,14 @@ func RollbackNode() Tool {
 			if err != nil {
 				return RollbackOut{}, err
 			}
-			if run := s.j.Shared().Rollback(in.Node); run == nil || run.State != round.InFlight {
+			if run := s.Journal.Shared().Rollback(in.Node); run == nil || run.State != round.InFlight {
 				return RollbackOut{}, errNotInFlight
 			}
-			o, err := w.FollowRollback(ctx, rh, in.Node, s.verifyInput(in.Node, ""), func(ctx context.Context) (bool, string) {
-				return d.uncordonIfOurs(ctx, s.id, in.Node)
+			o, err := w.FollowRollback(ctx, rh, in.Node, s.VerifyInput(in.Node, ""), func(ctx context.Context) (bool, string) {
+				return d.uncordonIfOurs(ctx, s.ID, in.Node)
 			})
 			if o.RolledBack {
-				d.Ops.RolledBack(s.id, in.Node, o.Detail)
+				d.Ops.RolledBack(s.ID, in.Node, o.Detail)
 			}
 			return rollbackOut(o), err
 		},
@@ -53,13 +53,13 @@ func RollbackNode() Tool {
 			if err != nil {
 				return "", window.RollbackPlan{}, err
 			}
-			np, _ := s.nodePlan(d, in.Node)
+			np, _ := s.NodePlan(in.Node)
 			insp, err := rh.Inspect(ctx, in.Node, steps.InspectInput{})
 			if err != nil {
 				return "", window.RollbackPlan{}, hostError(in.Node, "inspect before the rollback", err)
 			}
-			plan, err := window.DecideRollback(in.Node, s.j.State(), insp, np.TargetKernel)
-			return s.id, plan, err
+			plan, err := window.DecideRollback(in.Node, s.Journal.State(), insp, np.TargetKernel)
+			return s.ID, plan, err
 		},
 		Do: func(ctx context.Context, d *Deps, in RollbackIn, plan window.RollbackPlan, a Approved, p Progress) (RollbackOut, error) {
 			_, w, rh, err := d.rollbackWindow(ctx)

@@ -28,7 +28,7 @@ type RoundStatusOut struct {
 	ETA   *round.Estimate `json:"eta,omitempty"`
 	Table string          `json:"table" jsonschema:"the per-node step table as text"`
 	// Maintenance is set when the intent declares maintenance windows.
-	Maintenance *MaintenanceView `json:"maintenance,omitempty" jsonschema:"where the round stands against the intent's maintenance windows"`
+	Maintenance *window.MaintenanceView `json:"maintenance,omitempty" jsonschema:"where the round stands against the intent's maintenance windows"`
 	// Plan is the reviewed plan: its digest, signature and signature count.
 	Plan *PlanStatus `json:"plan,omitempty"`
 }
@@ -50,7 +50,7 @@ func RoundStatus() Tool {
 				fmt.Sprintf("cursor %d, limit %d are out of range", in.Cursor, in.Limit))
 		}
 		var st *round.State
-		var sess *session
+		var sess *window.Round
 		if in.Round != "" {
 			if !round.ValidRoundID(in.Round) {
 				return RoundStatusOut{}, Refuse("Use a round id such as 2026-11.", fmt.Sprintf("round id %q is not valid", in.Round))
@@ -75,28 +75,28 @@ func RoundStatus() Tool {
 				st = s
 			}
 		} else {
-			s, err := d.readSession()
+			s, err := d.readRound()
 			if err != nil {
 				return RoundStatusOut{}, err
 			}
-			st, sess = s.j.State(), s
+			st, sess = s.Journal.State(), s
 		}
 		status := st.Status(d.now())
-		_, mv, restricted, merr := sess.maintenance(d.now())
+		_, mv, restricted, merr := roundMaintenance(sess, d.now())
 		if merr != nil {
 			return RoundStatusOut{}, Refuse("Fix the maintenance section of os-layer/settings.yaml.", merr.Error())
 		}
 		if restricted {
-			applyMaintenance(&status, mv)
+			window.ApplyMaintenance(&status, mv)
 		}
 		if in.Node != "" && st.Node(in.Node) == nil {
 			return RoundStatusOut{}, Refuse("Name a node of the round (round_status without node lists them).", in.Node+" is not in round "+st.RoundID)
 		}
 		nextCall := toCall(window.NextCall(st, status))
-		if nextCall != nil && nextCall.Tool == "plan_round" && nextCall.Arguments["round"] == nil && sess != nil && sess.id != "" {
+		if nextCall != nil && nextCall.Tool == "plan_round" && nextCall.Arguments["round"] == nil && sess != nil && sess.ID != "" {
 			// A round whose plan_round was cut off before its first record
 			// has no id in its state yet; the journal it lives in names it.
-			nextCall.Arguments["round"] = sess.id
+			nextCall.Arguments["round"] = sess.ID
 		}
 		status = status.Page(round.NodeQuery{Node: in.Node, Window: round.WindowState(in.Window), Cursor: in.Cursor, Limit: in.Limit})
 		var tb strings.Builder
@@ -114,7 +114,7 @@ func RoundStatus() Tool {
 			out.Reasons = append(out.Reasons, ps.Risks...)
 		}
 		if st.Plan != nil {
-			if est, err := round.ETA(st, st.WindowDurations(), d.now(), time.Time{}, etaConfig(sess.settingsOrZero())); err == nil {
+			if est, err := round.ETA(st, st.WindowDurations(), d.now(), time.Time{}, window.ETAConfig(settingsOrZero(sess))); err == nil {
 				if n := len(est.Remaining); n > round.PageNodes && status.NodesShown < status.WindowsTotal {
 					est.Remaining = est.Remaining[:round.PageNodes]
 					est.Notes = append(est.Notes, fmt.Sprintf("remaining lists the next %d of %d nodes to patch", round.PageNodes, n))

@@ -27,6 +27,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // The scale rig is the fleet rig (the server as Build wires it, the real
@@ -164,7 +165,7 @@ func (f *fleet) scaleWindow(node string, controlPlane bool) map[string]time.Dura
 // and answers how long the commit took.
 func (f *fleet) commitWindow(node string) time.Duration {
 	f.t.Helper()
-	s, err := f.d.openSession()
+	s, err := f.d.openRound()
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -436,10 +437,11 @@ func TestRoundAtScaleAppendsFlatPerWindow(t *testing.T) {
 	var logsStored []int64
 	var sealedBytes, logsGrew int64
 	sealedBefore := map[string]bool{}
-	// snapshot is state.json's inode and size: a new inode is a new
-	// snapshot (written by atomic replace).
+	// snapshot is the state snapshot's inode and size (in the state
+	// directory): a new inode is a new snapshot (written by atomic
+	// replace).
 	snapshot := func() (uint64, int64) {
-		fi, err := os.Stat(filepath.Join(dir, round.StateFile))
+		fi, err := os.Stat(round.SnapshotPath(dir, f.d.Book.AnchorDir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -462,7 +464,7 @@ func TestRoundAtScaleAppendsFlatPerWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range rf.Files {
-			if n := strings.TrimSuffix(filepath.Base(p), ".json"); strings.Contains(p, "/"+nodePlansDir+"/") || strings.Contains(p, "/"+windowSignaturesDir+"/") {
+			if n := strings.TrimSuffix(filepath.Base(p), ".json"); strings.Contains(p, "/"+window.NodePlansDir+"/") || strings.Contains(p, "/"+windowSignaturesDir+"/") {
 				if n != node {
 					t.Errorf("the commit after window %d (%s) names %s, a file of another node", i+1, node, p)
 				}

@@ -32,9 +32,9 @@ func simulateUpgrade(record bool) Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return SimulateOut{}, err
 		}
-		s := d.maybeSession(record)
+		s := d.maybeRound(record)
 		rec := recording(s, record)
-		if err := rec.admit(d, round.StepSimulate, in.Node); err != nil {
+		if err := rec.Admit(round.StepSimulate, in.Node); err != nil {
 			return SimulateOut{}, err
 		}
 		h, err := d.hosts(ctx)
@@ -43,16 +43,16 @@ func simulateUpgrade(record bool) Tool {
 		}
 		sim, err := h.Steps.Simulate(ctx, in.Node)
 		if err != nil {
-			return SimulateOut{}, rec.hostFailure(round.StepSimulate, in.Node, hostError(in.Node, "simulate upgrade", err))
+			return SimulateOut{}, hostFailure(rec, round.StepSimulate, in.Node, hostError(in.Node, "simulate upgrade", err))
 		}
 		kern, _ := h.Steps.Kernel(ctx, in.Node)
-		hz := simulationHazards(sim)
+		hz := steps.SimulationHazards(sim)
 		for _, u := range sim.Unheld {
-			hz = append(hz, hazard{CausePackages, "package " + u + " is installed but not held (apt-mark hold " + u + ")"})
+			hz = append(hz, steps.Hazard{Cause: steps.CausePackages, Reason: "package " + u + " is installed but not held (apt-mark hold " + u + ")"})
 		}
 		var problems []string
 		for _, h := range hz {
-			problems = append(problems, h.reason)
+			problems = append(problems, h.Reason)
 		}
 		out := SimulateOut{Simulation: &sim}
 		detail := fmt.Sprintf("plan %s: %d packages, target kernel %q", sim.Plan.Digest, len(sim.Plan.Packages), sim.Plan.TargetKernel)
@@ -60,10 +60,10 @@ func simulateUpgrade(record bool) Tool {
 			detail += "; kept back by phasing (not a removal, a later round gets them): " + strings.Join(sim.Plan.Phased, ", ")
 		}
 		if len(problems) > 0 {
-			if err := rec.check(round.StepSimulate, in.Node, false, kern.Kernel, strings.Join(problems, "; ")); err != nil {
+			if err := rec.Check(round.StepSimulate, in.Node, false, kern.Kernel, strings.Join(problems, "; ")); err != nil {
 				return out, err
 			}
-			next := nextForHazards(in.Node, hz)
+			next := steps.NextForHazards(in.Node, hz)
 			if rec != nil {
 				next = "Stop: the round cannot go on with this plan. " + next + " A person signs resume (after fixing it) or abort."
 			}
@@ -71,14 +71,14 @@ func simulateUpgrade(record bool) Tool {
 			return out, nil
 		}
 		if rec != nil {
-			np, _ := s.nodePlan(d, in.Node)
+			np, _ := s.NodePlan(in.Node)
 			np.Node, np.TargetKernel, np.RunningKernel = in.Node, sim.Plan.TargetKernel, kern.Kernel
 			np.PackageDigest, np.PackageLines, np.Kernel, np.Nvidia = sim.Plan.Digest, sim.Plan.Lines, sim.Plan.Kernel, sim.Plan.Nvidia
-			if err := rec.saveNodePlan(d, np); err != nil {
+			if err := rec.SaveNodePlan(np); err != nil {
 				return out, fmt.Errorf("record the node plan: %w", err)
 			}
 		}
-		if err := rec.check(round.StepSimulate, in.Node, true, kern.Kernel, detail); err != nil {
+		if err := rec.Check(round.StepSimulate, in.Node, true, kern.Kernel, detail); err != nil {
 			return out, err
 		}
 		out.Reasons = []string{detail}

@@ -27,11 +27,11 @@ func SnapshotNode() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return SnapshotOut{}, err
 		}
-		s := d.maybeSession(true)
+		s := d.maybeRound(true)
 		if s == nil {
 			return snapshotHostOnly(ctx, d, in.Node)
 		}
-		n := s.j.Shared().Node(in.Node)
+		n := s.Journal.Shared().Node(in.Node)
 		if n == nil {
 			return SnapshotOut{}, Refuse("Use a node from the round's order.", in.Node+" is not in this round's order")
 		}
@@ -43,14 +43,14 @@ func SnapshotNode() Tool {
 		if err != nil {
 			return SnapshotOut{}, err
 		}
-		if err := s.begin(round.StepSnapshot, in.Node); err != nil {
+		if err := s.Begin(round.StepSnapshot, in.Node); err != nil {
 			return SnapshotOut{}, err
 		}
-		snap, err := h.Steps.Snapshot(ctx, in.Node, s.id, role, "")
+		snap, err := h.Steps.Snapshot(ctx, in.Node, s.ID, role, "")
 		if err != nil {
-			return SnapshotOut{Snapshot: &snap}, errors.Join(hostError(in.Node, "snapshot", err), s.fail(round.StepSnapshot, in.Node, err.Error()))
+			return SnapshotOut{Snapshot: &snap}, errors.Join(hostError(in.Node, "snapshot", err), s.Fail(round.StepSnapshot, in.Node, err.Error()))
 		}
-		if err := s.finish(round.StepSnapshot, in.Node, "", fmt.Sprintf("%d files in %s", len(snap.Files), snap.Dir)); err != nil {
+		if err := s.Finish(round.StepSnapshot, in.Node, "", fmt.Sprintf("%d files in %s", len(snap.Files), snap.Dir)); err != nil {
 			return SnapshotOut{}, err
 		}
 		return SnapshotOut{Snapshot: &snap, Result: Result{

@@ -32,11 +32,11 @@ func TrialBoot() Tool {
 	}, Steps[TrialBootIn, TrialBootOut, window.TrialBootPlan]{
 		Target: func(in TrialBootIn) string { return in.Node },
 		Follow: func(ctx context.Context, d *Deps, in TrialBootIn, p Progress) (TrialBootOut, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return TrialBootOut{}, err
 			}
-			if s.inFlightRun(round.StepTrialBoot, in.Node) == nil {
+			if s.InFlightRun(round.StepTrialBoot, in.Node) == nil {
 				return TrialBootOut{}, errNotInFlight
 			}
 			w, err := d.window(ctx, s, needHost)
@@ -47,16 +47,16 @@ func TrialBoot() Tool {
 			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome).then(CallTo("record_verification", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, in TrialBootIn) (string, window.TrialBootPlan, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return "", window.TrialBootPlan{}, err
 			}
-			if s.inFlightRun(round.StepTrialBoot, in.Node) == nil {
-				if err := s.admit(d, round.StepTrialBoot, in.Node); err != nil {
+			if s.InFlightRun(round.StepTrialBoot, in.Node) == nil {
+				if err := s.Admit(round.StepTrialBoot, in.Node); err != nil {
 					return "", window.TrialBootPlan{}, err
 				}
 			}
-			np, _ := s.nodePlan(d, in.Node)
+			np, _ := s.NodePlan(in.Node)
 			w, err := d.window(ctx, s, needHost)
 			if err != nil {
 				return "", window.TrialBootPlan{}, err
@@ -65,15 +65,15 @@ func TrialBoot() Tool {
 			if err != nil {
 				return "", window.TrialBootPlan{}, hostError(in.Node, "inspect before the trial boot", err)
 			}
-			if err := window.TrialBootDone(in.Node, s.j.StepRun(round.StepTrialBoot, in.Node), insp.Kernel, np.TargetKernel); err != nil {
+			if err := window.TrialBootDone(in.Node, s.Journal.StepRun(round.StepTrialBoot, in.Node), insp.Kernel, np.TargetKernel); err != nil {
 				return "", window.TrialBootPlan{}, err
 			}
-			n := s.j.Shared().Node(in.Node)
+			n := s.Journal.Shared().Node(in.Node)
 			plan, err := window.DecideTrialBoot(in.Node, insp, np.TargetKernel, n != nil && n.GPU, panicSeconds(s))
-			return s.id, plan, err
+			return s.ID, plan, err
 		},
 		Do: func(ctx context.Context, d *Deps, in TrialBootIn, plan window.TrialBootPlan, a Approved, p Progress) (TrialBootOut, error) {
-			s, err := d.openSession()
+			s, err := d.openRound()
 			if err != nil {
 				return TrialBootOut{}, err
 			}
@@ -87,8 +87,8 @@ func TrialBoot() Tool {
 	})
 }
 
-func panicSeconds(s *session) int {
-	if k := s.settings.Kernel; k != nil && k.PanicRebootSeconds > 0 {
+func panicSeconds(s *window.Round) int {
+	if k := s.Settings.Kernel; k != nil && k.PanicRebootSeconds > 0 {
 		return k.PanicRebootSeconds
 	}
 	return 10

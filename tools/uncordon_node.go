@@ -28,13 +28,13 @@ func UncordonNode() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return UncordonOut{}, err
 		}
-		s, err := d.openSession()
+		s, err := d.openRound()
 		if err != nil {
 			return UncordonOut{}, err
 		}
-		resumed := s.inFlight(round.StepUncordon, in.Node)
+		resumed := s.InFlight(round.StepUncordon, in.Node)
 		if !resumed {
-			if err := s.admit(d, round.StepUncordon, in.Node); err != nil {
+			if err := s.Admit(round.StepUncordon, in.Node); err != nil {
 				return UncordonOut{}, err
 			}
 		}
@@ -48,7 +48,7 @@ func UncordonNode() Tool {
 		}
 		if resumed && !st.Unschedulable {
 			// Uncordoned before the process that did it stopped.
-			if err := s.finish(round.StepUncordon, in.Node, "", "found uncordoned (resumed)"); err != nil {
+			if err := s.Finish(round.StepUncordon, in.Node, "", "found uncordoned (resumed)"); err != nil {
 				return UncordonOut{}, err
 			}
 			return UncordonOut{Result: Result{Reasons: []string{in.Node + " is schedulable again"}, NextAction: "Call round_status for the next step."}}, nil
@@ -68,26 +68,26 @@ func UncordonNode() Tool {
 		if err != nil {
 			return UncordonOut{}, err
 		}
-		if _, err := window.DecideOnTrialBoot(in.Node, s.stepRun(round.StepTrialBoot, in.Node), now,
-			window.Checked{Step: round.StepVerify, Run: s.stepRun(round.StepVerify, in.Node), Tool: "record_verification"}); err != nil {
+		if _, err := window.DecideOnTrialBoot(in.Node, s.StepRun(round.StepTrialBoot, in.Node), now,
+			window.Checked{Step: round.StepVerify, Run: s.StepRun(round.StepVerify, in.Node), Tool: "record_verification"}); err != nil {
 			return UncordonOut{}, err
 		}
 		if err := w.HoldLease(ctx, round.StepUncordon, in.Node); err != nil {
 			return UncordonOut{}, err
 		}
-		if err := s.begin(round.StepUncordon, in.Node); err != nil {
+		if err := s.Begin(round.StepUncordon, in.Node); err != nil {
 			return UncordonOut{}, err
 		}
 		res, err := drain.Uncordon(ctx, kc.Kube, in.Node, d.Identity)
 		if err != nil {
 			return UncordonOut{Uncordon: &res}, errors.Join(Fail("Tell a person: the node could not be uncordoned.", "uncordon "+in.Node+": "+err.Error()),
-				s.fail(round.StepUncordon, in.Node, err.Error()))
+				s.Fail(round.StepUncordon, in.Node, err.Error()))
 		}
-		if err := s.finish(round.StepUncordon, in.Node, "", ""); err != nil {
+		if err := s.Finish(round.StepUncordon, in.Node, "", ""); err != nil {
 			return UncordonOut{}, err
 		}
 		next, call := "promote_kernel this node next.", CallTo("promote_kernel", "node", in.Node)
-		if n := s.j.Shared().Node(in.Node); n != nil && n.GPU {
+		if n := s.Journal.Shared().Node(in.Node); n != nil && n.GPU {
 			next, call = "gpu_acceptance this node next.", CallTo("gpu_acceptance", "node", in.Node)
 		}
 		return UncordonOut{Uncordon: &res, Result: Result{Reasons: []string{in.Node + " is schedulable again"}, NextAction: next, NextCall: call}}, nil

@@ -33,16 +33,16 @@ func verifyNode(record bool) Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return VerifyOut{}, err
 		}
-		s := d.maybeSession(record)
+		s := d.maybeRound(record)
 		if s == nil && record {
-			if _, err := d.openSession(); err != nil {
+			if _, err := d.openRound(); err != nil {
 				return VerifyOut{}, err
 			}
 			return VerifyOut{}, RefuseWith(CallTo("verify_node", "node", in.Node), "Call verify_node instead: it checks the node and records nothing.",
 				"no round is open: record_verification records into a round", "nothing was done")
 		}
 		rec := recording(s, record)
-		if err := rec.admit(d, round.StepVerify, in.Node); err != nil {
+		if err := rec.Admit(round.StepVerify, in.Node); err != nil {
 			return VerifyOut{}, err
 		}
 		h, err := d.hosts(ctx)
@@ -60,19 +60,19 @@ func verifyNode(record bool) Tool {
 			}
 			vin = hostOnlyVerifyInput(d, k.Kernel)
 		} else {
-			np, ok := s.nodePlan(d, in.Node)
+			np, ok := s.NodePlan(in.Node)
 			if !ok || np.TargetKernel == "" {
 				return VerifyOut{}, Refuse("Run simulate_upgrade on the node first: it names the target kernel.", "no target kernel is recorded for "+in.Node)
 			}
-			vin = s.verifyInput(in.Node, np.TargetKernel)
+			vin = s.VerifyInput(in.Node, np.TargetKernel)
 		}
 		v, err := h.Steps.Verify(ctx, in.Node, vin)
 		if err != nil {
-			return VerifyOut{Verification: &v}, rec.hostFailure(round.StepVerify, in.Node, hostError(in.Node, "verify", err))
+			return VerifyOut{Verification: &v}, hostFailure(rec, round.StepVerify, in.Node, hostError(in.Node, "verify", err))
 		}
 		out := VerifyOut{Verification: &v}
 		if !v.Passed {
-			if err := rec.checkOn(round.StepVerify, in.Node, false, window.Boot{Kernel: v.Kernel, ID: v.BootID}, strings.Join(v.Problems, "; ")); err != nil {
+			if err := rec.CheckOn(round.StepVerify, in.Node, false, window.Boot{Kernel: v.Kernel, ID: v.BootID}, strings.Join(v.Problems, "; ")); err != nil {
 				return out, err
 			}
 			out.Result = Result{Status: StatusFailed, Reasons: v.Problems,
@@ -83,7 +83,7 @@ func verifyNode(record bool) Tool {
 			}
 			return out, nil
 		}
-		if err := rec.checkOn(round.StepVerify, in.Node, true, window.Boot{Kernel: v.Kernel, ID: v.BootID}, "verify green on "+v.Kernel+", boot id "+v.BootID); err != nil {
+		if err := rec.CheckOn(round.StepVerify, in.Node, true, window.Boot{Kernel: v.Kernel, ID: v.BootID}, "verify green on "+v.Kernel+", boot id "+v.BootID); err != nil {
 			return out, err
 		}
 		out.Reasons = append([]string{"kernel " + v.Kernel + ", bonds, RDMA and sysctls as the intent says"}, v.IdentityProblems...)

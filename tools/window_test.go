@@ -108,7 +108,7 @@ func newWRig(t *testing.T) *wrig {
 	t.Helper()
 	r := &wrig{root: memDir(t), now: time.Date(2026, 11, 3, 8, 0, 0, 0, time.UTC),
 		host:  &fakes.Host{Running: wRunning, Target: wTarget, Digest: wDigest},
-		kube:  &fakes.Cluster{Pods: map[string][]drain.PodRef{wNode: {{Namespace: "ml", Name: "trainer-0"}}}},
+		kube:  &fakes.Cluster{Pods: map[string][]drain.PodRef{wNode: {{Namespace: "ml", Name: "trainer-0", OwnerKind: "StatefulSet", OwnerName: "trainer"}}}},
 		lease: &fakes.Lease{Identity: "server-a"}}
 	c := config.DefaultConfig()
 	c.StateDir = t.TempDir()
@@ -133,6 +133,7 @@ func newWRig(t *testing.T) *wrig {
 		r.green(t, st, wNode)
 	}
 	r.writePlan(t, wDigest)
+	r.signPlan(t)
 	return r
 }
 
@@ -158,11 +159,14 @@ func (r *wrig) green(t *testing.T, st round.Step, n string) {
 	}
 }
 
-// writePlan writes plan.json as simulate_upgrade records it.
+// writePlan writes the node's plan as simulate_upgrade records it.
 func (r *wrig) writePlan(t *testing.T, digest string) {
 	t.Helper()
-	b, _ := json.Marshal(map[string]NodePlan{wNode: {Node: wNode, TargetKernel: wTarget, RunningKernel: wRunning, PackageDigest: digest}})
-	if err := r.d.Book.WriteFile(wRound, nodePlansFile, b); err != nil {
+	b, err := json.Marshal(window.NodePlan{Node: wNode, TargetKernel: wTarget, RunningKernel: wRunning, PackageDigest: digest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.Book.WriteNodeFile(wRound, window.NodePlansDir, wNode, b); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -431,9 +435,11 @@ func TestReadOnlyToolsWriteNothing(t *testing.T) {
 	r := newWRig(t)
 	r.drained(t)
 	planFile := func() []byte {
-		b, _ := r.d.Book.ReadFile(wRound, nodePlansFile)
-		n, _ := r.d.Book.ReadNodeFile(wRound, nodePlansDir, wNode)
-		return append(b, n...)
+		n, err := r.d.Book.ReadNodeFile(wRound, window.NodePlansDir, wNode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
 	journal, plan := r.journalBytes(t), planFile()
 	holds := r.lease.Holds

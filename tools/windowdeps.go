@@ -12,7 +12,6 @@ import (
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/kube/gpucheck"
-	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
@@ -27,12 +26,12 @@ const (
 
 // window builds the round's window machinery for one call: the journal's
 // recorder, and the hosts and the cluster when the step needs them.
-func (d *Deps) window(ctx context.Context, s *session, n need) (*window.Window, error) {
+func (d *Deps) window(ctx context.Context, s *window.Round, n need) (*window.Window, error) {
 	bounds := window.DefaultBounds(d.drainTimeout(s), d.Config.SSH.RebootTimeout.D())
-	if _, wait, err := jobWaitOf(s.settings); err == nil {
+	if _, wait, err := window.JobWait(s.Settings); err == nil {
 		bounds.Drain += wait // a drain may wait that long for jobs before it evicts
 	}
-	w := &window.Window{Round: s.id, Rec: &window.Recorder{J: s.j, Events: d.WindowEvents, Now: d.now},
+	w := &window.Window{Round: s.ID, Rec: &window.Recorder{J: s.Journal, Events: d.WindowEvents, Now: d.now},
 		Bounds: bounds, Now: d.now, Log: d.Log}
 	if n&needHost != 0 {
 		h, err := d.hosts(ctx)
@@ -48,11 +47,13 @@ func (d *Deps) window(ctx context.Context, s *session, n need) (*window.Window, 
 		}
 		w.Cluster = c
 	}
-	lease, err := d.windowLease(ctx)
+	k, err := d.leaseKeeper(ctx)
 	if err != nil {
 		return nil, err
 	}
-	w.Lease = lease
+	if k != nil {
+		w.Lease, w.Keeper = k.Lease, k
+	}
 	if d.Ops != nil {
 		w.Silencer = d.Ops
 	}
@@ -63,8 +64,8 @@ func (d *Deps) window(ctx context.Context, s *session, n need) (*window.Window, 
 // Lease and the node's Alertmanager silence; window.WindowEnded and
 // Window.Release), journaled; nothing when rec ended no window. The
 // reasons say what happened.
-func (d *Deps) releaseEnded(ctx context.Context, s *session, rec round.Record) ([]string, error) {
-	node := window.WindowEnded(rec, s.j.Shared())
+func (d *Deps) releaseEnded(ctx context.Context, s *window.Round, rec round.Record) ([]string, error) {
+	node := window.WindowEnded(rec, s.Journal.Shared())
 	if node == "" {
 		return nil, nil
 	}
@@ -72,110 +73,14 @@ func (d *Deps) releaseEnded(ctx context.Context, s *session, rec round.Record) (
 	if err != nil {
 		// No cluster now: stop renewing the Lease so it lapses, say so,
 		// and still remove the silence.
-		d.stopLease(s.id, node)
-		w = &window.Window{Round: s.id, Rec: &window.Recorder{J: s.j, Events: d.WindowEvents, Now: d.now},
-			Lease: unreachableLease{err}, Now: d.now, Log: d.Log}
+		w = &window.Window{Round: s.ID, Rec: &window.Recorder{J: s.Journal, Events: d.WindowEvents, Now: d.now},
+			Lease: noClusterLease{err}, Now: d.now, Log: d.Log}
+		d.closeLease()
 		if d.Ops != nil {
 			w.Silencer = d.Ops
 		}
 	}
 	return w.Release(ctx, node)
-}
-
-// windowLease is the window Lease on the cluster, kept renewed by this
-// process between calls; nil without a cluster (nothing to hold).
-func (d *Deps) windowLease(ctx context.Context) (window.Lease, error) {
-	if d.Lease != nil {
-		return d.Lease, nil
-	}
-	if d.Cluster == nil {
-		return nil, nil
-	}
-	kc, err := d.cluster(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &serverLease{d: d, inner: &windowlock.Window{Kube: kc.Kube, Config: d.lockConfig()}}, nil
-}
-
-func (d *Deps) lockConfig() windowlock.Config {
-	return windowlock.Config{Namespace: d.Config.Kube.LeaseNamespace, Identity: d.Identity, Logger: d.Log}
-}
-
-// serverLease is the window Lease of a server process: every window step
-// holds it (takes, renews, or re-takes it after a restart); while the
-// process runs it is renewed between calls too, until the window closes.
-// A one-shot CLI call lets it lapse when it exits; the next call of the
-// same identity takes it again, unless another holder took it meanwhile:
-// then the window stops (window_lease rule).
-type serverLease struct {
-	d     *Deps
-	inner *windowlock.Window
-}
-
-func (l *serverLease) Hold(ctx context.Context, roundID, node string) error {
-	if err := l.inner.Hold(ctx, roundID, node); err != nil {
-		return err
-	}
-	l.d.keepLease(roundID, node, l.inner)
-	return nil
-}
-
-func (l *serverLease) Release(ctx context.Context, roundID, node string) error {
-	l.d.stopLease(roundID, node)
-	return l.inner.Release(ctx, roundID, node)
-}
-
-// keepLease renews the Lease in the background (the process's context)
-// until stopLease or a loss, which it logs: the next window step records
-// the stop.
-func (d *Deps) keepLease(roundID, node string, lease *windowlock.Window) {
-	key := roundID + "/" + node
-	d.locks.mu.Lock()
-	defer d.locks.mu.Unlock()
-	if d.locks.held == nil {
-		d.locks.held = map[string]context.CancelFunc{}
-	}
-	if _, ok := d.locks.held[key]; ok {
-		return
-	}
-	base := d.Background
-	if base == nil {
-		base = context.Background()
-	}
-	kctx, cancel := context.WithCancel(base)
-	d.locks.held[key] = cancel
-	every := 20 * time.Second
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-kctx.Done():
-				return
-			case <-t.C:
-				err := lease.Hold(kctx, roundID, node)
-				if errors.Is(err, window.ErrLeaseHeld) {
-					d.Log.Error("window Lease lost: the next step of the window stops the round", "round", roundID, "node", node, "err", err)
-					d.stopLease(roundID, node)
-					return
-				}
-				if err != nil && kctx.Err() == nil {
-					d.Log.Warn("window Lease renewal failed", "round", roundID, "node", node, "err", err)
-				}
-			}
-		}
-	}()
-}
-
-func (d *Deps) stopLease(roundID, node string) {
-	key := roundID + "/" + node
-	d.locks.mu.Lock()
-	defer d.locks.mu.Unlock()
-	if cancel, ok := d.locks.held[key]; ok {
-		cancel()
-		delete(d.locks.held, key)
-	}
 }
 
 // fromWindow words the window package's answers as tool results. Of
@@ -257,21 +162,12 @@ func (d *Deps) recordStop(err error) error {
 	if !errors.As(err, &st) {
 		return err
 	}
-	s, serr := d.openSession()
+	s, serr := d.openRound()
 	if serr != nil {
 		return errors.Join(Fail(st.Next, st.Reasons...), serr)
 	}
-	rec := &window.Recorder{J: s.j, Events: d.WindowEvents, Now: d.now}
+	rec := &window.Recorder{J: s.Journal, Events: d.WindowEvents, Now: d.now}
 	return rec.StopWith(st.Step, st.Node, st.Next, st.Reasons...)
-}
-
-// inFlightRun is the step's run when it is in flight in the open round.
-func (s *session) inFlightRun(step round.Step, node string) *round.StepRun {
-	r := s.stepRun(step, node)
-	if r == nil || r.State != round.InFlight {
-		return nil
-	}
-	return r
 }
 
 // RetakeWindowLease takes the window Lease again when the open round's
@@ -287,34 +183,37 @@ func (d *Deps) RetakeWindowLease(ctx context.Context) (string, error) {
 	}
 	// Read first: a server that starts with no window open opens no
 	// journal for writing (and so writes nothing) until a call needs it.
-	v, err := d.readSession()
+	v, err := d.readRound()
 	if err != nil {
 		return "", err
 	}
-	if v.j.Shared().Current == "" {
+	if v.Journal.Shared().Current == "" {
 		return "", nil
 	}
-	s, err := d.openSession()
+	s, err := d.openRound()
 	if err != nil {
 		return "", err
 	}
-	lease, err := d.windowLease(ctx)
+	k, err := d.leaseKeeper(ctx)
 	if err != nil {
 		return "", err
 	}
-	w := &window.Window{Round: s.id, Rec: s.rec(), Lease: lease, Now: d.now, Log: d.Log}
+	w := &window.Window{Round: s.ID, Rec: s.Rec(), Now: d.now, Log: d.Log}
+	if k != nil {
+		w.Lease, w.Keeper = k.Lease, k
+	}
 	return w.Retake(ctx)
 }
 
 // rollbackWindow is the open round, its window machinery and the host
 // steps a rollback needs. A rollback holds no Lease: the round is stopped
 // at the node, and no other window may open.
-func (d *Deps) rollbackWindow(ctx context.Context) (*session, *window.Window, window.RollbackHost, error) {
-	s, err := d.openSession()
+func (d *Deps) rollbackWindow(ctx context.Context) (*window.Round, *window.Window, window.RollbackHost, error) {
+	s, err := d.openRound()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	w := &window.Window{Round: s.id, Rec: s.rec(), Bounds: window.DefaultBounds(d.drainTimeout(s), d.Config.SSH.RebootTimeout.D()),
+	w := &window.Window{Round: s.ID, Rec: s.Rec(), Bounds: window.DefaultBounds(d.drainTimeout(s), d.Config.SSH.RebootTimeout.D()),
 		Now: d.now, Log: d.Log}
 	h, err := d.hosts(ctx)
 	if err != nil {
@@ -329,8 +228,8 @@ func (d *Deps) rollbackWindow(ctx context.Context) (*session, *window.Window, wi
 
 // openWindow is the open round and its window machinery for what the step
 // needs.
-func (d *Deps) openWindow(ctx context.Context, n need) (*session, *window.Window, error) {
-	s, err := d.openSession()
+func (d *Deps) openWindow(ctx context.Context, n need) (*window.Round, *window.Window, error) {
+	s, err := d.openRound()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -340,13 +239,6 @@ func (d *Deps) openWindow(ctx context.Context, n need) (*session, *window.Window
 	}
 	return s, w, nil
 }
-
-// unreachableLease is the Lease of a cluster that cannot be reached: its
-// release answers why.
-type unreachableLease struct{ err error }
-
-func (l unreachableLease) Hold(context.Context, string, string) error    { return l.err }
-func (l unreachableLease) Release(context.Context, string, string) error { return l.err }
 
 // drainCluster is the cluster's drain: d.Drainer when set (tests), else
 // the API server's.
@@ -364,45 +256,32 @@ func (d *Deps) drainCluster(ctx context.Context) (window.Cluster, error) {
 // admitDrain is what must hold before a node's window opens: the standing
 // rules (unless the drain is already in flight), the maintenance window, a
 // green simulate_upgrade, and etcd's health before a control-plane node.
-func (d *Deps) admitDrain(ctx context.Context, s *session, node string) error {
-	if s.inFlightRun(round.StepDrain, node) == nil {
-		if err := s.admit(d, round.StepDrain, node); err != nil {
+func (d *Deps) admitDrain(ctx context.Context, s *window.Round, node string) error {
+	if s.InFlightRun(round.StepDrain, node) == nil {
+		if err := s.Admit(round.StepDrain, node); err != nil {
 			return err
 		}
 	}
 	if err := d.admitMaintenance(s, node); err != nil {
 		return err
 	}
-	if r := s.stepRun(round.StepSimulate, node); r == nil || !r.Green() {
+	if r := s.StepRun(round.StepSimulate, node); r == nil || !r.Green() {
 		return Refuse("Run simulate_upgrade (and download_updates, snapshot_node) on this node first.",
 			"no green simulate_upgrade for "+node+" this round: a drain without a checked package plan is not sure")
 	}
 	return d.etcdBeforeControlPlane(ctx, s, node)
 }
 
-func (d *Deps) drainPolicy(s *session) drain.Policy {
-	pol := drain.Policy{}
-	if ds := s.settings.Drain; ds != nil && ds.EmptyDirPolicy == "delete" {
-		pol.DeleteEmptyDirData = true
-	}
-	return pol
+// drainTimeout is the round's drain timeout: the intent's, else the
+// server's.
+func (d *Deps) drainTimeout(s *window.Round) time.Duration {
+	return s.DrainTimeout(d.Config.Kube.DrainTimeout.D())
 }
 
-func (d *Deps) drainTimeout(s *session) time.Duration {
-	if ds := s.settings.Drain; ds != nil && ds.TimeoutMinutes > 0 {
-		return time.Duration(ds.TimeoutMinutes) * time.Minute
-	}
-	return d.Config.Kube.DrainTimeout.D()
-}
-
-func (d *Deps) drainOptions(s *session) window.DrainOptions {
-	o := window.DrainOptions{Policy: d.drainPolicy(s), Identity: d.Identity,
-		Options: drain.Options{Timeout: d.drainTimeout(s), EvictRetryDelay: d.Config.Kube.EvictRetry.D(), Logger: d.Log}}
-	// A selector that does not parse was refused by the drain's Plan.
-	if sel, wait, err := jobWaitOf(s.settings); err == nil {
-		o.JobSelector, o.JobWait = sel, wait
-	}
-	return o
+// drainOptions are the round's drain options over the server's defaults.
+func (d *Deps) drainOptions(s *window.Round) window.DrainOptions {
+	return s.DrainOptions(window.DrainDefaults{Identity: d.Identity, Timeout: d.Config.Kube.DrainTimeout.D(),
+		EvictRetry: d.Config.Kube.EvictRetry.D(), Log: d.Log})
 }
 
 func drainProgress(p Progress) func(done, total int, msg string) {

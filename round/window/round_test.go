@@ -1,4 +1,4 @@
-package tools
+package window
 
 import (
 	"errors"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
-	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // The round's own records (download, snapshot, uncordon, checks, close)
@@ -15,19 +14,19 @@ import (
 // flight, a refusal by a standing rule writes nothing, a failure stops
 // the round, every transition reaches the Events hook, and a journal that
 // cannot be written is an error, never dropped.
-func TestSessionRecordsThroughTheRecorder(t *testing.T) {
+func TestRoundRecordsThroughTheRecorder(t *testing.T) {
 	j := plannedJournal(t)
 	t.Cleanup(func() {
 		if err := j.Close(); err != nil {
 			t.Error(err)
 		}
 	})
-	var events []window.EventKind
-	s := &session{j: j, id: "2026-11", events: func(e window.Event) { events = append(events, e.Kind) }}
+	var events []EventKind
+	s := &Round{Journal: j, ID: "2026-11", Events: func(e Event) { events = append(events, e.Kind) }}
 
 	before := j.State().LastSeq
 	var ref *Refusal
-	if err := s.begin(round.StepUncordon, "gpu-a"); !errors.As(err, &ref) {
+	if err := s.Begin(round.StepUncordon, "gpu-a"); !errors.As(err, &ref) {
 		t.Fatalf("uncordon before the window opened: %v, want a refusal", err)
 	}
 	if j.State().LastSeq != before || len(events) != 0 {
@@ -35,28 +34,28 @@ func TestSessionRecordsThroughTheRecorder(t *testing.T) {
 	}
 
 	for range 2 {
-		if err := s.begin(round.StepDownload, "gpu-a"); err != nil {
+		if err := s.Begin(round.StepDownload, "gpu-a"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	run := s.stepRun(round.StepDownload, "gpu-a")
+	run := s.StepRun(round.StepDownload, "gpu-a")
 	if run == nil || run.State != round.InFlight || len(run.Attempts) != 1 {
 		t.Fatalf("two begins of one download: %+v", run)
 	}
-	if err := s.finish(round.StepDownload, "gpu-a", "", "fetched"); err != nil {
+	if err := s.Finish(round.StepDownload, "gpu-a", "", "fetched"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.begin(round.StepSnapshot, "gpu-a"); err != nil {
+	if err := s.Begin(round.StepSnapshot, "gpu-a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.fail(round.StepSnapshot, "gpu-a", "disk full"); err != nil {
+	if err := s.Fail(round.StepSnapshot, "gpu-a", "disk full"); err != nil {
 		t.Fatal(err)
 	}
 	st := j.State()
 	if st.Stop == nil || st.Stop.Step != round.StepSnapshot || st.Stop.Node != "gpu-a" {
 		t.Fatalf("a failed snapshot did not stop the round: %+v", st.Stop)
 	}
-	want := []window.EventKind{window.EventStarted, window.EventFinished, window.EventStarted, window.EventFailed, window.EventStopped}
+	want := []EventKind{EventStarted, EventFinished, EventStarted, EventFailed, EventStopped}
 	if len(events) != len(want) {
 		t.Fatalf("events %v, want %v", events, want)
 	}
@@ -69,19 +68,19 @@ func TestSessionRecordsThroughTheRecorder(t *testing.T) {
 }
 
 // A journal that cannot be written stops the step with an error.
-func TestSessionJournalErrorIsReported(t *testing.T) {
+func TestRoundJournalErrorIsReported(t *testing.T) {
 	j := plannedJournal(t)
-	s := &session{j: j, id: "2026-11"}
-	if err := s.begin(round.StepDownload, "gpu-a"); err != nil {
+	s := &Round{Journal: j, ID: "2026-11"}
+	if err := s.Begin(round.StepDownload, "gpu-a"); err != nil {
 		t.Fatal(err)
 	}
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.finish(round.StepDownload, "gpu-a", "", "fetched"); err == nil {
+	if err := s.Finish(round.StepDownload, "gpu-a", "", "fetched"); err == nil {
 		t.Error("finishing a step in a closed journal reported no error")
 	}
-	if err := s.fail(round.StepDownload, "gpu-a", "lost"); err == nil {
+	if err := s.Fail(round.StepDownload, "gpu-a", "lost"); err == nil {
 		t.Error("failing a step in a closed journal reported no error")
 	}
 }
