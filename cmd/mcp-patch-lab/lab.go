@@ -74,7 +74,7 @@ running for Claude Code; "lab fault" injects a fault into a running lab.`,
 	var roundID string
 	demo := &cobra.Command{
 		Use:   "demo",
-		Short: "Start a fresh lab and run a whole patch round on it, printing every tool call",
+		Short: "Start a fresh lab and run a whole patch round on it, a line per step as it ends",
 		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o, log, err := options()
@@ -161,28 +161,24 @@ func labDemo(ctx context.Context, opts lab.Options, roundID string, stdio cli.IO
 	defer l.Close()
 	fmt.Fprintf(stdio.Stdout, "Lab up in %s: %d hosts over SSH, a real control plane, intent repo %s\n",
 		time.Since(start).Round(time.Second), l.Hosts(), l.IntentRepo)
-	fmt.Fprintf(stdio.Stdout, "Running round %s as an agent would: following each next step, approvals signed with the lab-only key.\n\n", roundID)
+	fmt.Fprintf(stdio.Stdout, "Running round %s as an agent would: following each next step, approvals signed with the lab-only key.\n", roundID)
+	fmt.Fprintf(stdio.Stdout, "A line per step as it ends (time since the start, node, step, outcome, how long it took); every tool call: %s\n\n", l.CallsLog(roundID))
 	res, err := l.RunRound(ctx, roundID, stdio.Stdout, log)
 	fmt.Fprintln(stdio.Stdout)
 	if err != nil {
-		fmt.Fprintf(stdio.Stderr, "mcp-patch lab demo: the round did not finish: %v\n", err)
+		fmt.Fprintf(stdio.Stderr, "mcp-patch lab demo: the round did not finish: %v (every tool call: %s)\n", err, res.CallsLog)
 		return cli.ExitNotOK
 	}
 	if !res.Outcome.Closed {
-		fmt.Fprintf(stdio.Stderr, "mcp-patch lab demo: the round stopped at %s on %s: %s\n", res.Outcome.Stopped.Step, res.Outcome.Stopped.Node, res.Outcome.Stopped.Reason)
+		fmt.Fprintf(stdio.Stderr, "mcp-patch lab demo: the round stopped at %s on %s: %s (every tool call: %s)\n",
+			res.Outcome.Stopped.Step, res.Outcome.Stopped.Node, res.Outcome.Stopped.Reason, res.CallsLog)
 		return cli.ExitNotOK
 	}
-	report := filepath.Join(l.IntentRepo, "rounds", roundID, "report.md")
-	fmt.Fprintf(stdio.Stdout, "Round %s closed in %s: %d tool calls, %d approvals signed.\n", roundID, res.Duration.Round(time.Second), res.Outcome.Calls, res.Outcome.Approvals)
-	fmt.Fprintf(stdio.Stdout, "Report: %s (timeline: timeline.svg beside it)\nCommits on %s:\n%s\n", report, res.Branch, indent(res.Log))
-	if b, err := os.ReadFile(report); err == nil {
-		fmt.Fprintf(stdio.Stdout, "\n%s\n", string(b))
+	if err := l.WriteSummary(stdio.Stdout, roundID, res); err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
+		return cli.ExitNotOK
 	}
 	return cli.ExitOK
-}
-
-func indent(s string) string {
-	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
 }
 
 func labUp(ctx context.Context, opts lab.Options, httpAddr string, stdio cli.IO, log *slog.Logger) int {
