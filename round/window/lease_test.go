@@ -229,3 +229,38 @@ func (b *blockingDrain) Drain(ctx context.Context, node string, o drain.Options,
 	<-ctx.Done()
 	return drain.Result{}, fmt.Errorf("drain %s: %w", node, ctx.Err())
 }
+
+// Nothing destructive starts unless the Lease was renewed within its
+// duration: an install whose Lease went stale between the hold and the
+// start (a process paused past the duration) stops under the Lease rule
+// and starts nothing on the host.
+func TestNothingDestructiveStartsOnAStaleLease(t *testing.T) {
+	r := newRig(t)
+	r.drained(t)
+	var mu sync.Mutex
+	reads := 0
+	stale := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		reads++
+		if reads == 1 {
+			return t0 // the hold renews it
+		}
+		return t0.Add(2 * time.Minute) // the guard before the start
+	}
+	r.w.Keeper = &window.LeaseKeeper{Lease: r.lease, Now: stale}
+	p := window.PackagePlan{Node: node, PackageDigest: digest, TargetKernel: target, RunningKernel: running}
+	_, err := r.w.StartInstall(context.Background(), p, grant(p, "a-install"))
+	var stopped *window.Stopped
+	if !errors.As(err, &stopped) {
+		t.Fatalf("install on a stale Lease: %v", err)
+	}
+	st := r.j.State().Stop
+	if st == nil || st.Step != round.StepInstall || !strings.Contains(st.Reason, "rule "+string(round.RuleWindowLease)) ||
+		!strings.Contains(st.Reason, "the install was not started") {
+		t.Fatalf("stop: %+v", st)
+	}
+	if n := r.host.Count("install"); n != 0 {
+		t.Fatalf("%d installs started on a stale Lease", n)
+	}
+}
