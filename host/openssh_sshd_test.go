@@ -48,6 +48,17 @@ func copyFile(t *testing.T, from, to string) {
 	}
 }
 
+// openPool is a pool over inv, closed at cleanup.
+func openPool(t *testing.T, inv Inventory, cfg Config) *Pool {
+	t.Helper()
+	p, err := NewPool(inv, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
 // The identities ssh(1) would use with nothing configured: the default
 // identity files under the home directory, and the agent's keys.
 func TestOpenSSHIdentities(t *testing.T) {
@@ -69,11 +80,7 @@ func TestOpenSSHIdentities(t *testing.T) {
 		lockKey(t, filepath.Join(dotSSH, "id_rsa"))
 		_, inv, cfg := start(t, signer.PublicKey())
 		cfg.DefaultIdentityFiles = DefaultIdentityFiles(home)
-		p, err := NewPool(inv, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
+		p := openPool(t, inv, cfg)
 		if _, err := p.RunScript(ctxFor(t, 30*time.Second), "h1", []byte("true\n"), nil); err != nil {
 			t.Fatalf("RunScript with ~/.ssh/id_ed25519: %v", err)
 		}
@@ -90,11 +97,7 @@ func TestOpenSSHIdentities(t *testing.T) {
 		_, inv, cfg := start(t, signer.PublicKey())
 		cfg.AgentSocket = sock
 		cfg.DefaultIdentityFiles = DefaultIdentityFiles(home)
-		p, err := NewPool(inv, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
+		p := openPool(t, inv, cfg)
 		if _, err := p.RunScript(ctxFor(t, 30*time.Second), "h1", []byte("true\n"), nil); err != nil {
 			t.Fatalf("RunScript with the agent's key: %v", err)
 		}
@@ -111,12 +114,8 @@ func TestOpenSSHIdentities(t *testing.T) {
 		s, inv, cfg := start(t, signer.PublicKey())
 		cfg.AgentSocket = sock
 		cfg.DefaultIdentityFiles = DefaultIdentityFiles(home)
-		p, err := NewPool(inv, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		_, err = p.RunScript(ctxFor(t, 30*time.Second), "h1", []byte("true\n"), nil)
+		p := openPool(t, inv, cfg)
+		_, err := p.RunScript(ctxFor(t, 30*time.Second), "h1", []byte("true\n"), nil)
 		var nk *NoKeyError
 		if !errors.As(err, &nk) {
 			t.Fatalf("err = %v, want a NoKeyError", err)
@@ -180,12 +179,8 @@ Host jump
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPool(inv, Config{KnownHostsFiles: []string{known}, DefaultIdentityFiles: DefaultIdentityFiles(home),
+	p := openPool(t, inv, Config{KnownHostsFiles: []string{known}, DefaultIdentityFiles: DefaultIdentityFiles(home),
 		DialTimeout: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
 	ctx := ctxFor(t, 60*time.Second)
 
 	out, err := p.RunScript(ctx, "gpu-01", []byte("echo \"$(id -un) $SUDO_USER\"\n"), nil)
