@@ -33,6 +33,13 @@ type propOut struct{ Result }
 // verifier: no approval, valid ones, forged (bit flips in request and
 // signature), stale, replayed, bound to another node/round/digest, signed
 // by an unknown key. It counts executions that had no valid approval: zero.
+// propTool is the destructive step the approval property calls: one the
+// reviewed plan does not bind, so that the property holds the chokepoint's
+// approval rules alone (the signed-plan rule has its own table,
+// window.TestCheckReviewed, and a window step without a round's signed
+// plan is refused before any approval is asked).
+const propTool = "prop_step"
+
 func TestRandomCallsNeverExecuteWithoutValidApproval(t *testing.T) {
 	const calls = 10000
 	now := time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
@@ -59,7 +66,7 @@ func TestRandomCallsNeverExecuteWithoutValidApproval(t *testing.T) {
 	}
 	drift := 0
 	executed := map[string]int{}
-	tool := NewDestructive[propIn, propOut, testPlan](Spec{Name: "drain_node", Title: "t", Description: "t"}, Steps[propIn, propOut, testPlan]{
+	tool := NewDestructive[propIn, propOut, testPlan](Spec{Name: propTool, Title: "t", Description: "t"}, Steps[propIn, propOut, testPlan]{
 		Target: func(in propIn) string { return in.Node },
 		Plan: func(ctx context.Context, d *Deps, in propIn) (string, testPlan, error) {
 			return "2026-11", testPlan{Node: in.Node, D: digestOf(in.Node, drift), Sum: []string{"drain " + in.Node}}, nil
@@ -106,16 +113,16 @@ func TestRandomCallsNeverExecuteWithoutValidApproval(t *testing.T) {
 			kind = "none"
 		case 1, 2:
 			kind = "valid"
-			approval, _ = sign(signer, "drain_node", node, "2026-11", digestOf(node, drift), 30*time.Minute)
+			approval, _ = sign(signer, propTool, node, "2026-11", digestOf(node, drift), 30*time.Minute)
 			valid = true
 		case 3:
 			kind = "forged-signature"
-			a, _ := sign(signer, "drain_node", node, "2026-11", digestOf(node, drift), 30*time.Minute)
+			a, _ := sign(signer, propTool, node, "2026-11", digestOf(node, drift), 30*time.Minute)
 			idx := strings.Index(a, "-----BEGIN SSH SIGNATURE-----") + 40
 			approval = a[:idx] + flip(a[idx:len(a)-40], r) + a[len(a)-40:]
 		case 4:
 			kind = "forged-request"
-			a, _ := sign(signer, "drain_node", node, "2026-11", digestOf(node, drift), 30*time.Minute)
+			a, _ := sign(signer, propTool, node, "2026-11", digestOf(node, drift), 30*time.Minute)
 			idx := strings.Index(a, "-----BEGIN")
 			approval = flip(a[:idx], r) + a[idx:]
 		case 5:
@@ -131,19 +138,19 @@ func TestRandomCallsNeverExecuteWithoutValidApproval(t *testing.T) {
 			case 0:
 				approval, _ = sign(signer, "install_updates", node, "2026-11", digestOf(node, drift), 30*time.Minute)
 			case 1:
-				approval, _ = sign(signer, "drain_node", nodes[(indexOf(nodes, node)+1)%len(nodes)], "2026-11", digestOf(node, drift), 30*time.Minute)
+				approval, _ = sign(signer, propTool, nodes[(indexOf(nodes, node)+1)%len(nodes)], "2026-11", digestOf(node, drift), 30*time.Minute)
 			case 2:
-				approval, _ = sign(signer, "drain_node", node, "2026-10", digestOf(node, drift), 30*time.Minute)
+				approval, _ = sign(signer, propTool, node, "2026-10", digestOf(node, drift), 30*time.Minute)
 			default:
-				approval, _ = sign(signer, "drain_node", node, "2026-11", digestOf(node, drift+1), 30*time.Minute)
+				approval, _ = sign(signer, propTool, node, "2026-11", digestOf(node, drift+1), 30*time.Minute)
 			}
 		case 7:
 			kind = "stale"
-			approval, _ = sign(signer, "drain_node", node, "2026-11", digestOf(node, drift), time.Minute)
+			approval, _ = sign(signer, propTool, node, "2026-11", digestOf(node, drift), time.Minute)
 			now = now.Add(2 * time.Minute) // expires before it is presented
 		case 8:
 			kind = "unknown-key"
-			approval, _ = sign(stranger, "drain_node", node, "2026-11", digestOf(node, drift), 30*time.Minute)
+			approval, _ = sign(stranger, propTool, node, "2026-11", digestOf(node, drift), 30*time.Minute)
 		}
 		kinds[kind]++
 		args, _ := json.Marshal(propIn{Node: node, ApprovalArg: ApprovalArg{Approval: approval}})

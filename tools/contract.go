@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/mcp-patch/mcp-patch/host/steps"
 )
 
 // The contract every result keeps: these fields come first in the JSON the
@@ -246,6 +248,23 @@ func Blocker(cause string) string { return BlockerPrefix + cause }
 
 // IsBlocker says whether a reason is a blocker.
 func IsBlocker(reason string) bool { return strings.HasPrefix(reason, BlockerPrefix) }
+
+// blockerReasons words what a host survey found as blocker reasons.
+func blockerReasons(hz []steps.Hazard) []string {
+	out := make([]string, 0, len(hz))
+	for _, h := range hz {
+		out = append(out, Blocker(h.Reason))
+	}
+	return out
+}
+
+// clipText cuts s to n runes, marking the cut.
+func clipText(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
 
 // StatusRule is the one rule every result keeps between its status and its
 // reasons: a blocker among the reasons means the status is not ok. An ok

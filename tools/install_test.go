@@ -9,7 +9,7 @@ import (
 
 // An install that ends with a non-zero exit fails the step, stops the
 // round and says what a person does; a live plan that drifted from the
-// simulated one is refused before an approval is even asked for.
+// signed plan is refused before an approval is even asked for.
 func TestInstallOutcomes(t *testing.T) {
 	t.Run("exit code", func(t *testing.T) {
 		r := newWRig(t)
@@ -33,7 +33,10 @@ func TestInstallOutcomes(t *testing.T) {
 		r.drained(t)
 		r.host.Digest = "sha256:" + "c0ffee"
 		_, res := r.call(t, "install_updates", map[string]any{"node": wNode})
-		if res.Status != StatusRefused || !strings.Contains(strings.Join(res.Reasons, " "), "differs from the simulated plan") || r.host.Count("install") != 0 {
+		// The signed plan is asked first: the drift is shown against what
+		// people reviewed, and re-planned there.
+		if res.Status != StatusRefused || !strings.Contains(strings.Join(res.Reasons, " "), "differs from its reviewed plan") ||
+			!strings.Contains(strings.Join(res.Reasons, " "), "+ sha256:c0ffee") || !strings.Contains(res.NextAction, "replan_node") || r.host.Count("install") != 0 {
 			t.Fatalf("install on a host whose plan drifted: %s %v (installs %d)", res.Status, res.Reasons, r.host.Count("install"))
 		}
 	})
