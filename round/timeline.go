@@ -307,7 +307,8 @@ func RenderTimeline(w io.Writer, s *State) error {
 		ticks = append(ticks, tick{t: br.To})
 	}
 	slices.SortStableFunc(ticks, func(a, b tick) int { return a.t.Compare(b.t) })
-	lastX, lastDay := -1e9, ""
+	// lastEnd is where the last label drawn ends.
+	lastEnd, lastDay := -1e9, ""
 	for _, tk := range ticks {
 		xt := ax.x(tk.t)
 		day := tk.t.UTC().Format("2006-01-02")
@@ -315,15 +316,15 @@ func RenderTimeline(w io.Writer, s *State) error {
 		if day != lastDay {
 			label = tk.t.UTC().Format("01-02 15:04:05")
 		}
-		labelW := 7*float64(len(label)) + 10
-		if xt-lastX < labelW {
+		textW := 7 * float64(len(label))
+		anchor, tx, from, to := "start", xt+2, xt+2, xt+2+textW
+		if to > width {
+			anchor, tx, from, to = "end", xt-2, xt-2-textW, xt-2
+		}
+		if from < lastEnd+8 {
 			continue
 		}
-		lastX, lastDay = xt, day
-		anchor, tx := "start", xt+2
-		if xt+labelW > width {
-			anchor, tx = "end", xt-2
-		}
+		lastEnd, lastDay = to, day
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#cccccc" stroke-width="0.5"/>`+"\n", xt, top-6, xt, axisBottom)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="%s" fill="#555555">%s</text>`+"\n", tx, top-10, anchor, esc(label))
 	}
