@@ -35,6 +35,11 @@ ld="-s -w"
 t0=$(date +%s)
 mkdir -p bin
 say() { printf 'demo: %s\n' "$*" >&2; }
+# What a person need not read as it scrolls (apt's, dpkg's and go's own
+# output, each command's full answer in the preview) goes to files here,
+# each named on screen; they stay after the demo.
+logs=${MCP_PATCH_DEMO_LOGS:-${XDG_CACHE_HOME:-$HOME/.cache}/mcp-patch/demo}
+mkdir -p "$logs"
 # secs N prints N seconds as XmYYs.
 secs() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 tmp=$(mktemp -d)
@@ -60,9 +65,10 @@ else
 fi
 
 # mcp-patch compiles while setup installs packages; a line every 20 s tells
-# how far it is. mcp-patch-lab-host plays the lab hosts' emulated commands
-# (lab.FindHostBinary finds it beside mcp-patch).
-pkgs="./cmd/mcp-patch ./lab/cmd/lab-host"
+# how far it is. mcp-patch-lab is the lab (mcp-patch links none of it:
+# `mcp-patch lab` runs mcp-patch-lab beside it); mcp-patch-lab-host plays
+# the lab hosts' emulated commands (lab.FindHostBinary finds it beside them).
+pkgs="./cmd/mcp-patch ./cmd/mcp-patch-lab ./lab/cmd/lab-host"
 (
 	rc=0
 	if ! $cached; then
@@ -75,7 +81,7 @@ pkgs="./cmd/mcp-patch ./lab/cmd/lab-host"
 	todo=$(go list -deps -f '{{.Stale}}' $pkgs 2>>"$tmp/build.log" | grep -c '^true$') || true
 	echo "${todo:-0}" >"$tmp/build.todo"
 	date +%s >"$tmp/build.start"
-	GOGC=$build_gogc go build -v -ldflags="$ld" -o bin/mcp-patch ./cmd/mcp-patch >>"$tmp/build.log" 2>&1 || rc=$?
+	GOGC=$build_gogc go build -v -ldflags="$ld" -o bin/ ./cmd/mcp-patch ./cmd/mcp-patch-lab >>"$tmp/build.log" 2>&1 || rc=$?
 	[ "$rc" -ne 0 ] || GOGC=$build_gogc go build -v -ldflags="$ld" -o bin/mcp-patch-lab-host ./lab/cmd/lab-host >>"$tmp/build.log" 2>&1 || rc=$?
 	echo "$rc" >"$tmp/build.rc"
 ) &
@@ -86,8 +92,14 @@ vm_canary=""
 for arg in "$@"; do
 	[ "$arg" != --vm-canary ] || vm_canary=--vm-canary
 done
+say "set-up: what the demo needs from apt and the Go module proxy (apt's, dpkg's and go's output: $logs/setup.log)"
 # shellcheck disable=SC2086
-MCP_PATCH_SETUP_CONTROLPLANE=later scripts/setup.sh --demo $vm_canary
+if ! MCP_PATCH_SETUP_CONTROLPLANE=later scripts/setup.sh --demo $vm_canary >"$logs/setup.log" 2>&1; then
+	tail -n 20 "$logs/setup.log" >&2
+	say "set-up failed (above: the end of $logs/setup.log)"
+	exit 1
+fi
+tail -n 1 "$logs/setup.log" >&2
 t_quick=0
 if ! $cached; then
 	while [ ! -f "$tmp/preview.rc" ]; do
@@ -97,7 +109,7 @@ if ! $cached; then
 	t_first="$((t1 - t0))s"
 	if [ "$(cat "$tmp/preview.rc")" = 0 ]; then
 		say "first product output at $(secs $((t1 - t0))): the lab's hosts behind real SSH and their host-side preflight (mcp-patch compiles meanwhile)"
-		bin/mcp-patch-lab-preview || say "the host-side preview failed (above); mcp-patch and the round still follow"
+		bin/mcp-patch-lab-preview -tables "$logs/preview-answers.txt" || say "the host-side preview failed (above); mcp-patch and the round still follow"
 	else
 		cat "$tmp/preview-build.log" >&2
 		say "building the host-side preview failed (above); mcp-patch and the round still follow"
@@ -136,7 +148,8 @@ if ! $cached; then
 	if [ -n "$pf_pid" ]; then
 		wait "$pf_pid" || true
 		pf_pid=""
-		cat "$tmp/prefetch.log" >&2
+		cp "$tmp/prefetch.log" "$logs/prefetch.log"
+		say "control plane's modules and etcd fetched (their output: $logs/prefetch.log)"
 	fi
 	say "control plane: building in the background (its progress lines follow, prefixed build-controlplane)"
 	scripts/build-controlplane.sh >"$tmp/cp.out" &
@@ -144,8 +157,19 @@ if ! $cached; then
 	# What a person sees of the product while the control plane compiles:
 	# the hosts behind real SSH and the read-only host-side preflight.
 	t1=$(date +%s)
-	say "at $(secs $((t1 - t0))): the host-side preflight through the CLI twins, with the tools' verdicts, while the control plane compiles"
-	bin/mcp-patch lab preview || say "the preview failed (above); the round still runs once the control plane is built"
+	say "at $(secs $((t1 - t0))): the host-side preflight through the CLI twins, with the tools' verdicts, while the control plane compiles (their answers: $logs/preview-verdicts.txt)"
+	if bin/mcp-patch lab preview >"$logs/preview-verdicts.txt" 2>&1; then
+		# One line per command: its status and first reason.
+		awk '
+			/^\$ mcp-patch tool / { tool = $4; node = $6; want = 0; next }
+			/^status:/ { status = $2; next }
+			/^reasons:/ { want = 1; next }
+			want && /^  - / { sub(/^  - /, ""); printf "demo:   %-16s %-14s %-4s %s\n", tool, node, status, substr($0, 1, 100); want = 0 }
+		' "$logs/preview-verdicts.txt" >&2
+	else
+		tail -n 20 "$logs/preview-verdicts.txt" >&2
+		say "the preview failed (above: the end of $logs/preview-verdicts.txt); the round still runs once the control plane is built"
+	fi
 	t_preview=$(($(date +%s) - t1))
 	say "the round starts once the control plane is built"
 	rc=0
