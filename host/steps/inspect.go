@@ -101,9 +101,9 @@ type Inspection struct {
 	KubePackages     []parse.DpkgPackage `json:"kubernetes_packages"`
 	Holds            []string            `json:"holds"`
 	// Pending is the upgrade apt-get -s full-upgrade shows now.
-	Pending      Plan      `json:"pending"`
-	PendingError string    `json:"pending_error,omitempty"`
-	Grub         GrubState `json:"grub"`
+	Pending      PackagePlan `json:"pending"`
+	PendingError string      `json:"pending_error,omitempty"`
+	Grub         GrubState   `json:"grub"`
 	// KernelPanic is kernel.panic (seconds before a panicking kernel
 	// reboots; 0 means never). -1 when unreadable.
 	KernelPanic int            `json:"kernel_panic"`

@@ -22,10 +22,10 @@ type PlannedPackage struct {
 	Class string `json:"class"`
 }
 
-// Plan is the package set of `apt-get -s full-upgrade`, the thing a person
+// PackagePlan is the package set of `apt-get -s full-upgrade`, the thing a person
 // approves: its Digest is bound into the approval and re-checked on the
 // node before install.
-type Plan struct {
+type PackagePlan struct {
 	// Digest is "sha256:<hex>" over Lines (see parse.PlanDigest).
 	Digest   string           `json:"digest"`
 	Lines    []string         `json:"lines"`
@@ -50,9 +50,9 @@ type Plan struct {
 
 // BuildPlan turns `apt-get -s full-upgrade` output into a Plan. Removals,
 // changed holds and moved Kubernetes packages are blockers.
-func BuildPlan(aptOutput string) Plan {
+func BuildPlan(aptOutput string) PackagePlan {
 	sim := parse.ParseAptSimulate(aptOutput)
-	p := Plan{
+	p := PackagePlan{
 		Lines: nonNil(parse.PlanLines(aptOutput)), Packages: []PlannedPackage{}, Removals: []string{},
 		Kernel: []string{}, Nvidia: []string{}, Kubernetes: []string{},
 		KeptBack: nonNil(sim.KeptBack), Phased: nonNil(sim.Phased), HeldChanged: nonNil(sim.HeldChanged), Counts: sim.Counts, Blockers: []string{},
@@ -114,8 +114,8 @@ type KubePackage struct {
 
 // Simulation is what simulate.sh found.
 type Simulation struct {
-	Node string `json:"node"`
-	Plan Plan   `json:"plan"`
+	Node string      `json:"node"`
+	Plan PackagePlan `json:"plan"`
 	// Kubernetes lists containerd, kubelet, kubeadm, kubectl, cri-tools:
 	// installed or not, held or not.
 	Kubernetes []KubePackage `json:"kubernetes"`

@@ -105,7 +105,7 @@ func TestSummary(t *testing.T) {
 	free := int64(20 * 1024 * 1024)
 	insp := steps.Inspection{Node: "gpu-1", Kernel: "6.8.0-48-generic", InstalledKernels: make([]steps.InstalledKernel, 2)}
 	ok := steps.Simulation{Holds: []string{"containerd", "kubelet"}, Boot: steps.BootSpace{FreeKB: &free, NeedKB: 65536},
-		Plan: steps.Plan{Digest: "sha256:aa96d4cb43f3f31743bda75216b7ae2e", TargetKernel: "6.8.0-51-generic",
+		Plan: steps.PackagePlan{Digest: "sha256:aa96d4cb43f3f31743bda75216b7ae2e", TargetKernel: "6.8.0-51-generic",
 			Packages: make([]steps.PlannedPackage, 12), Kernel: []string{"linux-image-6.8.0-51-generic"}, Nvidia: []string{"nvidia-dkms-550"}}}
 	blocked := ok
 	blocked.Plan.Blockers = []string{"apt would remove nvidia-fabricmanager-550"}
