@@ -123,16 +123,25 @@ type SSH struct {
 	// KnownHosts are OpenSSH known_hosts files; unknown or changed keys are refused. Default ~/.ssh/known_hosts.
 	KnownHosts []string `json:"known_hosts,omitempty"`
 	// KeyFiles are private keys to offer; the agent (SSH_AUTH_SOCK) is used as well when set.
+	// When neither they, the inventory's identity_files nor ~/.ssh/config's
+	// IdentityFile name a file, ssh's default identities (~/.ssh/id_rsa,
+	// id_ecdsa, id_ed25519 ...) are tried.
 	KeyFiles []string `json:"key_files,omitempty"`
+	// OpenSSHConfig is the OpenSSH client configuration whose Host blocks
+	// give each node the HostName, Port, User, IdentityFile and ProxyJump
+	// the inventory leaves unsaid. Default ~/.ssh/config (none when it does
+	// not exist); "none" reads none.
+	OpenSSHConfig string `json:"openssh_config,omitempty" jsonschema:"description=OpenSSH client configuration read for each node's HostName; Port; User; IdentityFile and ProxyJump beneath the inventory (default ~/.ssh/config of the user mcp-patch runs as; none when missing; 'none' reads none). Match blocks and ProxyCommand are not followed"`
 	// Jump is an optional bastion: the name of a node in the inventory file
 	// (ssh.inventory) through whose SSH connection the nodes are reached.
 	Jump string `json:"jump,omitempty" jsonschema:"description=Bastion for every node: the name of a node in the inventory file (ssh.inventory); an inventory entry's jump field overrides it and jump: - there connects directly"`
 	// Inventory is a YAML file mapping node names to addresses, ports,
 	// users, jump hosts, key files and host key aliases (examples/inventory.yaml,
-	// docs/getting-started.md, "SSH inventory"). Each field: the node's own, else the
-	// file's defaults, else this section's user, port and jump. Nodes it
-	// does not name are reached at their InternalIP.
-	Inventory string `json:"inventory,omitempty" jsonschema:"description=YAML file mapping node names to SSH targets: 'defaults' (user; port; jump; identity_files) and 'nodes' (NAME: address; port; user; jump; identity_files; host_key_alias). A node's own field wins; then the file's defaults; then ssh.user / ssh.port / ssh.jump. Cluster nodes it does not name are reached at their InternalIP. See examples/inventory.yaml and docs/getting-started.md (SSH inventory)"`
+	// docs/getting-started.md, "SSH inventory"). Each field: the node's own,
+	// else the file's defaults, else ~/.ssh/config (OpenSSHConfig), else
+	// this section's user, port and jump. Nodes it does not name are reached
+	// at their InternalIP.
+	Inventory string `json:"inventory,omitempty" jsonschema:"description=YAML file mapping node names to SSH targets: 'defaults' (user; port; jump; identity_files) and 'nodes' (NAME: address; port; user; jump; identity_files; host_key_alias). A node's own field wins; then the file's defaults; then ~/.ssh/config (ssh.openssh_config); then ssh.user / ssh.port / ssh.jump. Cluster nodes it does not name are reached at their InternalIP. See examples/inventory.yaml and docs/getting-started.md (SSH inventory)"`
 	// Concurrency bounds fan-out across hosts. Default 50.
 	Concurrency int `json:"concurrency,omitempty" jsonschema:"minimum=1,maximum=1000"`
 	// DialTimeout bounds a connection attempt. Default 10s.

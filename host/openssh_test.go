@@ -329,3 +329,43 @@ func TestInventoryWithOpenSSHConfig(t *testing.T) {
 		t.Errorf("a node with no address anywhere: err = %v", err)
 	}
 }
+
+// Which configuration a server reads: ssh.openssh_config, else the user's
+// ~/.ssh/config when it exists; "none" turns it off.
+func TestLoadUserOpenSSHConfig(t *testing.T) {
+	home := writeHome(t, "Host a\n  Port 2200\n", map[string]string{"other": "Host a\n  Port 2300\n"})
+	bare := t.TempDir()
+	tests := []struct {
+		name, path, home string
+		wantPort         string // "" when nothing is read
+		wantErr          string
+	}{
+		{name: "the user's ~/.ssh/config", home: home, wantPort: "2200"},
+		{name: "a file named with ~", path: "~/.ssh/other", home: home, wantPort: "2300"},
+		{name: "none", path: "none", home: home},
+		{name: "no ~/.ssh/config", home: bare},
+		{name: "no home", home: ""},
+		{name: "a named file that is missing", path: filepath.Join(bare, "nope"), home: home, wantErr: "no such file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			oc, err := LoadUserOpenSSHConfig(tc.path, tc.home)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := oc.Resolve("a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Port.Value != tc.wantPort {
+				t.Errorf("Port = %q, want %q", h.Port.Value, tc.wantPort)
+			}
+		})
+	}
+}

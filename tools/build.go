@@ -213,7 +213,7 @@ func (d *Deps) home() string {
 // every cluster node it does not name.
 func hostInventory(ctx context.Context, d *Deps) (*host.MapInventory, error) {
 	c := d.Config
-	oc, err := host.LoadUserOpenSSHConfig("", d.home())
+	oc, err := host.LoadUserOpenSSHConfig(c.SSH.OpenSSHConfig, d.home())
 	if err != nil {
 		return nil, err
 	}
