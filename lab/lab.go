@@ -622,6 +622,8 @@ func (l *Lab) writeConfig(opts Options) error {
 	c.Identity = "mcp-patch-lab"
 	c.SSH.KnownHosts = []string{l.Fleet.KnownHostsFile()}
 	c.SSH.KeyFiles = []string{l.Fleet.OperatorKeyFile()}
+	// The lab's hosts are its own: the user's ~/.ssh/config says nothing of them.
+	c.SSH.OpenSSHConfig = "none"
 	c.SSH.Inventory = l.Inventory
 	c.SSH.RebootTimeout = config.Duration(opts.RebootTimeout)
 	// The fault catalogue's dpkg lock holder is refused after this wait.
