@@ -418,7 +418,12 @@ func (c *Cluster) writeFiles(opts Options) (clusterFiles, error) {
 	if c.client, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return f, fmt.Errorf("build admin client: %w", err)
 	}
-	if c.dynamic, err = dynamic.NewForConfig(c.Config); err != nil {
+	// The dynamic client lists every resource the server serves (the
+	// lab's settle check and reset), v1 Endpoints among them: their
+	// deprecation warning says nothing about the lab, so it is not printed.
+	dc := rest.CopyConfig(c.Config)
+	dc.WarningHandler = rest.NoWarnings{}
+	if c.dynamic, err = dynamic.NewForConfig(dc); err != nil {
 		return f, fmt.Errorf("build admin dynamic client: %w", err)
 	}
 	return f, nil
