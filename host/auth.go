@@ -38,13 +38,19 @@ type NoKeyError struct {
 	Node string
 	// Agent is the agent socket; empty when none is configured.
 	Agent string
+	// AgentErr says why the agent at Agent could not be reached; empty
+	// when it answered.
+	AgentErr string
 	// Tried is "path (why)" for each identity file looked at, in order.
 	Tried []string
 }
 
 func (e *NoKeyError) Error() string {
 	agentPart := "no ssh-agent (SSH_AUTH_SOCK is not set)"
-	if e.Agent != "" {
+	switch {
+	case e.AgentErr != "":
+		agentPart = "the ssh-agent at " + e.Agent + " could not be reached (" + e.AgentErr + ")"
+	case e.Agent != "":
 		agentPart = "the ssh-agent at " + e.Agent + " holds no keys"
 	}
 	files := "no identity file is configured"
@@ -136,34 +142,22 @@ func (p *Pool) authFor(ctx context.Context, t Target) (ssh.AuthMethod, io.Closer
 	var signers []ssh.Signer
 	var closer io.Closer = nopCloser{}
 	held := map[string]bool{}
+	var agentErr string
 	if p.cfg.AgentSocket != "" {
+		// An agent that does not answer (a stale SSH_AUTH_SOCK) is passed
+		// over, as ssh(1) passes it over: the key files may still do.
 		var d net.Dialer
 		conn, err := d.DialContext(ctx, "unix", p.cfg.AgentSocket)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("connect to ssh-agent at %s: %w", p.cfg.AgentSocket, err)
-		}
-		ag := agent.NewClient(conn)
-		keys, err := ag.List()
-		if err == nil {
-			var agentSigners []ssh.Signer
-			if agentSigners, err = ag.Signers(); err == nil {
-				comments := map[string]string{}
-				for _, k := range keys {
-					comments[string(k.Marshal())] = k.Comment
-				}
-				for _, s := range agentSigners {
-					pub := s.PublicKey().Marshal()
-					held[string(pub)] = true
-					from := fmt.Sprintf("ssh-agent key %s %s", ssh.FingerprintSHA256(s.PublicKey()), comments[string(pub)])
-					signers = append(signers, recording(s, strings.TrimSpace(from), rec))
-				}
+			agentErr = err.Error()
+			p.log.Warn("ssh-agent not reachable; trying the identity files alone", "node", t.Name, "agent", p.cfg.AgentSocket, "err", err)
+		} else {
+			if signers, held, err = agentSigners(conn, rec); err != nil {
+				conn.Close()
+				return nil, nil, nil, fmt.Errorf("list ssh-agent keys at %s: %w", p.cfg.AgentSocket, err)
 			}
+			closer = conn
 		}
-		if err != nil {
-			conn.Close()
-			return nil, nil, nil, fmt.Errorf("list ssh-agent keys at %s: %w", p.cfg.AgentSocket, err)
-		}
-		closer = conn
 	}
 	strict, lenient := identityFiles(p.cfg, t)
 	for _, f := range strict {
@@ -190,9 +184,36 @@ func (p *Pool) authFor(ctx context.Context, t Target) (ssh.AuthMethod, io.Closer
 	}
 	if len(signers) == 0 {
 		closer.Close()
-		return nil, nil, nil, &NoKeyError{Node: t.Name, Agent: p.cfg.AgentSocket, Tried: tried}
+		return nil, nil, nil, &NoKeyError{Node: t.Name, Agent: p.cfg.AgentSocket, AgentErr: agentErr, Tried: tried}
 	}
 	return ssh.PublicKeys(signers...), closer, rec, nil
+}
+
+// agentSigners are the keys the agent on conn holds, each labelled with
+// its fingerprint and comment, and the set of their public keys.
+func agentSigners(conn net.Conn, rec *login) ([]ssh.Signer, map[string]bool, error) {
+	ag := agent.NewClient(conn)
+	keys, err := ag.List()
+	if err != nil {
+		return nil, nil, err
+	}
+	signers, err := ag.Signers()
+	if err != nil {
+		return nil, nil, err
+	}
+	comments := map[string]string{}
+	for _, k := range keys {
+		comments[string(k.Marshal())] = k.Comment
+	}
+	held := map[string]bool{}
+	out := make([]ssh.Signer, 0, len(signers))
+	for _, s := range signers {
+		pub := string(s.PublicKey().Marshal())
+		held[pub] = true
+		from := strings.TrimSpace(fmt.Sprintf("ssh-agent key %s %s", ssh.FingerprintSHA256(s.PublicKey()), comments[pub]))
+		out = append(out, recording(s, from, rec))
+	}
+	return out, held, nil
 }
 
 // recording wraps s so that signing with it records from in rec, keeping

@@ -76,8 +76,8 @@ func TestOpenSSHIdentities(t *testing.T) {
 	t.Run("a default identity, a locked one before it skipped", func(t *testing.T) {
 		home, dotSSH := sshHome(t)
 		signer, keyPath := sshdtest.NewKey(t, dotSSH, "id_ed25519", "ed25519")
-		sshdtest.NewKey(t, dotSSH, "id_rsa", "rsa") // OpenSSH tries id_rsa first
-		lockKey(t, filepath.Join(dotSSH, "id_rsa"))
+		sshdtest.NewKey(t, dotSSH, "id_ecdsa", "ecdsa") // OpenSSH tries id_ecdsa before id_ed25519
+		lockKey(t, filepath.Join(dotSSH, "id_ecdsa"))
 		_, inv, cfg := start(t, signer.PublicKey())
 		cfg.DefaultIdentityFiles = DefaultIdentityFiles(home)
 		p := openPool(t, inv, cfg)
@@ -104,6 +104,26 @@ func TestOpenSSHIdentities(t *testing.T) {
 		want := "ssh-agent key " + ssh.FingerprintSHA256(signer.PublicKey())
 		if key, _ := p.KeyUsed("h1"); !strings.HasPrefix(key, want) {
 			t.Errorf("KeyUsed = %q, want it to start %q", key, want)
+		}
+	})
+	t.Run("a stale SSH_AUTH_SOCK is passed over", func(t *testing.T) {
+		home, dotSSH := sshHome(t)
+		signer, keyPath := sshdtest.NewKey(t, dotSSH, "id_ecdsa", "ecdsa")
+		_, inv, cfg := start(t, signer.PublicKey())
+		cfg.AgentSocket = filepath.Join(home, "agent-gone.sock")
+		cfg.DefaultIdentityFiles = DefaultIdentityFiles(home)
+		p := openPool(t, inv, cfg)
+		if _, err := p.RunScript(ctxFor(t, 30*time.Second), "h1", []byte("true\n"), nil); err != nil {
+			t.Fatalf("RunScript with ~/.ssh/id_ecdsa and no agent behind SSH_AUTH_SOCK: %v", err)
+		}
+		if key, _ := p.KeyUsed("h1"); key != keyPath {
+			t.Errorf("KeyUsed = %q, want %s", key, keyPath)
+		}
+		emptyHome, _ := sshHome(t)
+		cfg.DefaultIdentityFiles = DefaultIdentityFiles(emptyHome)
+		_, err := openPool(t, inv, cfg).RunScript(ctxFor(t, 30*time.Second), "h1", []byte("true\n"), nil)
+		if want := "the ssh-agent at " + cfg.AgentSocket + " could not be reached"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("err = %v, want it to say %q", err, want)
 		}
 	})
 	t.Run("no key at all names the files tried and dials nothing", func(t *testing.T) {
