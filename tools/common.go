@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/host"
@@ -136,12 +135,6 @@ const (
 	nodePlansDir  = window.NodePlansDir
 	nodePlansFile = "nodes.json"
 )
-
-// windowLocks holds the window Leases this process keeps renewed.
-type windowLocks struct {
-	mu   sync.Mutex
-	held map[string]context.CancelFunc // round/node → stops Keep
-}
 
 func digestOf(parts ...string) string {
 	h := sha256.New()

@@ -54,10 +54,7 @@ type Deps struct {
 	Book *RoundBook
 	// Identity names this server in the window Lease and cordon records.
 	Identity string
-	// Background outlives single calls: window Lease renewals run in it.
-	Background context.Context
 
-	locks windowLocks
 	// keeper keeps the window Lease (leaseKeeper).
 	keeper leaseKeeping
 	// serial lets one call at a time work on a node's window.

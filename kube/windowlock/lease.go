@@ -42,6 +42,3 @@ func (l *Lease) Release(ctx context.Context, round, node string) error {
 	}
 	return err
 }
-
-// Window is Lease's former name, kept only while callers move to Lease.
-type Window = Lease

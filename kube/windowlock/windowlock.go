@@ -26,7 +26,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -70,9 +69,6 @@ type Config struct {
 	// ClockSkew is added to another holder's expiry before takeover. Zero:
 	// 5s.
 	ClockSkew time.Duration
-	// Logger is unused: the package keeps nothing renewed and logs
-	// nothing. Kept only while callers stop setting it.
-	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
