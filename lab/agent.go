@@ -15,7 +15,7 @@ import (
 // requests to a person (here: Sign), calls again while a step answers
 // in_progress, and stops when the round needs a person's decision.
 type Agent struct {
-	Session *mcp.ClientSession
+	Session Caller
 	// Sign is the person: it signs an approval request or statement.
 	Sign func(request string) (string, error)
 	// Wait is asked to let time pass until t (the soak); the lab moves its
@@ -29,6 +29,9 @@ type Agent struct {
 	// AfterCall, when set, runs after each tool call the agent makes (a
 	// test injects faults from it).
 	AfterCall func(ctx context.Context, tool, node, status string)
+	// Called, when set, runs after every tool call the agent makes,
+	// round_status and a call answered approval_required included.
+	Called func(ctx context.Context, tool, status string)
 	// Say receives one line per call.
 	Say func(string)
 	// Poll is the pause before calling a step in progress again. Default 200ms.
@@ -40,6 +43,13 @@ type Agent struct {
 	// MaxCalls bounds the whole run. Default 2000.
 	MaxCalls int
 }
+
+// Caller makes a tool call as an MCP client does (*mcp.ClientSession).
+type Caller interface {
+	CallTool(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error)
+}
+
+var _ Caller = (*mcp.ClientSession)(nil)
 
 // Outcome is how the run ended.
 type Outcome struct {
@@ -111,6 +121,9 @@ func (a *Agent) call(ctx context.Context, out *Outcome, tool string, args map[st
 	}
 	if res.IsError != (r.Status == "refused" || r.Status == "failed") {
 		return r, fmt.Errorf("%s: isError=%v with status %s", tool, res.IsError, r.Status)
+	}
+	if a.Called != nil {
+		a.Called(ctx, tool, r.Status)
 	}
 	return r, nil
 }

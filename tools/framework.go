@@ -307,6 +307,7 @@ func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, args m
 	for _, fn := range last.fns {
 		fn(ctx, res)
 	}
+	d.commitAfterCall(ctx, t.spec, res)
 	return out, res
 }
 

@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
@@ -26,10 +27,20 @@ func (n reportNames) reasons(id string) []string { return n.Reasons(id) }
 // the round's plan.json and the signature reports rendered from the kept
 // signatures. It runs under the journal's lock (Journal.Hold).
 func (d *Deps) guardedFiles(id string) (RoundFiles, reportNames, error) {
+	planJSON, r := d.reportSources(id)
+	files, names, err := d.Book.GuardedFiles(id, planJSON, r, d.Log)
+	return files, reportNames{names}, err
+}
+
+// reportSources are what the reports of round id are rendered from: its
+// plan.json (nil when it has none; empty when it cannot be read, as one
+// that does not decode: no render of it is committed) and the signature
+// reports rendered from the kept signatures.
+func (d *Deps) reportSources(id string) ([]byte, book.Renders) {
 	planJSON, ok, err := d.fleetPlanBytes(id)
 	switch {
 	case err != nil:
-		planJSON = []byte{} // unreadable: as one that does not decode, no render of it is committed
+		planJSON = []byte{}
 	case !ok:
 		planJSON = nil
 	}
@@ -52,8 +63,50 @@ func (d *Deps) guardedFiles(id string) (RoundFiles, reportNames, error) {
 			r.WindowSignatures[node] = append(r.WindowSignatures[node], renderWindowSignature(w))
 		}
 	}
-	files, names, err := d.Book.GuardedFiles(id, planJSON, r, d.Log)
-	return files, reportNames{names}, err
+	return planJSON, r
+}
+
+// commitAfterCall commits the record of every round this server holds
+// for writing at the end of a call of a tool that is not read-only,
+// after the call's audit record and its own commit: nothing the call
+// wrote into the intent repository (a journal record, its audit record, a
+// node file) stays uncommitted once it answers. A call that wrote nothing
+// finds nothing to commit. A commit that fails is said in the reasons.
+func (d *Deps) commitAfterCall(ctx context.Context, spec Spec, res *Result) {
+	if spec.Kind == ReadOnly || d.Mode == ModeReadOnly || d.Book == nil || d.Book.ReadOnly {
+		return
+	}
+	ids := d.Book.Held()
+	if len(ids) == 0 {
+		return
+	}
+	// The notices and Events the call's records started land in the
+	// journal first (bounded, as every commit of the round).
+	sctx, cancel := context.WithTimeout(ctx, commitSettle)
+	defer cancel()
+	if err := d.Ops.Settle(sctx); err != nil {
+		d.Log.Warn("committing the round before its notifications settled; their outcomes go into the next commit", "err", err)
+	}
+	for _, id := range ids {
+		if err := d.commitHeld(ctx, id, fmt.Sprintf("%s (%s)", spec.Name, res.Status)); err != nil {
+			res.Reasons = append(res.Reasons, "the record of round "+id+" is not committed: "+err.Error())
+		}
+	}
+}
+
+// commitHeld commits round id's record, its journal held by this server.
+func (d *Deps) commitHeld(ctx context.Context, id, why string) error {
+	j, err := d.Book.Journal(id, false)
+	if err != nil {
+		return err
+	}
+	repo, err := d.intentRepo(id)
+	if err != nil {
+		return err
+	}
+	planJSON, r := d.reportSources(id)
+	_, _, err = d.Book.Commit(ctx, j, id, why, planJSON, r, repo, d.Log)
+	return err
 }
 
 // planMarkdown renders plan.md from the plan.
