@@ -2,14 +2,16 @@
 // destructive step (what a person approves, with its digest), the pure
 // decisions from inspections and the journal to a plan or a refusal, the
 // recorder that writes the journal and never drops an error, the rule for
-// re-entering a step in flight, and the window Lease. It declares the small
+// re-entering a step in flight, and the window Lease with its one keeper
+// (LeaseKeeper: a step runs bound to it, and a lost Lease stops the step at
+// its next safe point under the window_lease rule). It declares the small
 // host, cluster and Lease interfaces it needs; host/steps, kube and the
 // tools' adapters satisfy them, and unit tests run whole windows on fakes.
 //
 // It must not import tools/, the MCP SDK, x/crypto/ssh or go-git, and it
 // imports no client-go package itself: it names the plain types of
-// kube/drain, kube/gate and kube/gpucheck (which are built on client-go) and
-// receives their work through its interfaces.
+// kube/drain, kube/gate, kube/gpucheck and kube/windowlock (which are built
+// on client-go) and receives their work through its interfaces.
 //
 // # Transitions
 //
