@@ -1,6 +1,7 @@
 package host
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -365,6 +366,43 @@ func TestLoadUserOpenSSHConfig(t *testing.T) {
 			}
 			if h.Port.Value != tc.wantPort {
 				t.Errorf("Port = %q, want %q", h.Port.Value, tc.wantPort)
+			}
+		})
+	}
+}
+
+// BenchmarkInventoryWithOpenSSHConfig: a 1,000-node inventory laid over a
+// ~/.ssh/config of 50 Host blocks, against the same inventory alone.
+func BenchmarkInventoryWithOpenSSHConfig(b *testing.B) {
+	var cfg, inv strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&cfg, "Host rack%02d-*\n  User ops\n  Port 22\n  IdentityFile ~/.ssh/rack%02d\n\n", i, i)
+	}
+	cfg.WriteString("Host *\n  User fallback\n")
+	inv.WriteString("nodes:\n")
+	for i := range 1000 {
+		fmt.Fprintf(&inv, "  rack%02d-gpu-%04d: {address: 10.%d.%d.%d}\n", i%50, i, i/65536, (i/256)%256, i%256)
+	}
+	home := b.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(DefaultOpenSSHConfig(home), []byte(cfg.String()), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	oc, err := LoadOpenSSHConfig(DefaultOpenSSHConfig(home), home)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		oc   *OpenSSHConfig
+	}{{"inventory alone", nil}, {"over ssh config", oc}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := ParseInventoryWith([]byte(inv.String()), Target{User: "root", Port: 22}, bc.oc); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}
