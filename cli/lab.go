@@ -67,16 +67,16 @@ func (a *app) runLab(cmd *cobra.Command, bin string, args []string) int {
 	c.Cancel = func() error { return c.Process.Signal(syscall.SIGINT) }
 	c.WaitDelay = time.Minute
 	err := c.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return ExitOK
-	case errors.As(err, &ee) && ee.ExitCode() >= 0:
-		return ee.ExitCode()
-	default:
-		fmt.Fprintf(a.stdio.Stderr, "mcp-patch lab: %s: %v\n", bin, err)
-		return ExitNotOK
+	// Interrupted, Run says the context's error however the lab's binary
+	// ended: its own exit says how the lab stopped.
+	if c.ProcessState != nil && c.ProcessState.Exited() {
+		return c.ProcessState.ExitCode()
 	}
+	if err == nil {
+		err = errors.New("ended without an exit status")
+	}
+	fmt.Fprintf(a.stdio.Stderr, "mcp-patch lab: %s: %v\n", bin, err)
+	return ExitNotOK
 }
 
 // findLabBinary is the lab's binary: $MCP_PATCH_LAB_BINARY when set (it

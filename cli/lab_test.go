@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -85,5 +88,47 @@ func TestLabRunsTheLabBinary(t *testing.T) {
 	code, _, errOut = run(t, "", nil, "lab", "demo", "--log-level", "loud", "--dir", dir)
 	if code != ExitUsage || !strings.Contains(errOut, `--log-level "loud"`) {
 		t.Fatalf("a bad global flag after lab: exit %d: %s", code, errOut)
+	}
+}
+
+// readyWriter calls ready once on the first write that holds "ready".
+type readyWriter struct {
+	mu    sync.Mutex
+	buf   strings.Builder
+	ready func()
+}
+
+func (w *readyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if w.ready != nil && strings.Contains(w.buf.String(), "ready") {
+		w.ready()
+		w.ready = nil
+	}
+	return len(p), nil
+}
+
+// TestLabInterruptedStopsTheLabBinary: a stop of mcp-patch (its context
+// done, as on Ctrl-C or SIGTERM) interrupts the lab's binary, and
+// mcp-patch exits as it does (lab up stops its lab and exits 0).
+func TestLabInterruptedStopsTheLabBinary(t *testing.T) {
+	for name, exit := range map[string]int{"a clean stop": ExitOK, "a stop that fails": 3} {
+		t.Run(name, func(t *testing.T) {
+			script := filepath.Join(t.TempDir(), "mcp-patch-lab")
+			body := fmt.Sprintf("#!/bin/sh\ntrap 'echo stopping; exit %d' INT\necho ready\nwhile :; do sleep 0.05; done\n", exit)
+			if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			out := &readyWriter{ready: cancel}
+			var errb strings.Builder
+			code := Run(ctx, []string{"lab", "up"}, IO{Stdin: strings.NewReader(""), Stdout: out, Stderr: &errb,
+				Getenv: func(k string) string { return map[string]string{EnvLabBinary: script}[k] }})
+			if code != exit || !strings.Contains(out.buf.String(), "stopping") {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, exit, out.buf.String(), errb.String())
+			}
+		})
 	}
 }
