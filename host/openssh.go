@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/kevinburke/ssh_config"
 )
@@ -131,30 +132,61 @@ func parseSSHConfigFile(path, home string, depth int) (*sshConfigFile, error) {
 	return f, nil
 }
 
+// keyword splits a config line into its keyword and the rest, as
+// ssh_config(5) separates them: white space or one "=" (with white space
+// around it).
+func keyword(line string) (key, rest string) {
+	s := strings.TrimSpace(line)
+	end := strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || r == '=' })
+	if end < 0 {
+		return s, ""
+	}
+	rest = strings.TrimSpace(s[end:])
+	rest = strings.TrimSpace(strings.TrimPrefix(rest, "="))
+	return s[:end], rest
+}
+
 // isMatchLine says whether line starts a Match block.
 func isMatchLine(line string) bool {
-	key, _, _ := strings.Cut(strings.TrimSpace(line), " ")
-	key, _, _ = strings.Cut(key, "=")
+	key, _ := keyword(line)
 	return strings.EqualFold(key, "match")
 }
 
-// includeArgs returns the paths of an Include line ("Include a b" or
+// includeArgs returns the paths of an Include line ("Include a b",
 // "Include=a"), and whether line is one.
 func includeArgs(line string) ([]string, bool) {
-	s := strings.TrimSpace(line)
-	key, rest, _ := strings.Cut(s, " ")
-	if k, v, ok := strings.Cut(key, "="); ok {
-		key, rest = k, v+" "+rest
-	}
-	if !strings.EqualFold(strings.TrimSpace(key), "include") {
+	key, rest := keyword(line)
+	if !strings.EqualFold(key, "include") {
 		return nil, false
 	}
-	rest = strings.TrimPrefix(strings.TrimSpace(rest), "=")
+	return splitArgs(rest), true
+}
+
+// splitArgs splits at white space outside double quotes and drops the
+// quotes, as ssh reads a path list ("Include a \"b c\"" is a and b c).
+func splitArgs(s string) []string {
 	var args []string
-	for _, a := range strings.Fields(rest) {
-		args = append(args, strings.Trim(a, `"`))
+	var cur strings.Builder
+	quoted, started := false, false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			quoted, started = !quoted, true
+		case unicode.IsSpace(r) && !quoted:
+			if started {
+				args = append(args, cur.String())
+				cur.Reset()
+				started = false
+			}
+		default:
+			cur.WriteRune(r)
+			started = true
+		}
 	}
-	return args, true
+	if started {
+		args = append(args, cur.String())
+	}
+	return args
 }
 
 // includePath is where an Include path points, as ssh_config(5) says for a

@@ -407,3 +407,31 @@ func BenchmarkInventoryWithOpenSSHConfig(b *testing.B) {
 		})
 	}
 }
+
+func TestConfigKeyword(t *testing.T) {
+	tests := []struct {
+		line, key, rest string
+		include         []string
+	}{
+		{line: "Include conf.d/*", key: "Include", rest: "conf.d/*", include: []string{"conf.d/*"}},
+		{line: "  include\t~/a \"b c\"\r\n", key: "include", rest: "~/a \"b c\"", include: []string{"~/a", "b c"}},
+		{line: "Include=a b", key: "Include", rest: "a b", include: []string{"a", "b"}},
+		{line: "Include = a", key: "Include", rest: "a", include: []string{"a"}},
+		{line: "Match\thost x", key: "Match", rest: "host x"},
+		{line: "IncludeX a", key: "IncludeX", rest: "a"},
+		{line: "# Include a", key: "#", rest: "Include a"},
+	}
+	for _, tc := range tests {
+		key, rest := keyword(tc.line)
+		if key != tc.key || rest != tc.rest {
+			t.Errorf("keyword(%q) = %q, %q; want %q, %q", tc.line, key, rest, tc.key, tc.rest)
+		}
+		args, ok := includeArgs(tc.line)
+		if ok != (tc.include != nil) {
+			t.Errorf("includeArgs(%q) ok = %v", tc.line, ok)
+		}
+		if diff := cmp.Diff(tc.include, args); ok && diff != "" {
+			t.Errorf("includeArgs(%q) (-want +got):\n%s", tc.line, diff)
+		}
+	}
+}
