@@ -143,6 +143,17 @@ func (k *LeaseKeeper) Hold(ctx context.Context, roundID, node string) (context.C
 	}
 	k.mu.Unlock()
 	if err := k.Lease.Hold(ctx, roundID, node); err != nil {
+		if errors.Is(err, ErrLeaseHeld) {
+			// Lost, found by this hold: stop renewing, so the loss is
+			// answered once (the step stops the window), not again after
+			// a person's resume.
+			k.mu.Lock()
+			if c := k.cur; c != nil && c.round == roundID && c.node == node {
+				k.cur = nil
+				k.endLocked(c)
+			}
+			k.mu.Unlock()
+		}
 		return ctx, func() {}, err
 	}
 	k.mu.Lock()

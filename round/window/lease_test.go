@@ -264,3 +264,32 @@ func TestNothingDestructiveStartsOnAStaleLease(t *testing.T) {
 		t.Fatalf("%d installs started on a stale Lease", n)
 	}
 }
+
+// A loss the step's own hold finds is answered once: after a person's
+// resume, the next hold takes the Lease afresh when it is free again.
+func TestKeeperAnswersALossOnce(t *testing.T) {
+	l := newCounting()
+	k := &window.LeaseKeeper{Lease: l, Timing: window.LeaseTiming{Renew: time.Hour, Duration: 2 * time.Hour}, BetweenSteps: true}
+	defer k.Close()
+	_, done, err := k.Hold(context.Background(), "2026-12", "gpu-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	l.Steal("server-b")
+	if _, _, err := k.Hold(context.Background(), "2026-12", "gpu-1"); !errors.Is(err, window.ErrLeaseHeld) {
+		t.Fatalf("hold while server-b holds it: %v", err)
+	}
+	if err := k.Check("2026-12", "gpu-1"); !errors.Is(err, window.ErrLeaseLost) {
+		t.Fatalf("Check after the loss: %v", err)
+	}
+	l.Steal("") // server-b let it go; a person resumed
+	_, done, err = k.Hold(context.Background(), "2026-12", "gpu-1")
+	if err != nil {
+		t.Fatalf("hold after the resume: %v", err)
+	}
+	done()
+	if err := k.Check("2026-12", "gpu-1"); err != nil {
+		t.Fatalf("Check after the Lease was taken afresh: %v", err)
+	}
+}
