@@ -10,8 +10,10 @@
 # tools through the CLI twins with their verdicts while the control plane
 # compiles. Once the control plane is up it starts the emulated GPU fleet on
 # it and runs a whole patch round from plan to close. Extra arguments go to
-# `mcp-patch lab demo` (see `mcp-patch lab demo --help`). Prints the phase
-# times at the end.
+# `mcp-patch lab demo` (see `mcp-patch lab demo --help`), which prints a
+# line per step as it ends and the round's summary. Prints the phase times
+# at the end. apt's, dpkg's and go's output and the previews' full answers
+# go to files under ~/.cache/mcp-patch/demo, each named on screen.
 #
 # Order, for a first run on two cores: lab-preview compiles first (the
 # standard library and x/crypto/ssh it compiles are reused by mcp-patch from
