@@ -435,3 +435,39 @@ func TestConfigKeyword(t *testing.T) {
 		}
 	}
 }
+
+// FuzzOpenSSHConfig: whatever the file holds, reading and resolving it
+// neither panics nor names a line the file does not have. (Include lines
+// are left out: they read other files.)
+func FuzzOpenSSHConfig(f *testing.F) {
+	f.Add("Host gpu-*\n  HostName %h.example\n  Port 2222\n  User ops\n  IdentityFile ~/.ssh/id_%n\n  ProxyJump a@b:22,c\n")
+	f.Add("Match exec true\n  User x\nHost *\n  ProxyCommand nc %h %p\n")
+	f.Add("Host=a\tb\n\tPort=22\n")
+	f.Fuzz(func(t *testing.T, config string) {
+		if strings.Contains(strings.ToLower(config), "include") {
+			t.Skip("Include reads other files")
+		}
+		home := writeHome(t, config, map[string]string{})
+		oc, err := LoadOpenSSHConfig(DefaultOpenSSHConfig(home), home)
+		if err != nil {
+			return
+		}
+		h, err := oc.Resolve("gpu-01")
+		if err != nil {
+			return
+		}
+		lines := strings.Count(config, "\n") + 1
+		for _, s := range append([]Setting{h.HostName, h.Port, h.User, h.ProxyJump}, h.IdentityFiles...) {
+			if s.At == "" {
+				continue
+			}
+			_, n, _ := strings.Cut(s.At, DefaultOpenSSHConfig(home)+":")
+			if line, err := strconv.Atoi(n); err != nil || line < 1 || line > lines {
+				t.Fatalf("setting %+v names line %q of a %d-line file", s, n, lines)
+			}
+		}
+		if _, err := layerTarget(Target{Name: "gpu-01"}, Target{}, h, Target{}); err != nil {
+			return
+		}
+	})
+}
