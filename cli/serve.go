@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/net/netutil"
 
@@ -265,7 +267,7 @@ func bearerHandler(server *mcp.Server, token string, lim sessionLimits, log *slo
 		sl, err := servedStatelessly(r.Header.Get("Mcp-Protocol-Version"))
 		switch {
 		case err != nil:
-			http.Error(w, err.Error(), http.StatusBadRequest)
+			unsupportedVersion(w, r, err, log)
 		case sl:
 			stateless.ServeHTTP(w, r)
 		default:
@@ -303,6 +305,47 @@ func servedStatelessly(version string) (bool, error) {
 	}
 	return !v.Before(first), nil
 }
+
+// unsupportedVersion answers a request whose Mcp-Protocol-Version is not a
+// revision as SEP-2575 asks of a version the server does not implement:
+// 400 with a JSON-RPC UnsupportedProtocolVersionError (-32022) carrying
+// the request's id (none when the body is not one request), the versions
+// the server serves and the one asked for; its message says why (want
+// YYYY-MM-DD).
+func unsupportedVersion(w http.ResponseWriter, r *http.Request, why error, log *slog.Logger) {
+	var id jsonrpc.ID
+	if body, err := io.ReadAll(io.LimitReader(r.Body, maxVersionProbeBody)); err == nil {
+		if msg, err := jsonrpc.DecodeMessage(body); err == nil {
+			if req, ok := msg.(*jsonrpc.Request); ok {
+				id = req.ID
+			}
+		}
+	}
+	out, err := unsupportedVersionBody(id, r.Header.Get("Mcp-Protocol-Version"), why)
+	if err != nil {
+		http.Error(w, why.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	if _, err := w.Write(out); err != nil {
+		log.Debug("answering an unsupported protocol version", "err", err)
+	}
+}
+
+// unsupportedVersionBody is the JSON-RPC response unsupportedVersion sends.
+func unsupportedVersionBody(id jsonrpc.ID, requested string, why error) ([]byte, error) {
+	data, err := json.Marshal(mcp.UnsupportedProtocolVersionData{Supported: mcp.SupportedProtocolVersions(), Requested: requested})
+	if err != nil {
+		return nil, err
+	}
+	return jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id,
+		Error: &jsonrpc.Error{Code: mcp.CodeUnsupportedProtocolVersion, Message: why.Error(), Data: data}})
+}
+
+// maxVersionProbeBody bounds what unsupportedVersion reads of a refused
+// request to find its id.
+const maxVersionProbeBody = 1 << 20
 
 // requireBearer lets a request through only with the token.
 func requireBearer(next http.Handler, token string) http.Handler {

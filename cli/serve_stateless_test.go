@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,15 +197,32 @@ func TestStatelessRequestsCountAgainstSessionCaps(t *testing.T) {
 }
 
 // TestMalformedProtocolVersionRefused: an Mcp-Protocol-Version that is not
-// a date (YYYY-MM-DD) is answered 400 saying so, never compared as text;
+// a date (YYYY-MM-DD) is answered 400 with SEP-2575's
+// UnsupportedProtocolVersionError saying so, never compared as text;
 // dates are compared as dates.
 func TestMalformedProtocolVersionRefused(t *testing.T) {
 	endpoint, token := serveBounded(t, newHoldServer().server, sessionLimits{Idle: time.Hour})
 	for _, v := range []string{"latest", "2026-7-28", "2026-07-28T00:00:00Z", "2026-02-30", "9999", "20260728"} {
 		t.Run(v, func(t *testing.T) {
-			status, _, body := rawPost(t, endpoint, token, v, `{"jsonrpc":"2.0","id":1,"method":"ping"}`)
-			if status != http.StatusBadRequest || !strings.Contains(body, "YYYY-MM-DD") || !strings.Contains(body, `"`+v+`"`) {
-				t.Errorf("Mcp-Protocol-Version %q: %d %q, want 400 naming the value and YYYY-MM-DD", v, status, body)
+			status, _, body := rawPost(t, endpoint, token, v, `{"jsonrpc":"2.0","id":7,"method":"ping"}`)
+			var resp struct {
+				ID    int `json:"id"`
+				Error struct {
+					Code    int    `json:"code"`
+					Message string `json:"message"`
+					Data    struct {
+						Supported []string `json:"supported"`
+						Requested string   `json:"requested"`
+					} `json:"data"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal([]byte(body), &resp); err != nil {
+				t.Fatalf("Mcp-Protocol-Version %q: the answer is not JSON-RPC: %v\n%s", v, err, body)
+			}
+			if status != http.StatusBadRequest || resp.ID != 7 || resp.Error.Code != mcp.CodeUnsupportedProtocolVersion ||
+				!strings.Contains(resp.Error.Message, "YYYY-MM-DD") || resp.Error.Data.Requested != v ||
+				!slices.Contains(resp.Error.Data.Supported, statelessProtocol) {
+				t.Errorf("Mcp-Protocol-Version %q: %d %s, want 400 with UnsupportedProtocolVersionError for id 7 naming the value, YYYY-MM-DD and the versions served", v, status, body)
 			}
 		})
 	}

