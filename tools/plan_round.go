@@ -117,7 +117,7 @@ func PlanRound() Tool {
 		}
 		out.Reasons = append(out.Reasons, fl.Risks...)
 		if !fl.Ready() {
-			return out, d.stopOnBlockers(s, fl, out.Reasons)
+			return out, fromWindow(s.StopOnBlockers(fl, out.Reasons))
 		}
 		out.Reasons = append(out.Reasons, fl.Summary...)
 		out.NextAction = window.PlanNext(in.Round, order)

@@ -2,9 +2,6 @@ package tools
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strings"
 
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
@@ -141,40 +138,4 @@ func (d *Deps) writePlanDocument(ctx context.Context, kc *kube.Clients, s *windo
 		return plan.Fleet{}, err
 	}
 	return f, nil
-}
-
-// stopOnBlockers records each node's blockers as its failed preflight
-// check (the round stops before anything is cordoned) and answers with
-// every blocker, naming node and cause.
-func (d *Deps) stopOnBlockers(s *window.Round, f plan.Fleet, reasons []string) error {
-	byNode := map[string][]plan.Blocker{}
-	var nodes []string
-	for _, b := range f.Blockers {
-		if _, ok := byNode[b.Node]; !ok {
-			nodes = append(nodes, b.Node)
-		}
-		byNode[b.Node] = append(byNode[b.Node], b)
-	}
-	var errs []error
-	why := []string{fmt.Sprintf("the plan has %d blocker(s): nothing was cordoned, the round stops before its first window", len(f.Blockers))}
-	for _, node := range nodes {
-		bs := byNode[node]
-		var causes []string
-		for _, b := range bs {
-			causes = append(causes, b.Cause)
-			why = append(why, b.String())
-		}
-		step := round.StepInspect
-		if bs[0].Check == plan.CheckSimulate {
-			step = round.StepSimulate
-		}
-		if err := s.Check(step, node, false, "", "plan blocker: "+strings.Join(causes, "; ")); err != nil {
-			errs = append(errs, fmt.Errorf("record the blocker of %s: %w", node, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	return Fail("Stop: a person fixes each blocker (read rounds/"+f.Round+"/plan.md), signs resume, then plan_round runs the preflight again.",
-		append(why, reasons...)...)
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
@@ -224,5 +227,31 @@ func TestDecidePlanNextCall(t *testing.T) {
 				t.Errorf("approve_window names %q, want %q", pc.Node, c.node)
 			}
 		})
+	}
+}
+
+// A plan's blockers fail one preflight check per node, in the plan's
+// order: simulate_upgrade's when the node's first blocker is its package
+// set, inspect_node's otherwise; the reasons name every blocker.
+func TestPlanBlockers(t *testing.T) {
+	f := approvalFleet()
+	f.Blockers = []plan.Blocker{
+		{Node: "gpu-2", Cause: "the upgrade would remove 1 package(s): oldlib", Check: plan.CheckSimulate},
+		{Node: "cp-1", Cause: "kernel.panic is 0", Check: plan.CheckInspect},
+		{Node: "gpu-2", Cause: "no NVIDIA modules for the target kernel", Check: plan.CheckInspect},
+	}
+	checks, why := window.PlanBlockers(f)
+	want := []window.BlockerCheck{
+		{Node: "gpu-2", Step: round.StepSimulate, Detail: "plan blocker: the upgrade would remove 1 package(s): oldlib; no NVIDIA modules for the target kernel"},
+		{Node: "cp-1", Step: round.StepInspect, Detail: "plan blocker: kernel.panic is 0"},
+	}
+	if diff := cmp.Diff(want, checks); diff != "" {
+		t.Errorf("checks (-want +got):\n%s", diff)
+	}
+	if len(why) != 4 || !strings.HasPrefix(why[0], "the plan has 3 blocker(s)") || !strings.HasPrefix(why[1], "gpu-2: the upgrade would remove") {
+		t.Errorf("reasons %q", why)
+	}
+	if checks, why := window.PlanBlockers(approvalFleet()); len(checks) != 0 || len(why) != 1 {
+		t.Errorf("a plan without blockers: %v %q", checks, why)
 	}
 }
