@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 type propIn struct {
@@ -68,10 +69,11 @@ func TestRandomCallsNeverExecuteWithoutValidApproval(t *testing.T) {
 	executed := map[string]int{}
 	tool := NewDestructive[propIn, propOut, testPlan](Spec{Name: propTool, Title: "t", Description: "t"}, Steps[propIn, propOut, testPlan]{
 		Target: func(in propIn) string { return in.Node },
-		Plan: func(ctx context.Context, d *Deps, in propIn) (string, testPlan, error) {
-			return "2026-11", testPlan{Node: in.Node, D: digestOf(in.Node, drift), Sum: []string{"drain " + in.Node}}, nil
+		Open:   func(*Deps) (*window.Round, error) { return &window.Round{ID: "2026-11"}, nil },
+		Plan: func(ctx context.Context, d *Deps, r *window.Round, in propIn) (testPlan, error) {
+			return testPlan{Node: in.Node, D: digestOf(in.Node, drift), Sum: []string{"drain " + in.Node}}, nil
 		},
-		Do: func(ctx context.Context, d *Deps, in propIn, plan testPlan, a Approved, p Progress) (propOut, error) {
+		Do: func(ctx context.Context, d *Deps, r *window.Round, in propIn, plan testPlan, a Approved, p Progress) (propOut, error) {
 			executed[a.ID]++
 			return propOut{}, nil
 		},

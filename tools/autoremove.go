@@ -31,11 +31,7 @@ func Autoremove() Tool {
 			"approval. Never the running kernel.",
 		Idempotent: true, OpenWorld: true,
 	}, Steps[AutoremoveIn, AutoremoveOut, window.AutoremovePlan]{
-		Follow: func(ctx context.Context, d *Deps, in AutoremoveIn, p Progress) (AutoremoveOut, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return AutoremoveOut{}, err
-			}
+		Follow: func(ctx context.Context, d *Deps, s *window.Round, in AutoremoveIn, p Progress) (AutoremoveOut, error) {
 			if s.InFlightRun(round.StepAutoremove, "") == nil {
 				return AutoremoveOut{}, errNotInFlight
 			}
@@ -45,29 +41,21 @@ func Autoremove() Tool {
 			}
 			return AutoremoveOut{}, w.FollowUnobservable(round.StepAutoremove, "", "what each node removed is not known")
 		},
-		Plan: func(ctx context.Context, d *Deps, in AutoremoveIn) (string, window.AutoremovePlan, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return "", window.AutoremovePlan{}, err
-			}
+		Plan: func(ctx context.Context, d *Deps, s *window.Round, in AutoremoveIn) (window.AutoremovePlan, error) {
 			if s.InFlightRun(round.StepAutoremove, "") == nil {
 				if err := s.Admit(round.StepAutoremove, ""); err != nil {
-					return "", window.AutoremovePlan{}, err
+					return window.AutoremovePlan{}, err
 				}
 			}
 			w, err := d.window(ctx, s, needHost)
 			if err != nil {
-				return "", window.AutoremovePlan{}, err
+				return window.AutoremovePlan{}, err
 			}
 			res, problems := w.SimulateAutoremove(ctx, roundNodes(s), keptKernels(d, s), steps.AutoremoveSimulate, d.Config.SSH.Concurrency)
 			plan, err := window.DecideAutoremove(res, problems)
-			return s.ID, plan, err
+			return plan, err
 		},
-		Do: func(ctx context.Context, d *Deps, in AutoremoveIn, plan window.AutoremovePlan, a Approved, p Progress) (AutoremoveOut, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return AutoremoveOut{}, err
-			}
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in AutoremoveIn, plan window.AutoremovePlan, a Approved, p Progress) (AutoremoveOut, error) {
 			w, err := d.window(ctx, s, needHost)
 			if err != nil {
 				return AutoremoveOut{}, err

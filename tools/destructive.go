@@ -101,18 +101,21 @@ type Steps[In approvable, Out any, P window.Plan] struct {
 	// Target is the node the call works on (window.FleetTarget for the
 	// fleet); calls on one target are serialised.
 	Target func(in In) string
+	// Open opens the call's round, once, before Follow, Plan and Do,
+	// which all work on it; nil: the open round (Deps.openRound).
+	Open func(d *Deps) (*window.Round, error)
 	// Plan re-checks the live system and decides the typed plan. It writes
-	// nothing: no file, journal, git or cluster write. Round is the round
-	// the approval binds.
-	Plan func(ctx context.Context, d *Deps, in In) (round string, plan P, err error)
+	// nothing: no file, journal, git or cluster write. The approval binds
+	// it to round r.
+	Plan func(ctx context.Context, d *Deps, r *window.Round, in In) (plan P, err error)
 	// Follow, when set, handles a call on a step already in flight: it
 	// observes the host or cluster and records or completes what the
 	// journaled approval began. It returns errNotInFlight when no step is
 	// in flight, and window.ErrNeedApproval when nothing of the step began
 	// on the host: then only a fresh approval goes on.
-	Follow func(ctx context.Context, d *Deps, in In, p Progress) (Out, error)
+	Follow func(ctx context.Context, d *Deps, r *window.Round, in In, p Progress) (Out, error)
 	// Do performs the step on exactly plan.
-	Do func(ctx context.Context, d *Deps, in In, plan P, a Approved, p Progress) (Out, error)
+	Do func(ctx context.Context, d *Deps, r *window.Round, in In, plan P, a Approved, p Progress) (Out, error)
 }
 
 // errNotInFlight is Follow's answer when there is nothing to follow.
@@ -140,8 +143,16 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 			return zero, err
 		}
 		defer unlock()
+		open := t.Open
+		if open == nil {
+			open = (*Deps).openRound
+		}
+		r, err := open(d)
+		if err != nil {
+			return zero, err
+		}
 		if t.Follow != nil {
-			out, err := t.Follow(ctx, d, in, p)
+			out, err := t.Follow(ctx, d, r, in, p)
 			switch {
 			case errors.Is(err, errNotInFlight):
 			case errors.Is(err, window.ErrNeedApproval):
@@ -152,10 +163,11 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 				return out, err
 			}
 		}
-		roundID, plan, err := t.Plan(ctx, d, in)
+		plan, err := t.Plan(ctx, d, r, in)
 		if err != nil {
-			return zero, d.recordStop(err)
+			return zero, d.recordStop(r, err)
 		}
+		roundID := r.ID
 		// The round's reviewed plan: signed before the first cordon, and
 		// this step's live plan equal to its node's reviewed plan.
 		if err := d.checkReviewed(ctx, roundID, spec.Name, plan); err != nil {
@@ -205,7 +217,7 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 			}
 			if ok {
 				d.Log.Info("step covered by its window approval", "tool", spec.Name, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
-				out, err := t.Do(ctx, d, in, plan, a, p)
+				out, err := t.Do(ctx, d, r, in, plan, a, p)
 				PO(&out).result().approvalID = a.ID
 				if err != nil {
 					err = &approvedErr{err: err, id: a.ID}
@@ -249,7 +261,7 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 		}
 		d.Ops.ApprovalUsed(spec.Name, bind.Node)
 		d.Log.Info("approved step", "tool", spec.Name, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
-		out, err := t.Do(ctx, d, in, plan, a, p)
+		out, err := t.Do(ctx, d, r, in, plan, a, p)
 		PO(&out).result().approvalID = a.ID
 		if err != nil {
 			err = &approvedErr{err: err, id: a.ID}

@@ -33,11 +33,7 @@ func DrainNode() Tool {
 		Idempotent: false, OpenWorld: true,
 	}, Steps[DrainIn, DrainOut, window.DrainPlan]{
 		Target: func(in DrainIn) string { return in.Node },
-		Follow: func(ctx context.Context, d *Deps, in DrainIn, p Progress) (DrainOut, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return DrainOut{}, err
-			}
+		Follow: func(ctx context.Context, d *Deps, s *window.Round, in DrainIn, p Progress) (DrainOut, error) {
 			if in.DryRun {
 				c, err := d.drainCluster(ctx)
 				if err != nil {
@@ -75,40 +71,36 @@ func DrainNode() Tool {
 			o, err := w.FollowDrain(ctx, in.Node, opts, drainProgress(p))
 			return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome).then(CallTo("install_updates", "node", in.Node))}, err
 		},
-		Plan: func(ctx context.Context, d *Deps, in DrainIn) (string, window.DrainPlan, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return "", window.DrainPlan{}, err
-			}
+		Plan: func(ctx context.Context, d *Deps, s *window.Round, in DrainIn) (window.DrainPlan, error) {
 			if err := d.admitDrain(ctx, s, in.Node); err != nil {
-				return "", window.DrainPlan{}, err
+				return window.DrainPlan{}, err
 			}
 			jobs, jobWait, err := window.JobWait(s.Settings)
 			if err != nil {
-				return "", window.DrainPlan{}, err
+				return window.DrainPlan{}, err
 			}
 			w, err := d.window(ctx, s, needCluster)
 			if err != nil {
-				return "", window.DrainPlan{}, err
+				return window.DrainPlan{}, err
 			}
 			pv, err := w.Cluster.PreviewDrain(ctx, in.Node, s.DrainPolicy())
 			if err != nil {
-				return "", window.DrainPlan{}, Fail("Check the node name and the API server.", "preview drain: "+err.Error())
+				return window.DrainPlan{}, Fail("Check the node name and the API server.", "preview drain: "+err.Error())
 			}
 			plan, err := window.DecideDrain(in.Node, pv)
 			if err != nil || jobs == nil {
-				return s.ID, plan, err
+				return plan, err
 			}
 			// The jobs it waits for are part of what a person reads (not of
 			// the digest: jobs come and go; the wait is bounded).
 			holding, err := w.Cluster.HoldingPods(ctx, in.Node, jobs)
 			if err != nil {
-				return "", window.DrainPlan{}, Fail("Check the API server and call again.", err.Error())
+				return window.DrainPlan{}, Fail("Check the API server and call again.", err.Error())
 			}
-			return s.ID, plan.WaitFor(holding, jobWait), nil
+			return plan.WaitFor(holding, jobWait), nil
 		},
-		Do: func(ctx context.Context, d *Deps, in DrainIn, plan window.DrainPlan, a Approved, p Progress) (DrainOut, error) {
-			s, w, err := d.openWindow(ctx, needCluster)
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in DrainIn, plan window.DrainPlan, a Approved, p Progress) (DrainOut, error) {
+			w, err := d.window(ctx, s, needCluster)
 			if err != nil {
 				return DrainOut{}, err
 			}

@@ -32,8 +32,8 @@ func FallbackDrill() Tool {
 		Idempotent: false, OpenWorld: true,
 	}, Steps[DrillIn, DrillOut, window.FallbackDrillPlan]{
 		Target: func(in DrillIn) string { return in.Node },
-		Follow: func(ctx context.Context, d *Deps, in DrillIn, p Progress) (DrillOut, error) {
-			s, w, err := d.openWindow(ctx, needHost)
+		Follow: func(ctx context.Context, d *Deps, s *window.Round, in DrillIn, p Progress) (DrillOut, error) {
+			w, err := d.window(ctx, s, needHost)
 			if err != nil {
 				return DrillOut{}, err
 			}
@@ -44,29 +44,25 @@ func FallbackDrill() Tool {
 			o, err := w.FollowFallbackDrill(ctx, drillBook{d, s}, in.Node, window.DrillRecord{Plan: np.Drill, ApprovalID: np.DrillApproval, Started: np.DrillStarted})
 			return DrillOut{Result: outcome(o.Outcome), Drill: o.Drill, TrialBoot: o.TrialBoot}, err
 		},
-		Plan: func(ctx context.Context, d *Deps, in DrillIn) (string, window.FallbackDrillPlan, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return "", window.FallbackDrillPlan{}, err
-			}
+		Plan: func(ctx context.Context, d *Deps, s *window.Round, in DrillIn) (window.FallbackDrillPlan, error) {
 			if err := s.Admit(round.StepTrialBoot, in.Node); err != nil {
-				return "", window.FallbackDrillPlan{}, err
+				return window.FallbackDrillPlan{}, err
 			}
 			w, err := d.window(ctx, s, needHost)
 			if err != nil {
-				return "", window.FallbackDrillPlan{}, err
+				return window.FallbackDrillPlan{}, err
 			}
 			np, _ := s.NodePlan(in.Node)
 			insp, err := w.Host.Inspect(ctx, in.Node, steps.InspectInput{TargetKernel: np.TargetKernel})
 			if err != nil {
-				return "", window.FallbackDrillPlan{}, hostError(in.Node, "inspect before the drill", err)
+				return window.FallbackDrillPlan{}, hostError(in.Node, "inspect before the drill", err)
 			}
 			n := s.Journal.Shared().Node(in.Node)
 			plan, err := window.DecideFallbackDrill(in.Node, insp, np.TargetKernel, n != nil && n.Canary, np.DrillPassed, panicSeconds(s))
-			return s.ID, plan, err
+			return plan, err
 		},
-		Do: func(ctx context.Context, d *Deps, in DrillIn, plan window.FallbackDrillPlan, a Approved, p Progress) (DrillOut, error) {
-			s, w, err := d.openWindow(ctx, needHost)
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in DrillIn, plan window.FallbackDrillPlan, a Approved, p Progress) (DrillOut, error) {
+			w, err := d.window(ctx, s, needHost)
 			if err != nil {
 				return DrillOut{}, err
 			}

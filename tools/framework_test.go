@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 type echoIn struct {
@@ -116,10 +117,11 @@ func stepTool(executed *int, digest *string) Tool {
 	return NewDestructive[stepIn, stepOut, testPlan](Spec{Name: "step", Title: "Step", Description: "a destructive step"},
 		Steps[stepIn, stepOut, testPlan]{
 			Target: func(in stepIn) string { return in.Node },
-			Plan: func(ctx context.Context, d *Deps, in stepIn) (string, testPlan, error) {
-				return "r1", testPlan{Node: in.Node, D: *digest, Sum: []string{"do it"}}, nil
+			Open:   func(*Deps) (*window.Round, error) { return &window.Round{ID: "r1"}, nil },
+			Plan: func(ctx context.Context, d *Deps, r *window.Round, in stepIn) (testPlan, error) {
+				return testPlan{Node: in.Node, D: *digest, Sum: []string{"do it"}}, nil
 			},
-			Do: func(ctx context.Context, d *Deps, in stepIn, plan testPlan, a Approved, p Progress) (stepOut, error) {
+			Do: func(ctx context.Context, d *Deps, r *window.Round, in stepIn, plan testPlan, a Approved, p Progress) (stepOut, error) {
 				*executed++
 				return stepOut{Did: in.Node}, nil
 			},

@@ -30,11 +30,7 @@ func InstallUpdates() Tool {
 		Idempotent: false, OpenWorld: true,
 	}, Steps[InstallIn, InstallOut, window.PackagePlan]{
 		Target: func(in InstallIn) string { return in.Node },
-		Follow: func(ctx context.Context, d *Deps, in InstallIn, p Progress) (InstallOut, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return InstallOut{}, err
-			}
+		Follow: func(ctx context.Context, d *Deps, s *window.Round, in InstallIn, p Progress) (InstallOut, error) {
 			if s.InFlightRun(round.StepInstall, in.Node) == nil {
 				return InstallOut{}, errNotInFlight
 			}
@@ -45,40 +41,32 @@ func InstallUpdates() Tool {
 			o, err := w.FollowInstall(ctx, in.Node)
 			return InstallOut{Install: o.Install, Result: outcome(o.Outcome).then(CallTo("trial_boot", "node", in.Node))}, err
 		},
-		Plan: func(ctx context.Context, d *Deps, in InstallIn) (string, window.PackagePlan, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return "", window.PackagePlan{}, err
-			}
+		Plan: func(ctx context.Context, d *Deps, s *window.Round, in InstallIn) (window.PackagePlan, error) {
 			if s.InFlightRun(round.StepInstall, in.Node) == nil {
 				if err := s.Admit(round.StepInstall, in.Node); err != nil {
-					return "", window.PackagePlan{}, err
+					return window.PackagePlan{}, err
 				}
 			}
 			np, _ := s.NodePlan(in.Node)
 			w, err := d.window(ctx, s, needHost)
 			if err != nil {
-				return "", window.PackagePlan{}, err
+				return window.PackagePlan{}, err
 			}
 			sim, err := w.Host.Simulate(ctx, in.Node)
 			if err != nil {
-				return "", window.PackagePlan{}, hostError(in.Node, "re-simulate before install", err)
+				return window.PackagePlan{}, hostError(in.Node, "re-simulate before install", err)
 			}
 			// The reviewed plan first: a package set that moved since the
 			// plan was signed is shown as a diff against what people
 			// reviewed, and re-planned there (replan_node).
 			live := window.PackagePlan{Node: in.Node, PackageDigest: sim.Plan.Digest, AptLines: sim.Plan.Lines, TargetKernel: sim.Plan.TargetKernel}
 			if err := d.checkReviewed(ctx, s.ID, "install_updates", live); err != nil {
-				return "", window.PackagePlan{}, err
+				return window.PackagePlan{}, err
 			}
 			plan, err := window.DecidePackage(in.Node, sim, window.Simulated{PackageDigest: np.PackageDigest, TargetKernel: np.TargetKernel, RunningKernel: np.RunningKernel})
-			return s.ID, plan, err
+			return plan, err
 		},
-		Do: func(ctx context.Context, d *Deps, in InstallIn, plan window.PackagePlan, a Approved, p Progress) (InstallOut, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return InstallOut{}, err
-			}
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in InstallIn, plan window.PackagePlan, a Approved, p Progress) (InstallOut, error) {
 			w, err := d.window(ctx, s, needHost)
 			if err != nil {
 				return InstallOut{}, err

@@ -257,10 +257,11 @@ func installLike(executed *int, live *window.PackagePlan) Tool {
 	return NewDestructive[stepIn, stepOut, window.PackagePlan](Spec{Name: "install_updates", Title: "Install", Description: "install"},
 		Steps[stepIn, stepOut, window.PackagePlan]{
 			Target: func(in stepIn) string { return in.Node },
-			Plan: func(ctx context.Context, d *Deps, in stepIn) (string, window.PackagePlan, error) {
-				return planRound, *live, nil
+			Open:   func(*Deps) (*window.Round, error) { return &window.Round{ID: planRound}, nil },
+			Plan: func(ctx context.Context, d *Deps, r *window.Round, in stepIn) (window.PackagePlan, error) {
+				return *live, nil
 			},
-			Do: func(ctx context.Context, d *Deps, in stepIn, plan window.PackagePlan, a Approved, p Progress) (stepOut, error) {
+			Do: func(ctx context.Context, d *Deps, r *window.Round, in stepIn, plan window.PackagePlan, a Approved, p Progress) (stepOut, error) {
 				*executed++
 				return stepOut{Did: a.ID}, nil
 			},

@@ -31,11 +31,7 @@ func PromoteKernel() Tool {
 		Idempotent: true, OpenWorld: true,
 	}, Steps[PromoteIn, PromoteOut, window.PromotePlan]{
 		Target: func(in PromoteIn) string { return in.Node },
-		Follow: func(ctx context.Context, d *Deps, in PromoteIn, p Progress) (PromoteOut, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return PromoteOut{}, err
-			}
+		Follow: func(ctx context.Context, d *Deps, s *window.Round, in PromoteIn, p Progress) (PromoteOut, error) {
 			if s.InFlightRun(round.StepPromote, in.Node) == nil {
 				return PromoteOut{}, errNotInFlight
 			}
@@ -46,31 +42,23 @@ func PromoteKernel() Tool {
 			o, err := w.FollowPromote(ctx, in.Node)
 			return PromoteOut{Promote: o.Promote, Result: outcome(o.Outcome).then(CallTo("close_window", "node", in.Node))}, err
 		},
-		Plan: func(ctx context.Context, d *Deps, in PromoteIn) (string, window.PromotePlan, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return "", window.PromotePlan{}, err
-			}
+		Plan: func(ctx context.Context, d *Deps, s *window.Round, in PromoteIn) (window.PromotePlan, error) {
 			if s.InFlightRun(round.StepPromote, in.Node) == nil {
 				if err := s.Admit(round.StepPromote, in.Node); err != nil {
-					return "", window.PromotePlan{}, err
+					return window.PromotePlan{}, err
 				}
 			}
 			// Decided from the host observed now: the trial kernel running,
 			// on the boot the trial boot proved and the checks ran on.
 			w, err := d.window(ctx, s, needHost)
 			if err != nil {
-				return "", window.PromotePlan{}, err
+				return window.PromotePlan{}, err
 			}
 			np, _ := s.NodePlan(in.Node)
 			plan, err := w.PlanPromote(ctx, in.Node, np.TargetKernel)
-			return s.ID, plan, err
+			return plan, err
 		},
-		Do: func(ctx context.Context, d *Deps, in PromoteIn, plan window.PromotePlan, a Approved, p Progress) (PromoteOut, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return PromoteOut{}, err
-			}
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in PromoteIn, plan window.PromotePlan, a Approved, p Progress) (PromoteOut, error) {
 			w, err := d.window(ctx, s, needHost)
 			if err != nil {
 				return PromoteOut{}, err

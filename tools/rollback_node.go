@@ -32,8 +32,8 @@ func RollbackNode() Tool {
 		Idempotent: false, OpenWorld: true,
 	}, Steps[RollbackIn, RollbackOut, window.RollbackPlan]{
 		Target: func(in RollbackIn) string { return in.Node },
-		Follow: func(ctx context.Context, d *Deps, in RollbackIn, p Progress) (RollbackOut, error) {
-			s, w, rh, err := d.rollbackWindow(ctx)
+		Follow: func(ctx context.Context, d *Deps, s *window.Round, in RollbackIn, p Progress) (RollbackOut, error) {
+			w, rh, err := d.rollbackWindow(ctx, s)
 			if err != nil {
 				return RollbackOut{}, err
 			}
@@ -48,21 +48,21 @@ func RollbackNode() Tool {
 			}
 			return rollbackOut(o), err
 		},
-		Plan: func(ctx context.Context, d *Deps, in RollbackIn) (string, window.RollbackPlan, error) {
-			s, _, rh, err := d.rollbackWindow(ctx)
+		Plan: func(ctx context.Context, d *Deps, s *window.Round, in RollbackIn) (window.RollbackPlan, error) {
+			_, rh, err := d.rollbackWindow(ctx, s)
 			if err != nil {
-				return "", window.RollbackPlan{}, err
+				return window.RollbackPlan{}, err
 			}
 			np, _ := s.NodePlan(in.Node)
 			insp, err := rh.Inspect(ctx, in.Node, steps.InspectInput{})
 			if err != nil {
-				return "", window.RollbackPlan{}, hostError(in.Node, "inspect before the rollback", err)
+				return window.RollbackPlan{}, hostError(in.Node, "inspect before the rollback", err)
 			}
 			plan, err := window.DecideRollback(in.Node, s.Journal.State(), insp, np.TargetKernel)
-			return s.ID, plan, err
+			return plan, err
 		},
-		Do: func(ctx context.Context, d *Deps, in RollbackIn, plan window.RollbackPlan, a Approved, p Progress) (RollbackOut, error) {
-			_, w, rh, err := d.rollbackWindow(ctx)
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in RollbackIn, plan window.RollbackPlan, a Approved, p Progress) (RollbackOut, error) {
+			w, rh, err := d.rollbackWindow(ctx, s)
 			if err != nil {
 				return RollbackOut{}, err
 			}

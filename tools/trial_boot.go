@@ -31,11 +31,7 @@ func TrialBoot() Tool {
 		Idempotent: false, OpenWorld: true,
 	}, Steps[TrialBootIn, TrialBootOut, window.TrialBootPlan]{
 		Target: func(in TrialBootIn) string { return in.Node },
-		Follow: func(ctx context.Context, d *Deps, in TrialBootIn, p Progress) (TrialBootOut, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return TrialBootOut{}, err
-			}
+		Follow: func(ctx context.Context, d *Deps, s *window.Round, in TrialBootIn, p Progress) (TrialBootOut, error) {
 			if s.InFlightRun(round.StepTrialBoot, in.Node) == nil {
 				return TrialBootOut{}, errNotInFlight
 			}
@@ -46,37 +42,29 @@ func TrialBoot() Tool {
 			o, err := w.FollowTrialBoot(ctx, in.Node)
 			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome).then(CallTo("record_verification", "node", in.Node))}, err
 		},
-		Plan: func(ctx context.Context, d *Deps, in TrialBootIn) (string, window.TrialBootPlan, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return "", window.TrialBootPlan{}, err
-			}
+		Plan: func(ctx context.Context, d *Deps, s *window.Round, in TrialBootIn) (window.TrialBootPlan, error) {
 			if s.InFlightRun(round.StepTrialBoot, in.Node) == nil {
 				if err := s.Admit(round.StepTrialBoot, in.Node); err != nil {
-					return "", window.TrialBootPlan{}, err
+					return window.TrialBootPlan{}, err
 				}
 			}
 			np, _ := s.NodePlan(in.Node)
 			w, err := d.window(ctx, s, needHost)
 			if err != nil {
-				return "", window.TrialBootPlan{}, err
+				return window.TrialBootPlan{}, err
 			}
 			insp, err := w.Host.Inspect(ctx, in.Node, steps.InspectInput{TargetKernel: np.TargetKernel})
 			if err != nil {
-				return "", window.TrialBootPlan{}, hostError(in.Node, "inspect before the trial boot", err)
+				return window.TrialBootPlan{}, hostError(in.Node, "inspect before the trial boot", err)
 			}
 			if err := window.TrialBootDone(in.Node, s.Journal.StepRun(round.StepTrialBoot, in.Node), insp.Kernel, np.TargetKernel); err != nil {
-				return "", window.TrialBootPlan{}, err
+				return window.TrialBootPlan{}, err
 			}
 			n := s.Journal.Shared().Node(in.Node)
 			plan, err := window.DecideTrialBoot(in.Node, insp, np.TargetKernel, n != nil && n.GPU, panicSeconds(s))
-			return s.ID, plan, err
+			return plan, err
 		},
-		Do: func(ctx context.Context, d *Deps, in TrialBootIn, plan window.TrialBootPlan, a Approved, p Progress) (TrialBootOut, error) {
-			s, err := d.openRound()
-			if err != nil {
-				return TrialBootOut{}, err
-			}
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in TrialBootIn, plan window.TrialBootPlan, a Approved, p Progress) (TrialBootOut, error) {
 			w, err := d.window(ctx, s, needHost)
 			if err != nil {
 				return TrialBootOut{}, err

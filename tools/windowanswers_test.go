@@ -108,7 +108,7 @@ func TestWindowAnswersAsToolResults(t *testing.T) {
 func TestRecordStopRecordsThePlansStop(t *testing.T) {
 	r := newWRig(t)
 	plain := errors.New("not a stop")
-	if got := r.d.recordStop(plain); got != plain {
+	if got := r.d.recordStop(nil, plain); got != plain {
 		t.Fatalf("a plain error: %v", got)
 	}
 	if st := r.journal(t).State(); st.Stop != nil {
@@ -116,7 +116,7 @@ func TestRecordStopRecordsThePlansStop(t *testing.T) {
 	}
 	// A stop the journal's rules refuse to record (an install on a node
 	// not drained) is still answered, saying it is not on record.
-	err := r.d.recordStop(&window.Stop{Step: round.StepInstall, Node: wNode, Reasons: []string{"a held package would be upgraded"}, Next: "Ask a person."})
+	err := r.d.recordStop(nil, &window.Stop{Step: round.StepInstall, Node: wNode, Reasons: []string{"a held package would be upgraded"}, Next: "Ask a person."})
 	var stopped *window.Stopped
 	if !errors.As(err, &stopped) || stopped.Journal == nil || !strings.Contains(err.Error(), "could not be recorded in the journal") {
 		t.Fatalf("an unrecordable stop answers %v", err)
@@ -126,7 +126,7 @@ func TestRecordStopRecordsThePlansStop(t *testing.T) {
 	}
 
 	r.drained(t)
-	err = r.d.recordStop(&window.Stop{Step: round.StepInstall, Node: wNode, Reasons: []string{"a held package would be upgraded"}, Next: "Ask a person."})
+	err = r.d.recordStop(nil, &window.Stop{Step: round.StepInstall, Node: wNode, Reasons: []string{"a held package would be upgraded"}, Next: "Ask a person."})
 	if !errors.As(err, &stopped) || stopped.Journal != nil {
 		t.Fatalf("recorded stop answers %v", err)
 	}
@@ -142,7 +142,7 @@ func TestRecordStopRecordsThePlansStop(t *testing.T) {
 	// No round open: the stop is still answered, with why it was not
 	// recorded.
 	d := &Deps{Config: r.d.Config, Log: r.d.Log, Now: r.d.Now}
-	err = d.recordStop(&window.Stop{Step: round.StepInstall, Node: wNode, Reasons: []string{"held"}, Next: "Ask."})
+	err = d.recordStop(nil, &window.Stop{Step: round.StepInstall, Node: wNode, Reasons: []string{"held"}, Next: "Ask."})
 	if !errors.As(err, &fail) || !strings.Contains(err.Error(), "no intent repository") {
 		t.Fatalf("a stop with no round to record it in: %v", err)
 	}

@@ -156,18 +156,20 @@ func fromOne(err error) error {
 }
 
 // recordStop records a decision that stops the round (a Plan found the
-// step unsafe): Plan itself writes nothing, the chokepoint records.
-func (d *Deps) recordStop(err error) error {
+// step unsafe) in the call's round s (nil: the open round, opened now):
+// Plan itself writes nothing, the chokepoint records.
+func (d *Deps) recordStop(s *window.Round, err error) error {
 	var st *window.Stop
 	if !errors.As(err, &st) {
 		return err
 	}
-	s, serr := d.openRound()
-	if serr != nil {
-		return errors.Join(Fail(st.Next, st.Reasons...), serr)
+	if s == nil {
+		var serr error
+		if s, serr = d.openRound(); serr != nil {
+			return errors.Join(Fail(st.Next, st.Reasons...), serr)
+		}
 	}
-	rec := &window.Recorder{J: s.Journal, Events: d.WindowEvents, Now: d.now}
-	return rec.StopWith(st.Step, st.Node, st.Next, st.Reasons...)
+	return s.Rec().StopWith(st.Step, st.Node, st.Next, st.Reasons...)
 }
 
 // RetakeWindowLease takes the window Lease again when the open round's
@@ -205,39 +207,21 @@ func (d *Deps) RetakeWindowLease(ctx context.Context) (string, error) {
 	return w.Retake(ctx)
 }
 
-// rollbackWindow is the open round, its window machinery and the host
-// steps a rollback needs. A rollback holds no Lease: the round is stopped
-// at the node, and no other window may open.
-func (d *Deps) rollbackWindow(ctx context.Context) (*window.Round, *window.Window, window.RollbackHost, error) {
-	s, err := d.openRound()
-	if err != nil {
-		return nil, nil, nil, err
-	}
+// rollbackWindow is the window machinery of round s and the host steps a
+// rollback needs. A rollback holds no Lease: the round is stopped at the
+// node, and no other window may open.
+func (d *Deps) rollbackWindow(ctx context.Context, s *window.Round) (*window.Window, window.RollbackHost, error) {
 	w := &window.Window{Round: s.ID, Rec: s.Rec(), Bounds: window.DefaultBounds(d.drainTimeout(s), d.Config.SSH.RebootTimeout.D()),
 		Now: d.now, Log: d.Log}
 	h, err := d.hosts(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	rh, ok := h.Steps.(window.RollbackHost)
 	if !ok {
-		return nil, nil, nil, Refuse("Run the server with real host steps.", "these host steps cannot roll a node back")
+		return nil, nil, Refuse("Run the server with real host steps.", "these host steps cannot roll a node back")
 	}
-	return s, w, rh, nil
-}
-
-// openWindow is the open round and its window machinery for what the step
-// needs.
-func (d *Deps) openWindow(ctx context.Context, n need) (*window.Round, *window.Window, error) {
-	s, err := d.openRound()
-	if err != nil {
-		return nil, nil, err
-	}
-	w, err := d.window(ctx, s, n)
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, w, nil
+	return w, rh, nil
 }
 
 // drainCluster is the cluster's drain: d.Drainer when set (tests), else
