@@ -46,7 +46,7 @@ type NoKeyError struct {
 }
 
 func (e *NoKeyError) Error() string {
-	agentPart := "no ssh-agent (SSH_AUTH_SOCK is not set)"
+	agentPart := "no ssh-agent to ask (SSH_AUTH_SOCK is not set, or IdentityAgent none)"
 	switch {
 	case e.AgentErr != "":
 		agentPart = "the ssh-agent at " + e.Agent + " could not be reached (" + e.AgentErr + ")"
@@ -143,18 +143,19 @@ func (p *Pool) authFor(ctx context.Context, t Target) (ssh.AuthMethod, io.Closer
 	var closer io.Closer = nopCloser{}
 	held := map[string]bool{}
 	var agentErr string
-	if p.cfg.AgentSocket != "" {
+	socket := agentSocket(p.cfg.AgentSocket, t.IdentityAgent)
+	if socket != "" {
 		// An agent that does not answer (a stale SSH_AUTH_SOCK) is passed
 		// over, as ssh(1) passes it over: the key files may still do.
 		var d net.Dialer
-		conn, err := d.DialContext(ctx, "unix", p.cfg.AgentSocket)
+		conn, err := d.DialContext(ctx, "unix", socket)
 		if err != nil {
 			agentErr = err.Error()
-			p.log.Warn("ssh-agent not reachable; trying the identity files alone", "node", t.Name, "agent", p.cfg.AgentSocket, "err", err)
+			p.log.Warn("ssh-agent not reachable; trying the identity files alone", "node", t.Name, "agent", socket, "err", err)
 		} else {
 			if signers, held, err = agentSigners(conn, rec); err != nil {
 				conn.Close()
-				return nil, nil, nil, fmt.Errorf("list ssh-agent keys at %s: %w", p.cfg.AgentSocket, err)
+				return nil, nil, nil, fmt.Errorf("list ssh-agent keys at %s: %w", socket, err)
 			}
 			closer = conn
 		}
@@ -184,9 +185,22 @@ func (p *Pool) authFor(ctx context.Context, t Target) (ssh.AuthMethod, io.Closer
 	}
 	if len(signers) == 0 {
 		closer.Close()
-		return nil, nil, nil, &NoKeyError{Node: t.Name, Agent: p.cfg.AgentSocket, AgentErr: agentErr, Tried: tried}
+		return nil, nil, nil, &NoKeyError{Node: t.Name, Agent: socket, AgentErr: agentErr, Tried: tried}
 	}
 	return ssh.PublicKeys(signers...), closer, rec, nil
+}
+
+// agentSocket is the agent a handshake asks: the target's IdentityAgent
+// from the OpenSSH configuration when it names a socket ("none": no agent),
+// else the pool's (SSH_AUTH_SOCK). Pure.
+func agentSocket(pool, identityAgent string) string {
+	switch identityAgent {
+	case "", "SSH_AUTH_SOCK":
+		return pool
+	case "none":
+		return ""
+	}
+	return identityAgent
 }
 
 // agentSigners are the keys the agent on conn holds, each labelled with

@@ -219,6 +219,9 @@ type OpenSSHHost struct {
 	User          Setting
 	ProxyJump     Setting
 	IdentityFiles []Setting
+	// IdentityAgent is the agent socket for this host: a path, "none", or
+	// "SSH_AUTH_SOCK" (the environment's).
+	IdentityAgent Setting
 	Notes         []string
 }
 
@@ -245,21 +248,38 @@ func (c *OpenSSHConfig) Resolve(alias string) (OpenSSHHost, error) {
 	hostName := cmp.Or(h.HostName.Value, alias)
 	tokens := map[byte]string{'d': c.home, 'h': hostName, 'n': alias, 'p': cmp.Or(h.Port.Value, strconv.Itoa(DefaultPort)), 'r': h.User.Value}
 	for i, f := range h.IdentityFiles {
-		v := f.Value
-		if v == "~" || strings.HasPrefix(v, "~/") {
-			v = filepath.Join(c.home, strings.TrimPrefix(v[1:], "/"))
-		}
-		if v, err = expandTokens(v, tokens); err != nil {
+		if h.IdentityFiles[i].Value, err = c.expandPath(f, tokens); err != nil {
 			return OpenSSHHost{}, fmt.Errorf("ssh config %s: IdentityFile: %w", f.At, err)
 		}
-		if !filepath.IsAbs(v) {
-			// ssh(1) reads a relative IdentityFile from its working
-			// directory; a server has none worth meaning, so ~/.ssh.
-			v = filepath.Join(c.home, ".ssh", v)
+	}
+	switch a := h.IdentityAgent; {
+	case a.Value == "", a.Value == "none", a.Value == "SSH_AUTH_SOCK":
+	case strings.HasPrefix(a.Value, "$"):
+		return OpenSSHHost{}, fmt.Errorf("ssh config %s: IdentityAgent %s: environment variables other than SSH_AUTH_SOCK are not read; name the socket's path", a.At, a.Value)
+	default:
+		if h.IdentityAgent.Value, err = c.expandPath(a, tokens); err != nil {
+			return OpenSSHHost{}, fmt.Errorf("ssh config %s: IdentityAgent: %w", a.At, err)
 		}
-		h.IdentityFiles[i].Value = v
 	}
 	return h, nil
+}
+
+// expandPath is a path setting with "~" and the %-tokens expanded; a
+// relative one is under ~/.ssh (ssh(1) would read it from its working
+// directory, and a server has none worth meaning).
+func (c *OpenSSHConfig) expandPath(s Setting, tokens map[byte]string) (string, error) {
+	v := s.Value
+	if v == "~" || strings.HasPrefix(v, "~/") {
+		v = filepath.Join(c.home, strings.TrimPrefix(v[1:], "/"))
+	}
+	v, err := expandTokens(v, tokens)
+	if err != nil {
+		return "", err
+	}
+	if !filepath.IsAbs(v) {
+		v = filepath.Join(c.home, ".ssh", v)
+	}
+	return v, nil
 }
 
 // collect walks the file's blocks in order for alias, keeping the first
@@ -299,6 +319,8 @@ func (h *OpenSSHHost) set(key, value, at string) {
 		first(&h.User)
 	case "proxyjump":
 		first(&h.ProxyJump)
+	case "identityagent":
+		first(&h.IdentityAgent)
 	case "identityfile":
 		if !slices.ContainsFunc(h.IdentityFiles, func(s Setting) bool { return s.Value == value }) {
 			h.IdentityFiles = append(h.IdentityFiles, Setting{Value: value, At: at})

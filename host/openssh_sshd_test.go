@@ -126,6 +126,42 @@ func TestOpenSSHIdentities(t *testing.T) {
 			t.Fatalf("err = %v, want it to say %q", err, want)
 		}
 	})
+	t.Run("the agent IdentityAgent names, and IdentityAgent none", func(t *testing.T) {
+		home, dotSSH := sshHome(t)
+		signer, plain := sshdtest.NewKey(t, t.TempDir(), "agent_key", "ed25519")
+		sock := sshdtest.StartAgent(t, plain)
+		s, _, cfg := start(t, signer.PublicKey())
+		cfgPath := filepath.Join(dotSSH, "config")
+		config := fmt.Sprintf("Host h1\n  HostName %s\n  Port %d\n  IdentityAgent %s\nHost h2\n  HostName %s\n  Port %d\n  IdentityAgent none\n",
+			s.Host, s.Port, sock, s.Host, s.Port)
+		if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		oc, err := LoadOpenSSHConfig(cfgPath, home)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv, err := ParseInventoryWith([]byte("nodes:\n  h1: {}\n  h2: {}\n"), Target{}, oc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		known := filepath.Join(dotSSH, "known_hosts")
+		sshdtest.WriteKnownHosts(t, known, s)
+		cfg.KnownHostsFiles = []string{known}
+		cfg.DefaultIdentityFiles = DefaultIdentityFiles(home)
+		p := openPool(t, inv, cfg) // no SSH_AUTH_SOCK
+		if _, err := p.RunScript(ctxFor(t, 30*time.Second), "h1", []byte("true\n"), nil); err != nil {
+			t.Fatalf("RunScript with the agent IdentityAgent names: %v", err)
+		}
+		if key, _ := p.KeyUsed("h1"); !strings.HasPrefix(key, "ssh-agent key "+ssh.FingerprintSHA256(signer.PublicKey())) {
+			t.Errorf("KeyUsed = %q, want the agent's key", key)
+		}
+		cfg.AgentSocket = sock
+		_, err = openPool(t, inv, cfg).RunScript(ctxFor(t, 30*time.Second), "h2", []byte("true\n"), nil)
+		if !errors.As(err, new(*NoKeyError)) {
+			t.Fatalf("err = %v, want a NoKeyError: IdentityAgent none turns SSH_AUTH_SOCK's agent off", err)
+		}
+	})
 	t.Run("no key at all names the files tried and dials nothing", func(t *testing.T) {
 		home, dotSSH := sshHome(t)
 		signer, path := sshdtest.NewKey(t, dotSSH, "id_ed25519", "ed25519")

@@ -126,6 +126,7 @@ func TestOpenSSHConfigRefusals(t *testing.T) {
 		{name: "port not a number", config: "Host a\n  Port ssh\n", alias: "a", wantErr: `config:2: Port "ssh" is not a port number`},
 		{name: "unknown token", config: "Host a\n  IdentityFile ~/.ssh/id_%C\n", alias: "a", wantErr: "config:2: IdentityFile: token %C"},
 		{name: "lone percent", config: "Host a\n  HostName a%\n", alias: "a", wantErr: "lone %"},
+		{name: "an agent named by a variable", config: "Host a\n  IdentityAgent $AGENT_SOCK\n", alias: "a", wantErr: "config:2: IdentityAgent $AGENT_SOCK: environment variables"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -257,6 +258,20 @@ func TestLayerTarget(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestAgentSocket(t *testing.T) {
+	for _, tc := range []struct{ pool, identityAgent, want string }{
+		{"/run/agent", "", "/run/agent"},
+		{"/run/agent", "SSH_AUTH_SOCK", "/run/agent"},
+		{"/run/agent", "none", ""},
+		{"/run/agent", "/home/a/.1password/agent.sock", "/home/a/.1password/agent.sock"},
+		{"", "/home/a/agent.sock", "/home/a/agent.sock"},
+	} {
+		if got := agentSocket(tc.pool, tc.identityAgent); got != tc.want {
+			t.Errorf("agentSocket(%q, %q) = %q, want %q", tc.pool, tc.identityAgent, got, tc.want)
+		}
 	}
 }
 

@@ -199,7 +199,7 @@ type conn struct {
 func sameTarget(a, b Target) bool {
 	return a.Address == b.Address && a.Port == b.Port && a.LoginUser() == b.LoginUser() &&
 		a.Jump == b.Jump && a.HostKeyAlias == b.HostKeyAlias && slices.Equal(a.IdentityFiles, b.IdentityFiles) &&
-		slices.Equal(a.ConfigIdentityFiles, b.ConfigIdentityFiles)
+		slices.Equal(a.ConfigIdentityFiles, b.ConfigIdentityFiles) && a.IdentityAgent == b.IdentityAgent
 }
 
 // closeWhenDialled closes c's client once its dial is over; a dial still

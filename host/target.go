@@ -50,6 +50,10 @@ type Target struct {
 	// passphrase-protected (and not in the agent) is skipped with a note,
 	// as ssh(1) does.
 	ConfigIdentityFiles []string `json:"-"`
+	// IdentityAgent is the OpenSSH configuration's IdentityAgent for this
+	// node: the agent socket asked instead of the pool's AgentSocket, "none"
+	// for no agent, "SSH_AUTH_SOCK" or empty for the pool's.
+	IdentityAgent string `json:"-"`
 	// SSHConfigLines say which lines of the OpenSSH configuration gave this
 	// target a value ("User ubuntu (/home/a/.ssh/config:4)") and which
 	// apply but are not followed; doctor prints them.
@@ -502,6 +506,9 @@ func layerTarget(own, defaults Target, oh OpenSSHHost, base Target) (layered, er
 	}
 	if len(t.IdentityFiles) == 0 && len(t.ConfigIdentityFiles) == 0 {
 		t.IdentityFiles = base.IdentityFiles
+	}
+	if oh.IdentityAgent.Value != "" {
+		t.IdentityAgent = from(oh.IdentityAgent, "IdentityAgent")
 	}
 	out := layered{Jump: jumpNone}
 	switch {
