@@ -323,34 +323,15 @@ func (d *Deps) closeDocs(ctx context.Context, s *window.Round) ([]string, error)
 	if err != nil {
 		return nil, err
 	}
-	st := s.Journal.State()
-	c := plan.Closing{Round: s.ID, Date: d.now().UTC().Format("2006-01-02"), Report: "rounds/" + s.ID + "/" + round.ReportFile}
-	for _, dc := range st.Decisions {
-		line := string(dc.Name)
-		if dc.Step != "" {
-			line += " at " + string(dc.Step)
-		}
-		if dc.Node != "" {
-			line += " on " + dc.Node
-		}
-		if dc.Detail != "" {
-			line += ": " + dc.Detail
-		}
-		c.Deviations = append(c.Deviations, line)
-	}
-	if st.Aborted {
-		c.Deviations = append(c.Deviations, "the round was aborted")
-	}
-	for _, l := range st.Lessons {
-		c.Lessons = append(c.Lessons, l.Text)
-	}
+	var ownLessons []string
 	if comp, err := r.Component(osLayer); err == nil {
 		for _, l := range comp.Lessons {
 			if l.Round == s.ID {
-				c.Lessons = append(c.Lessons, l.Text)
+				ownLessons = append(ownLessons, l.Text)
 			}
 		}
 	}
+	c := window.Closing(s.Journal.State(), d.now(), ownLessons)
 	root, err := os.OpenRoot(r.Root())
 	if err != nil {
 		return nil, fmt.Errorf("open the intent repository: %w", err)
