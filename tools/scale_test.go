@@ -752,7 +752,7 @@ func yearLesson(month int) string {
 }
 
 // Twelve monthly rounds in one intent repository: each round's record
-// lands under its own rounds/<id>/ (journal, state, plan, report), no
+// lands under its own rounds/<id>/ (journal, audit log, plan, report), no
 // round's files change once it is closed, and each round's lesson is read
 // by the next (yearOfRounds checks read_intent before each plan_round).
 // About 40 s on the loaded 2-core machine (12 rounds of 5 windows).
@@ -763,7 +763,7 @@ func TestTwelveRoundsInOneRepository(t *testing.T) {
 	branch := f.workBranch(rounds[len(rounds)-1].ID)
 	for _, r := range rounds {
 		files := gitRun(t, f.repo, "ls-tree", "--name-only", branch+":rounds/"+r.ID)
-		for _, want := range []string{round.JournalFile, round.StateFile, round.ReportFile, fleetPlanFile} {
+		for _, want := range []string{round.JournalFile, round.AuditFile, round.ReportFile, fleetPlanFile} {
 			if !slices.Contains(strings.Fields(files), want) {
 				t.Errorf("round %s: %s not committed under rounds/%s/: %s", r.ID, want, r.ID, files)
 			}
