@@ -128,10 +128,10 @@ type SSH struct {
 	// id_ecdsa, id_ed25519 ...) are tried.
 	KeyFiles []string `json:"key_files,omitempty"`
 	// OpenSSHConfig is the OpenSSH client configuration whose Host blocks
-	// give each node the HostName, Port, User, IdentityFile and ProxyJump
+	// give each node the HostName, Port, User, IdentityFile, IdentityAgent and ProxyJump
 	// the inventory leaves unsaid. Default ~/.ssh/config (none when it does
 	// not exist); "none" reads none.
-	OpenSSHConfig string `json:"openssh_config,omitempty" jsonschema:"description=OpenSSH client configuration read for each node's HostName; Port; User; IdentityFile and ProxyJump beneath the inventory (default ~/.ssh/config of the user mcp-patch runs as; none when missing; 'none' reads none). Match blocks and ProxyCommand are not followed"`
+	OpenSSHConfig string `json:"openssh_config,omitempty" jsonschema:"description=OpenSSH client configuration read for each node's HostName; Port; User; IdentityFile; IdentityAgent and ProxyJump beneath the inventory (default ~/.ssh/config of the user mcp-patch runs as; none when missing; 'none' reads none). Match blocks and ProxyCommand are not followed"`
 	// Jump is an optional bastion: the name of a node in the inventory file
 	// (ssh.inventory) through whose SSH connection the nodes are reached.
 	Jump string `json:"jump,omitempty" jsonschema:"description=Bastion for every node: the name of a node in the inventory file (ssh.inventory); an inventory entry's jump field overrides it and jump: - there connects directly"`
