@@ -17,8 +17,9 @@ import (
 
 // OpenSSHConfig is an OpenSSH client configuration (~/.ssh/config and what
 // it includes), read with github.com/kevinburke/ssh_config. The inventory
-// takes HostName, Port, User, IdentityFile and ProxyJump from it for what
-// the inventory itself leaves unsaid, the way ssh(1) would for `ssh NODE`.
+// takes HostName, Port, User, IdentityFile, IdentityAgent and ProxyJump
+// from it for what the inventory itself leaves unsaid, the way ssh(1)
+// would for `ssh NODE`.
 // Match blocks and ProxyCommand are not applied: Resolve names their lines
 // in its notes.
 type OpenSSHConfig struct {
