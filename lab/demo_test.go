@@ -20,7 +20,7 @@ func demoState() *round.State {
 		return &round.StepRun{State: round.Done, Attempts: []round.Attempt{{Started: at(from), Ended: at(to), Outcome: o}}}
 	}
 	st := round.NewState("2026-12")
-	st.Plan = &round.Plan{Soak: round.Duration(48 * time.Hour)}
+	st.Plan = &round.Schedule{Soak: round.Duration(48 * time.Hour)}
 	st.Nodes = []*round.NodeState{{Position: round.Position{Node: "cp-1"}, Steps: map[round.Step]*round.StepRun{
 		round.StepInspect:   run(0, 400, round.OutcomeDone),
 		round.StepSimulate:  run(400, 1000, round.OutcomeDone),

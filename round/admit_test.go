@@ -51,7 +51,7 @@ func TestAdmitRefusesEachRule(t *testing.T) {
 		{name: "baseline_before_drain", setup: func(b *builder) {
 			b.s = NewState("2026-11")
 			b.rec(Record{Kind: KindSessionOpened, Round: "2026-11"})
-			b.rec(Record{Kind: KindPlan, Plan: &Plan{Order: fleetOrder(t), Soak: Duration(soak48)}})
+			b.rec(Record{Kind: KindPlan, Plan: &Schedule{Order: fleetOrder(t), Soak: Duration(soak48)}})
 		}, step: StepDrain, node: "cp-1", want: RuleBaselineBeforeDrain},
 		{name: "one_window_at_a_time: drain", setup: func(b *builder) { b.ok(StepDrain, "cp-1") },
 			step: StepDrain, node: "cp-3", want: RuleOneWindow, reason: "window of cp-1 is open"},

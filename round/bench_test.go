@@ -78,7 +78,7 @@ func BenchmarkReplay(b *testing.B) {
 	}
 	o, _ := PlanOrder(bigFleet(1000), Placement{})
 	add(Record{Kind: KindSessionOpened, Round: "bench"})
-	add(Record{Kind: KindPlan, Plan: &Plan{Order: o}})
+	add(Record{Kind: KindPlan, Plan: &Schedule{Order: o}})
 	step := func(s Step, node string) {
 		add(Record{Kind: KindStepStarted, Step: s, Node: node})
 		add(Record{Kind: KindStepFinished, Step: s, Node: node, Outcome: OutcomeDone})

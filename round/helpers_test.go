@@ -71,7 +71,7 @@ func newBuilder(t *testing.T) *builder {
 // planned is a builder with the fleet planned and the baseline taken.
 func planned(t *testing.T, soak time.Duration) *builder {
 	b := newBuilder(t)
-	b.rec(Record{Kind: KindPlan, Plan: &Plan{Order: fleetOrder(t), Soak: Duration(soak)}})
+	b.rec(Record{Kind: KindPlan, Plan: &Schedule{Order: fleetOrder(t), Soak: Duration(soak)}})
 	b.ok(StepBaseline, "")
 	return b
 }

@@ -512,7 +512,7 @@ func (j *Journal) Plan(order Order, soak time.Duration, m Meta) (Record, error) 
 	if err := j.state.Admit(StepPlan, "", j.now()); err != nil {
 		return Record{}, err
 	}
-	return j.appendLocked(withMeta(Record{Kind: KindPlan, Plan: &Plan{Order: order, Soak: Duration(soak)}}, m))
+	return j.appendLocked(withMeta(Record{Kind: KindPlan, Plan: &Schedule{Order: order, Soak: Duration(soak)}}, m))
 }
 
 // StartStep records that step starts on node ("" for round-level steps),

@@ -56,8 +56,8 @@ type Record struct {
 	ApprovalID string `json:"approval_id,omitempty"`
 	// ArgsDigest is ArgsDigest of the tool call's arguments; never the
 	// arguments themselves.
-	ArgsDigest string `json:"args_digest,omitempty"`
-	Plan       *Plan  `json:"plan,omitempty"`
+	ArgsDigest string    `json:"args_digest,omitempty"`
+	Plan       *Schedule `json:"plan,omitempty"`
 	// PlanDigest and StepPlan are the plan a person approved for the step
 	// that starts (step_started of a destructive step only): re-entry
 	// completes exactly this plan, never a file that may have changed.
@@ -65,9 +65,9 @@ type Record struct {
 	StepPlan   json.RawMessage `json:"step_plan,omitempty"`
 }
 
-// Plan is what a plan record fixes: the order and the round settings taken
-// from the intent.
-type Plan struct {
+// Schedule is what a plan record fixes: the order of the windows and the
+// round settings taken from the intent (the soak).
+type Schedule struct {
 	Order Order `json:"order"`
 	// Soak is how long the fleet runs on the new kernels between a green
 	// fleet check and autoremove (the intent says, e.g. 48h).

@@ -21,8 +21,8 @@ type State struct {
 	Started time.Time `json:"started,omitzero"` // time of the first record
 	Updated time.Time `json:"updated,omitzero"` // time of the last record
 	// Sessions counts the processes that opened the journal for writing.
-	Sessions int   `json:"sessions"`
-	Plan     *Plan `json:"plan,omitempty"`
+	Sessions int       `json:"sessions"`
+	Plan     *Schedule `json:"plan,omitempty"`
 	// Nodes are the round's nodes in order, with their windows.
 	Nodes []*NodeState `json:"nodes,omitempty"`
 	// RoundSteps are the round-level steps other than plan.

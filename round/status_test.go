@@ -206,7 +206,7 @@ func TestStatusPagesALargeRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	add(Record{Kind: KindSessionOpened, Round: "2026-11"})
-	add(Record{Kind: KindPlan, Plan: &Plan{Order: o}})
+	add(Record{Kind: KindPlan, Plan: &Schedule{Order: o}})
 	add(Record{Kind: KindStepStarted, Step: StepBaseline})
 	add(Record{Kind: KindStepFinished, Step: StepBaseline, Outcome: OutcomeDone})
 	window := func(node string, gpu bool, through Step) {
@@ -287,7 +287,7 @@ func TestStatusPagesALargeRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	add(Record{Kind: KindSessionOpened, Round: "2026-11"})
-	add(Record{Kind: KindPlan, Plan: &Plan{Order: o10}})
+	add(Record{Kind: KindPlan, Plan: &Schedule{Order: o10}})
 	if s := small.Status(now).Page(NodeQuery{}); len(s.Nodes) != 10 || s.NodesShown != 10 || s.NextCursor != 0 {
 		t.Errorf("a 10-node round shows %d rows (shown %d, next %d), want every node", len(s.Nodes), s.NodesShown, s.NextCursor)
 	}

@@ -26,9 +26,9 @@ func TestAdmitFleetCheck(t *testing.T) {
 		next    string
 	}{
 		{name: "no order yet", st: &round.State{}, refused: []string{"not yet: the round has no order"}, next: "plan_round"},
-		{name: "a window open, one pending", st: &round.State{Plan: &round.Plan{}, Nodes: []*round.NodeState{closed("gpu-1"), open, pending}},
+		{name: "a window open, one pending", st: &round.State{Plan: &round.Schedule{}, Nodes: []*round.NodeState{closed("gpu-1"), open, pending}},
 			refused: []string{"not closed: gpu-2 (" + string(round.WindowOpen) + "), gpu-3 (" + string(round.WindowPending) + ")", "nothing was checked or recorded"}, next: "Not yet"},
-		{name: "every window closed", st: &round.State{Plan: &round.Plan{}, Nodes: []*round.NodeState{closed("gpu-1"), closed("cp-1")}}},
+		{name: "every window closed", st: &round.State{Plan: &round.Schedule{}, Nodes: []*round.NodeState{closed("gpu-1"), closed("cp-1")}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := window.AdmitFleetCheck(tc.st)

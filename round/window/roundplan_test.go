@@ -34,7 +34,7 @@ func TestAdmitPlanRound(t *testing.T) {
 
 func TestDecidePlanOrder(t *testing.T) {
 	now := time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
-	opened := &round.State{RoundID: "2026-11", Plan: &round.Plan{}, Current: "cp-1",
+	opened := &round.State{RoundID: "2026-11", Plan: &round.Schedule{}, Current: "cp-1",
 		Nodes: []*round.NodeState{{Position: round.Position{Node: "cp-1"}, Window: round.WindowOpen}}}
 	for _, tc := range []struct {
 		name    string
@@ -43,11 +43,11 @@ func TestDecidePlanOrder(t *testing.T) {
 		refused bool
 	}{
 		{name: "first plan", st: &round.State{RoundID: "2026-11"}, due: true},
-		{name: "planned, no window opened: planned again", st: &round.State{RoundID: "2026-11", Plan: &round.Plan{},
+		{name: "planned, no window opened: planned again", st: &round.State{RoundID: "2026-11", Plan: &round.Schedule{},
 			Nodes: []*round.NodeState{{Position: round.Position{Node: "cp-1"}, Window: round.WindowPending}}}, due: true},
 		{name: "a window opened: the order stays", st: opened},
 		{name: "closed", st: &round.State{RoundID: "2026-11", Closed: true}, refused: true},
-		{name: "aborted", st: &round.State{RoundID: "2026-11", Aborted: true, Plan: &round.Plan{}}, refused: true},
+		{name: "aborted", st: &round.State{RoundID: "2026-11", Aborted: true, Plan: &round.Schedule{}}, refused: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			due, err := window.DecidePlanOrder(tc.st, now)
