@@ -25,7 +25,7 @@ var causes = []cause{
 	{steps.CauseUnreachable, "The node cannot be reached",
 		"A host step did not run to its end: the SSH dial, handshake or session failed, or the step timed out (`ssh.dial_timeout`, `ssh.command_timeout`). `mcp-patch doctor` tries every inventory node's login."},
 	{steps.CauseNoKey, "No SSH key to log in with",
-		"The reasons say there is no SSH key for the node and name the identity files tried: ssh-agent holds none (or `SSH_AUTH_SOCK` is not set for mcp-patch) and no identity file exists."},
+		"The reasons say `no SSH key for node NODE: ...`: no ssh-agent to ask (`SSH_AUTH_SOCK` not set), or the agent holds no keys or cannot be reached, and no identity file gave a key (the identity files tried are named). `mcp-patch doctor` says which key each node logs in with."},
 	{steps.CauseHostKey, "The node's host key changed",
 		"The key the node offers is not the one `ssh.known_hosts` holds for it (or its `host_key_alias`). mcp-patch never connects past a changed or unknown key."},
 	{steps.CauseSudo, "The login user cannot run commands as root",
