@@ -18,8 +18,8 @@ type DrainIn struct {
 // DrainOut is what the drain did.
 type DrainOut struct {
 	Result
-	Preview *drain.Plan   `json:"preview,omitempty"`
-	Drain   *drain.Result `json:"drain,omitempty"`
+	Preview *drain.Evictions `json:"preview,omitempty"`
+	Drain   *drain.Result    `json:"drain,omitempty"`
 }
 
 // DrainNode is the drain_node tool.

@@ -85,7 +85,7 @@ func TestFakeAPIServerDrainContract(t *testing.T) {
 	barePod(t, kc, ns, "debug", name)
 	fk := mirror(t, kc, ns, name)
 
-	planOpts := cmpopts.IgnoreUnexported(drain.Plan{})
+	planOpts := cmpopts.IgnoreUnexported(drain.Evictions{})
 	permissive := drain.Policy{DeleteEmptyDirData: true, DeleteUnmanagedPods: true}
 	for _, pol := range []drain.Policy{{}, permissive} {
 		real, rerr := drain.Preview(t.Context(), kc, name, pol)

@@ -14,7 +14,7 @@ type Cluster struct {
 }
 
 // PreviewDrain is Preview on c's cluster.
-func (c Cluster) PreviewDrain(ctx context.Context, node string, pol Policy) (Plan, error) {
+func (c Cluster) PreviewDrain(ctx context.Context, node string, pol Policy) (Evictions, error) {
 	return Preview(ctx, c.Kube, node, pol)
 }
 

@@ -82,7 +82,7 @@ type BlockedPod struct {
 type Result struct {
 	Node     string        `json:"node"`
 	DryRun   bool          `json:"dry_run,omitempty"`
-	Plan     Plan          `json:"plan"`
+	Plan     Evictions     `json:"plan"`
 	Cordon   *CordonResult `json:"cordon,omitempty"`
 	Evicted  []PodRef      `json:"evicted,omitempty"`
 	Blocked  []BlockedPod  `json:"blocked,omitempty"`
@@ -356,7 +356,7 @@ func evictionCheck(ctx context.Context, kc kubernetes.Interface, p *corev1.Pod) 
 
 // onlyApproved refuses a plan that would evict a pod the approval did not
 // list (nil: no list to hold it to).
-func onlyApproved(p Plan, only map[string]bool) error {
+func onlyApproved(p Evictions, only map[string]bool) error {
 	if only == nil {
 		return nil
 	}

@@ -43,7 +43,7 @@ type EvictionCheck struct {
 // of every pod the plan evicts, whether it would be admitted now, and
 // finds PDBs that can never allow one (see Unsatisfiable). It changes
 // nothing.
-func CheckEvictions(ctx context.Context, kc kubernetes.Interface, p Plan) ([]EvictionCheck, error) {
+func CheckEvictions(ctx context.Context, kc kubernetes.Interface, p Evictions) ([]EvictionCheck, error) {
 	type nsInfo struct {
 		pdbs []policyv1.PodDisruptionBudget
 		pods []labels.Set

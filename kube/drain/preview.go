@@ -46,7 +46,7 @@ const (
 	SkipDaemonSet   = "daemonset"   // recreated on the node anyway
 	SkipMirror      = "static-pod"  // the kubelet's mirror of a manifest
 	SkipTerminating = "terminating" // already being deleted for long
-	SkipBlocked     = "blocked"     // listed in Plan.Blockers
+	SkipBlocked     = "blocked"     // listed in Evictions.Blockers
 )
 
 // SkippedPod is a pod on the node that the drain leaves alone.
@@ -55,9 +55,9 @@ type SkippedPod struct {
 	Reason string `json:"reason"`
 }
 
-// Plan is the decided, not yet done, drain of a node: the pods to evict,
+// Evictions is the decided, not yet done, drain of a node: the pods to evict,
 // what stays, what blocks, and a digest over the decision.
-type Plan struct {
+type Evictions struct {
 	Node   string `json:"node"`
 	Policy Policy `json:"policy"`
 	// Evict is sorted by namespace and name.
@@ -78,15 +78,15 @@ type Plan struct {
 // Preview lists what draining node would evict under policy, judged as
 // `kubectl drain --ignore-daemonsets` judges each pod (judgePod). It
 // changes nothing.
-func Preview(ctx context.Context, kc kubernetes.Interface, node string, policy Policy) (Plan, error) {
+func Preview(ctx context.Context, kc kubernetes.Interface, node string, policy Policy) (Evictions, error) {
 	if _, err := getNode(ctx, kc, node); err != nil {
-		return Plan{}, fmt.Errorf("preview drain of node %s: %w", node, err)
+		return Evictions{}, fmt.Errorf("preview drain of node %s: %w", node, err)
 	}
 	sel, err := selectPods(ctx, kc, node, policy)
 	if err != nil {
-		return Plan{}, fmt.Errorf("preview drain of node %s: %w", node, err)
+		return Evictions{}, fmt.Errorf("preview drain of node %s: %w", node, err)
 	}
-	p := Plan{Node: node, Policy: policy, pods: sel.evict, Blockers: sel.blockers, Warnings: sel.warnings}
+	p := Evictions{Node: node, Policy: policy, pods: sel.evict, Blockers: sel.blockers, Warnings: sel.warnings}
 	evicted := map[string]bool{}
 	for i := range p.pods {
 		ref := podRef(&p.pods[i])

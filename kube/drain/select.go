@@ -18,8 +18,8 @@ import (
 // and the warning or the error that goes with it.
 type verdict struct {
 	evict   bool
-	warning string // grouped into Plan.Warnings
-	fatal   string // grouped into Plan.Blockers
+	warning string // grouped into Evictions.Warnings
+	fatal   string // grouped into Evictions.Blockers
 }
 
 // The words of the verdicts, grouped with the pods they name.

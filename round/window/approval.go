@@ -105,7 +105,7 @@ type WindowApproval struct {
 // DecideWindowApproval binds a window approval in round roundID to the
 // reviewed plan of n and the live eviction preview: a preview that drifted from the reviewed
 // drain is refused (re-plan the node first).
-func DecideWindowApproval(f plan.Fleet, roundID string, n plan.Node, pv drain.Plan) (WindowApproval, error) {
+func DecideWindowApproval(f plan.Fleet, roundID string, n plan.Node, pv drain.Evictions) (WindowApproval, error) {
 	live, _, _ := LiveNode(n, DrainPlan{Node: n.Node, PreviewDigest: pv.Digest, Evict: evictLines(pv)})
 	if cs := f.DriftInFleet(live, plan.StepDrain); len(cs) > 0 {
 		return WindowApproval{}, refuse("Call replan_node for "+n.Node+" first.", plan.FormatDrift(n.Node, cs)...)
@@ -125,7 +125,7 @@ func DecideWindowApproval(f plan.Fleet, roundID string, n plan.Node, pv drain.Pl
 }
 
 // evictLines are a preview's evictions as a drain plan lists them.
-func evictLines(pv drain.Plan) []string {
+func evictLines(pv drain.Evictions) []string {
 	var out []string
 	for _, e := range pv.Evict {
 		out = append(out, "evict "+e.String()+" ("+strings.ToLower(e.OwnerKind)+" "+e.OwnerName+")")

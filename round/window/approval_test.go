@@ -52,7 +52,7 @@ func TestAdmitWindowApproval(t *testing.T) {
 func TestDecideWindowApproval(t *testing.T) {
 	f := approvalFleet()
 	n, _ := f.Node("gpu-2")
-	asReviewed := drain.Plan{Node: "gpu-2", Digest: "sha256:pods",
+	asReviewed := drain.Evictions{Node: "gpu-2", Digest: "sha256:pods",
 		Evict: []drain.PodRef{{Namespace: "inference", Name: "model-1-x", OwnerKind: "ReplicaSet", OwnerName: "model-5c"}}}
 	a, err := window.DecideWindowApproval(f, "2026-11", n, asReviewed)
 	if err != nil {

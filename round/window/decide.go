@@ -57,7 +57,7 @@ func PickEntry(entries []parse.GrubEntry, kernel string) (parse.GrubEntry, bool)
 
 // DecideDrain turns the eviction preview into the plan a person approves;
 // pods the policy cannot evict stop the round before anything is cordoned.
-func DecideDrain(node string, pv drain.Plan) (DrainPlan, error) {
+func DecideDrain(node string, pv drain.Evictions) (DrainPlan, error) {
 	if len(pv.Blockers) > 0 {
 		return DrainPlan{}, &Stop{Step: round.StepDrain, Node: node,
 			Reasons: append([]string{"the drain of " + node + " would be blocked before it starts (nothing was cordoned):"}, pv.Blockers...),

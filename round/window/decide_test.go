@@ -136,7 +136,7 @@ func TestDecidePackage(t *testing.T) {
 }
 
 func TestDecideDrain(t *testing.T) {
-	pv := drain.Plan{Node: node, Digest: "sha256:pv", Evict: []drain.PodRef{{Namespace: "ml", Name: "t-0", OwnerKind: "StatefulSet", OwnerName: "t"}}}
+	pv := drain.Evictions{Node: node, Digest: "sha256:pv", Evict: []drain.PodRef{{Namespace: "ml", Name: "t-0", OwnerKind: "StatefulSet", OwnerName: "t"}}}
 	p, err := window.DecideDrain(node, pv)
 	if err != nil || p.Digest() != "sha256:pv" || !strings.Contains(strings.Join(p.Summary(), "\n"), "evict ml/t-0 (statefulset t)") {
 		t.Fatalf("%+v %v", p, err)

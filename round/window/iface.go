@@ -31,7 +31,7 @@ var _ Host = (*steps.Steps)(nil)
 // Cluster is what the window needs of the cluster: the drain, and the
 // cordon and job list of a drain that waits for jobs.
 type Cluster interface {
-	PreviewDrain(ctx context.Context, node string, pol drain.Policy) (drain.Plan, error)
+	PreviewDrain(ctx context.Context, node string, pol drain.Policy) (drain.Evictions, error)
 	Drain(ctx context.Context, node string, o drain.Options, progress func(done, total int, msg string)) (drain.Result, error)
 	CordonState(ctx context.Context, node string) (drain.State, error)
 	Cordon(ctx context.Context, node, round, identity string) error

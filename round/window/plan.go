@@ -39,7 +39,7 @@ func DigestOf(parts ...string) string {
 // DrainPlan cordons a node and evicts the pods of the preview.
 type DrainPlan struct {
 	Node string `json:"node"`
-	// PreviewDigest is drain.Plan.Digest: the pods that go, the policy.
+	// PreviewDigest is drain.Evictions.Digest: the pods that go, the policy.
 	PreviewDigest string   `json:"preview_digest"`
 	Evict         []string `json:"evict"`
 	Warnings      []string `json:"warnings,omitempty"`

@@ -337,14 +337,14 @@ type Cluster struct {
 
 var _ window.Cluster = (*Cluster)(nil)
 
-func (c *Cluster) PreviewDrain(ctx context.Context, node string, pol drain.Policy) (drain.Plan, error) {
+func (c *Cluster) PreviewDrain(ctx context.Context, node string, pol drain.Policy) (drain.Evictions, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.preview(node), nil
 }
 
-func (c *Cluster) preview(node string) drain.Plan {
-	p := drain.Plan{Node: node, Evict: append([]drain.PodRef(nil), c.Pods[node]...), Blockers: append([]string(nil), c.Blockers[node]...)}
+func (c *Cluster) preview(node string) drain.Evictions {
+	p := drain.Evictions{Node: node, Evict: append([]drain.PodRef(nil), c.Pods[node]...), Blockers: append([]string(nil), c.Blockers[node]...)}
 	parts := []string{node}
 	for _, e := range p.Evict {
 		parts = append(parts, e.String())
