@@ -194,11 +194,7 @@ func configType(p *jsonschema.Schema) string {
 	}
 	var c []string
 	if len(p.Enum) > 0 {
-		vals := make([]string, len(p.Enum))
-		for i, v := range p.Enum {
-			vals[i] = fmt.Sprintf("`%v`", v)
-		}
-		c = append(c, "one of "+strings.Join(vals, ", "))
+		c = append(c, oneOf(p.Enum))
 	}
 	if p.Minimum != "" && p.Maximum != "" {
 		c = append(c, fmt.Sprintf("%s to %s", p.Minimum, p.Maximum))

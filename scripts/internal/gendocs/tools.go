@@ -219,11 +219,7 @@ func typeWords(s *schemaNode) string {
 	}
 	var c []string
 	if len(s.Enum) > 0 {
-		vals := make([]string, len(s.Enum))
-		for i, v := range s.Enum {
-			vals[i] = fmt.Sprintf("`%v`", v)
-		}
-		c = append(c, "one of "+strings.Join(vals, ", "))
+		c = append(c, oneOf(s.Enum))
 	}
 	if s.Minimum != nil && s.Maximum != nil {
 		c = append(c, fmt.Sprintf("%g to %g", *s.Minimum, *s.Maximum))
@@ -251,6 +247,15 @@ func typeWords(s *schemaNode) string {
 		return t
 	}
 	return t + ", " + strings.Join(c, ", ")
+}
+
+// oneOf names a schema's enum values as code.
+func oneOf(values []any) string {
+	vals := make([]string, len(values))
+	for i, v := range values {
+		vals[i] = fmt.Sprintf("`%v`", v)
+	}
+	return "one of " + strings.Join(vals, ", ")
 }
 
 func typeName(t any) string {
