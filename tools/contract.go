@@ -282,19 +282,3 @@ func StatusRule(status Status, reasons []string) Status {
 	}
 	return status
 }
-
-// StatusRuleHolds reports a result that breaks the status rule (nil when
-// it keeps it), for tests that run every tool's result through it.
-func StatusRuleHolds(r *Result) error {
-	if r == nil {
-		return fmt.Errorf("no result")
-	}
-	if r.Status == StatusOK {
-		for _, reason := range r.Reasons {
-			if IsBlocker(reason) {
-				return fmt.Errorf("status ok with a blocker among its reasons: %q", reason)
-			}
-		}
-	}
-	return nil
-}

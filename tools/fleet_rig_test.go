@@ -423,7 +423,7 @@ func (f *fleet) call(tool string, args map[string]any) (map[string]any, *Result)
 	}
 	b, _ := json.Marshal(args)
 	out, res := tl.CallJSON(context.Background(), f.d, b, func(float64, float64, string) {})
-	if err := StatusRuleHolds(res); err != nil {
+	if err := statusRuleHolds(res); err != nil {
 		f.t.Errorf("%s %v: %v", tool, args, err)
 	}
 	ob, _ := json.Marshal(out)
