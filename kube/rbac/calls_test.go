@@ -34,10 +34,10 @@ type call struct {
 // skipDirs hold no production code that talks to a cluster: the lab and
 // test support (their own admin client), other modules.
 var skipDirs = map[string]string{
-	"lab":           "the lab, its admin client builds the cluster",
-	"test":          "other Go modules (interop, promrules)",
-	"kube/internal": "test support (labkube)",
-	"kube/apifake":  "test support: a fake API server",
+	"lab":                  "the lab, its admin client builds the cluster",
+	"test":                 "other Go modules (interop, promrules)",
+	"internal/testsupport": "test support (labkube's admin client, apifake's fake API server)",
+	"cmd/mcp-patch-lab":    "the lab's binary",
 }
 
 // groupOf maps a typed clientset's group accessor to its API group. An
