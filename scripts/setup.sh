@@ -48,7 +48,7 @@ if [ -x scripts/build-controlplane.sh ] && [ "${MCP_PATCH_SETUP_CONTROLPLANE:-}"
 		if ! scripts/build-controlplane.sh --cached-only >/dev/null 2>&1; then
 			scripts/build-controlplane.sh --prefetch
 			echo "setup: mcp-patch's packages first (the control plane shares them)"
-			GOGC=${MCP_PATCH_BUILD_GOGC:-400} go build ./cmd/mcp-patch ./lab/cmd/lab-host # as scripts/demo.sh builds
+			GOGC=${MCP_PATCH_BUILD_GOGC:-400} go build ./cmd/mcp-patch ./cmd/mcp-patch-lab ./lab/cmd/lab-host # as scripts/demo.sh builds
 		fi
 		scripts/build-controlplane.sh --kubectl
 	) &
