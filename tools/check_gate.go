@@ -34,7 +34,7 @@ func CheckGate() Tool {
 			if err := ValidNode(in.Node); err != nil {
 				return GateOut{}, err
 			}
-			if err := gatePhase(s, in.Node); err != nil {
+			if err := s.GatePhase(in.Node); err != nil {
 				return GateOut{}, err
 			}
 		}

@@ -31,7 +31,7 @@ func CloseWindow() Tool {
 		if err != nil {
 			return GateOut{}, err
 		}
-		if err := gatePhase(s, in.Node); err != nil {
+		if err := s.GatePhase(in.Node); err != nil {
 			return GateOut{}, err
 		}
 		if err := s.Admit(round.StepGate, in.Node); err != nil {
@@ -48,7 +48,7 @@ func CloseWindow() Tool {
 		if err != nil {
 			return GateOut{}, err
 		}
-		if err := d.keepAccepted(s, g); err != nil {
+		if err := s.KeepAccepted(g.baseline, g.accepted); err != nil {
 			return GateOut{}, err
 		}
 		out := GateOut{Gate: &g.rep}

@@ -1,11 +1,14 @@
 package tools
 
 import (
-	"github.com/google/go-cmp/cmp"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // plan_round on the cluster: the order (control plane first, the canary
@@ -26,7 +29,7 @@ func TestFleetPlanRoundWritesAndCommitsThePlan(t *testing.T) {
 	if !st.BaselineTaken || st.Plan == nil {
 		t.Fatalf("baseline taken %v, plan %v", st.BaselineTaken, st.Plan)
 	}
-	for _, name := range []string{fleetPlanFile, fleetPlanMD, baselineFile} {
+	for _, name := range []string{fleetPlanFile, fleetPlanMD, window.BaselineFile} {
 		if _, err := os.Stat(filepath.Join(f.repo, "rounds", fRound, name)); err != nil {
 			t.Errorf("%s not written: %v", name, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
 // dialPool records the tunnels asked of it.
@@ -46,19 +47,19 @@ func TestGateConfig(t *testing.T) {
 		t.Fatalf("gate config of a bare server: %+v", cfg)
 	}
 
-	if err := r.d.Book.WriteFile(wRound, baselineFile, []byte(`{"taken_at": "2026-11-03T08:00:00Z", "namespaces": ["ml"]}`)); err != nil {
+	if err := r.d.Book.WriteFile(wRound, window.BaselineFile, []byte(`{"taken_at": "2026-11-03T08:00:00Z", "namespaces": ["ml"]}`)); err != nil {
 		t.Fatal(err)
 	}
 	if cfg, err = r.d.gateConfig(t.Context(), s); err != nil || cfg.Baseline == nil || !slices.Equal(cfg.Baseline.Namespaces, []string{"ml"}) {
 		t.Fatalf("with a baseline: %+v %v", cfg.Baseline, err)
 	}
-	if err := r.d.Book.WriteFile(wRound, baselineFile, []byte(`{"taken_at": `)); err != nil {
+	if err := r.d.Book.WriteFile(wRound, window.BaselineFile, []byte(`{"taken_at": `)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.d.gateConfig(t.Context(), s); err == nil || !strings.Contains(err.Error(), "read the round's baseline") {
 		t.Fatalf("a damaged baseline: %v", err)
 	}
-	if err := r.d.Book.WriteFile(wRound, baselineFile, []byte(`{}`)); err != nil {
+	if err := r.d.Book.WriteFile(wRound, window.BaselineFile, []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 

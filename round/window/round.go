@@ -31,8 +31,9 @@ type Round struct {
 	// Settings are the intent's settings for the round (zero when the
 	// intent's settings could not be read: every setting at its default).
 	Settings intent.Settings
-	// Book holds the round's node plans (rounds/<id>/nodes/<node>.json).
-	Book NodeBook
+	// Book holds the round's files beside its journal: the node plans
+	// (rounds/<id>/nodes/<node>.json) and the health baseline.
+	Book Book
 	// Events, when set, receives each transition once it is journaled.
 	Events func(Event)
 	// Now stamps events and admissions; nil: time.Now.
@@ -42,9 +43,12 @@ type Round struct {
 	Log *slog.Logger
 }
 
-// NodeBook is the part of the round's book the open round reads and
-// writes beside its journal: one file per node in a folder of the round.
-type NodeBook interface {
+// Book is the part of the round's book the open round reads and writes
+// beside its journal: files of the round, and one file per node in a
+// folder of the round.
+type Book interface {
+	ReadFile(round, name string) ([]byte, error)
+	WriteFile(round, name string, data []byte) error
 	ReadNodeFile(round, folder, node string) ([]byte, error)
 	WriteNodeFile(round, folder, node string, data []byte) error
 	// NodeFiles names the nodes with a file in folder.
