@@ -80,27 +80,12 @@ func (d *Deps) planComponents(roundID string) []*intent.Component {
 	return out
 }
 
-// inventoryAndPlacement takes the inventory and finds the Postgres
-// primaries, the VIP holder and the canary, as the intent names them.
+// inventoryAndPlacement is preflight.Locate; the API server failing it
+// is a failure that asks to check it.
 func (d *Deps) inventoryAndPlacement(ctx context.Context, kc *kube.Clients, settings intent.Settings) (kube.Inventory, kube.Placement, error) {
-	invOpts := kube.InventoryOptions{}
-	if g := settings.GPU; g != nil && g.CanaryLabel != "" {
-		invOpts.CanaryLabel = g.CanaryLabel
-	}
-	inv, err := kube.TakeInventory(ctx, kc.Kube, invOpts)
+	inv, pl, err := preflight.Locate(ctx, kc.Kube, kc.Dynamic, settings)
 	if err != nil {
-		return kube.Inventory{}, kube.Placement{}, Fail("Check the API server and call again.", "take inventory: "+err.Error())
-	}
-	popts := kube.PlacementOptions{}
-	if cp := settings.ControlPlane; cp != nil {
-		popts.VIPLeaseNamespace, popts.VIPLeaseName = cp.VIPLease.Namespace, cp.VIPLease.Name
-	}
-	if pg := settings.Postgres; pg != nil {
-		popts.PostgresNamespaces = []string{pg.Namespace}
-	}
-	pl, err := kube.Locate(ctx, kc.Kube, kc.Dynamic, inv, popts)
-	if err != nil {
-		return kube.Inventory{}, kube.Placement{}, Fail("Check the API server and call again.", "locate the Postgres primary and the VIP: "+err.Error())
+		return kube.Inventory{}, kube.Placement{}, Fail("Check the API server and call again.", err.Error())
 	}
 	return inv, pl, nil
 }

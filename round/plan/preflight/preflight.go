@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/mcp-patch/mcp-patch/host"
@@ -330,6 +331,32 @@ func NotesOf(c *intent.Component, moving []string) []plan.Note {
 		out = append(out, plan.Note{Component: c.Name, Kind: "lesson", Ref: l.Heading, Text: l.Text})
 	}
 	return out
+}
+
+// Locate takes the inventory and finds the Postgres primaries, the VIP
+// holder and the canary as the intent st names them (the canary label,
+// the VIP's Lease, the Postgres namespace). It changes nothing.
+func Locate(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface, st intent.Settings) (kube.Inventory, kube.Placement, error) {
+	invOpts := kube.InventoryOptions{}
+	if g := st.GPU; g != nil && g.CanaryLabel != "" {
+		invOpts.CanaryLabel = g.CanaryLabel
+	}
+	inv, err := kube.TakeInventory(ctx, kc, invOpts)
+	if err != nil {
+		return kube.Inventory{}, kube.Placement{}, fmt.Errorf("take inventory: %w", err)
+	}
+	popts := kube.PlacementOptions{}
+	if cp := st.ControlPlane; cp != nil {
+		popts.VIPLeaseNamespace, popts.VIPLeaseName = cp.VIPLease.Namespace, cp.VIPLease.Name
+	}
+	if pg := st.Postgres; pg != nil {
+		popts.PostgresNamespaces = []string{pg.Namespace}
+	}
+	pl, err := kube.Locate(ctx, kc, dc, inv, popts)
+	if err != nil {
+		return kube.Inventory{}, kube.Placement{}, fmt.Errorf("locate the Postgres primary and the VIP: %w", err)
+	}
+	return inv, pl, nil
 }
 
 // OrderInput is what round.PlanOrder orders: the inventory's nodes and
