@@ -2,10 +2,17 @@ package window
 
 import (
 	"errors"
+	"io/fs"
+	"log/slog"
 	"path/filepath"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/round"
 )
 
@@ -100,4 +107,100 @@ func plannedJournal(t *testing.T) *round.Journal {
 		t.Fatal(err)
 	}
 	return j
+}
+
+// mapBook is a round's files in memory (a missing file is os.ErrNotExist).
+type mapBook map[string][]byte
+
+func (b mapBook) ReadFile(round, name string) ([]byte, error) {
+	if f, ok := b[round+"/"+name]; ok {
+		return f, nil
+	}
+	return nil, fs.ErrNotExist
+}
+
+func (b mapBook) WriteFile(round, name string, data []byte) error {
+	b[round+"/"+name] = data
+	return nil
+}
+
+func (b mapBook) ReadNodeFile(round, folder, node string) ([]byte, error) {
+	return b.ReadFile(round, folder+"/"+node+".json")
+}
+
+func (b mapBook) WriteNodeFile(round, folder, node string, data []byte) error {
+	return b.WriteFile(round, folder+"/"+node+".json", data)
+}
+
+func (b mapBook) NodeFiles(round, folder string) ([]string, error) {
+	var nodes []string
+	for k := range b {
+		if rest, ok := strings.CutPrefix(k, round+"/"+folder+"/"); ok {
+			nodes = append(nodes, strings.TrimSuffix(rest, ".json"))
+		}
+	}
+	sort.Strings(nodes)
+	return nodes, nil
+}
+
+// A node's plan is its own file: saved and read back whole; an unreadable
+// one is left out (and logged), never half-read; a fleet's nodes.json is
+// no node plan.
+func TestRoundNodePlans(t *testing.T) {
+	b := mapBook{}
+	r := &Round{ID: "2026-11", Book: b, Log: slog.New(slog.DiscardHandler)}
+	want := NodePlan{Node: "gpu-a", TargetKernel: "6.8.0-45-generic", PackageDigest: "sha256:aa", PackageLines: []string{"linux-image 6.8.0-45"}}
+	if err := r.SaveNodePlan(want); err != nil {
+		t.Fatal(err)
+	}
+	b["2026-11/nodes/gpu-b.json"] = []byte("{not json")
+	b["2026-11/nodes.json"] = []byte(`{"gpu-c": {"node": "gpu-c"}}`)
+	got, ok := r.NodePlan("gpu-a")
+	if !ok || !cmp.Equal(got, want) {
+		t.Fatalf("gpu-a's plan read back: %v %s", ok, cmp.Diff(want, got))
+	}
+	if _, ok := r.NodePlan("gpu-b"); ok {
+		t.Error("an unreadable node plan was read")
+	}
+	all := r.NodePlans()
+	if len(all) != 1 || !cmp.Equal(all["gpu-a"], want) {
+		t.Errorf("node plans %v, want gpu-a's alone", all)
+	}
+	var none *Round
+	if p := none.NodePlans(); len(p) != 0 {
+		t.Errorf("no round has node plans: %v", p)
+	}
+}
+
+func TestJobWait(t *testing.T) {
+	cases := []struct {
+		name     string
+		settings intent.Settings
+		sel      string
+		wait     time.Duration
+		refused  bool
+	}{
+		{name: "no drain settings waits for nothing"},
+		{name: "no wait_for_jobs waits for nothing", settings: intent.Settings{Drain: &intent.DrainSettings{}}},
+		{name: "a selector and its bound", settings: intent.Settings{Drain: &intent.DrainSettings{WaitForJobs: &intent.WaitForJobs{Selector: "job=train", MaxWaitMinutes: 30}}},
+			sel: "job=train", wait: 30 * time.Minute},
+		{name: "a selector that does not parse is refused", settings: intent.Settings{Drain: &intent.DrainSettings{WaitForJobs: &intent.WaitForJobs{Selector: "job in (", MaxWaitMinutes: 30}}},
+			refused: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sel, wait, err := JobWait(c.settings)
+			var ref *Refusal
+			if c.refused != errors.As(err, &ref) || (err != nil && !c.refused) {
+				t.Fatalf("err %v, refused %v", err, c.refused)
+			}
+			got := ""
+			if sel != nil {
+				got = sel.String()
+			}
+			if got != c.sel || wait != c.wait {
+				t.Errorf("selector %q wait %v, want %q %v", got, wait, c.sel, c.wait)
+			}
+		})
+	}
 }
