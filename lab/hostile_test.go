@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/book"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
@@ -142,7 +143,9 @@ func TestHostileAgentInALabRound(t *testing.T) {
 			}
 			write(name, b)
 		}
-		if st, err := os.ReadFile(filepath.Join(dir, round.StateFile)); err == nil {
+		// The server keeps its state snapshot in its state directory: the
+		// agent forges a state.json into the round from it.
+		if st, err := os.ReadFile(round.SnapshotPath(dir, book.AnchorDir(l.Config.StateDir))); err == nil {
 			s := strings.NewReplacer(`"in_flight"`, `"done"`, `"not_started"`, `"done"`, `"pending"`, `"done"`).Replace(string(st))
 			write(round.StateFile, []byte(s))
 		}
