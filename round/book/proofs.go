@@ -111,12 +111,20 @@ func (s Proofs) Keep(roundID string, p Proof) error {
 	if err != nil {
 		return fmt.Errorf("keep the approval's signature: %w", err)
 	}
-	defer f.Close()
+	err = appendLocked(f, path, append(b, '\n'))
+	// Closing the file releases its lock too.
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("keep the approval's signature: close %s: %w", path, cerr)
+	}
+	return err
+}
+
+// appendLocked appends line to f under its exclusive lock, fsynced.
+func appendLocked(f *os.File, path string, line []byte) error {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		return fmt.Errorf("keep the approval's signature: lock %s: %w", path, err)
 	}
-	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	if _, err := f.Write(append(b, '\n')); err != nil {
+	if _, err := f.Write(line); err != nil {
 		return fmt.Errorf("keep the approval's signature: %w", err)
 	}
 	if err := f.Sync(); err != nil {
