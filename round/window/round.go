@@ -15,6 +15,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/plan/preflight"
 )
 
 // Round is the open round of one call: its journal, the intent's settings
@@ -281,14 +282,9 @@ func JobWait(st intent.Settings) (labels.Selector, time.Duration, error) {
 	return sel, time.Duration(ds.WaitForJobs.MaxWaitMinutes) * time.Minute, nil
 }
 
-// DrainPolicy is the intent's drain policy for the round.
-func (r *Round) DrainPolicy() drain.Policy {
-	pol := drain.Policy{}
-	if ds := r.Settings.Drain; ds != nil && ds.EmptyDirPolicy == "delete" {
-		pol.DeleteEmptyDirData = true
-	}
-	return pol
-}
+// DrainPolicy is the intent's drain policy for the round, as the plan
+// previewed it (preflight.DrainPolicy).
+func (r *Round) DrainPolicy() drain.Policy { return preflight.DrainPolicy(r.Settings) }
 
 // DrainTimeout is the intent's drain timeout for the round, the server's
 // (def) when the intent sets none.
