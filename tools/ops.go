@@ -14,11 +14,6 @@ import (
 	"github.com/mcp-patch/mcp-patch/round/ops"
 )
 
-// metricsSource reads the open round's state for a scrape: the journal's
-// own state when this server holds it, else the state on disk. Nothing is
-// opened for writing.
-func (b *RoundBook) metricsSource() (*round.State, error) { return b.OpenState() }
-
 // wireOps builds the notifier (webhooks from the config), the metrics and
 // the node Event recorder, hooks them to every journal the book opens, and
 // returns what stops them (the worker, then the notifier, bounded).
@@ -29,7 +24,7 @@ func wireOps(ctx context.Context, d *Deps) (func(), error) {
 	}
 	var source metrics.Source = func() (*round.State, error) { return nil, nil }
 	if d.Book != nil {
-		source = d.Book.metricsSource
+		source = d.Book.OpenState
 	}
 	m := metrics.New(source, metrics.Options{Expected: ops.ExpectedWindow, Now: d.Now, Process: true})
 	n := notify.New(hooks, notify.Options{

@@ -17,18 +17,18 @@ import (
 // book does not take the round, and the journal's bytes stay as they
 // were); no round open is no state.
 func TestMetricsSourceReadsWithoutOpening(t *testing.T) {
-	if st, err := NewRoundBook(t.TempDir(), filepath.Join(t.TempDir(), "journals"), nil).metricsSource(); st != nil || err != nil {
+	if st, err := NewRoundBook(t.TempDir(), filepath.Join(t.TempDir(), "journals"), nil).OpenState(); st != nil || err != nil {
 		t.Fatalf("no rounds: %v %v", st, err)
 	}
 	r := newWRig(t)
 	r.drained(t)
-	st, err := r.d.Book.metricsSource()
+	st, err := r.d.Book.OpenState()
 	if err != nil || st == nil || st.RoundID != wRound || !st.Node(wNode).Steps[round.StepDrain].Green() {
 		t.Fatalf("held round: %+v %v", st, err)
 	}
 	before := r.journalBytes(t)
 	other := NewRoundBook(r.root, r.d.Book.AnchorDir, r.d.Now) // a scrape by another process
-	st, err = other.metricsSource()
+	st, err = other.OpenState()
 	if err != nil || st == nil || st.RoundID != wRound || st.Current != wNode {
 		t.Fatalf("round on disk: %+v %v", st, err)
 	}

@@ -63,12 +63,12 @@ func RoundStatus() Tool {
 				}
 				st = j.State()
 			} else {
-				s, _, err := round.ReadState(d.Book.dir(in.Round))
+				s, _, err := round.ReadState(d.Book.Dir(in.Round))
 				if err != nil {
 					return RoundStatusOut{}, Refuse("Name a round that exists under rounds/ in the intent repository.", "round "+in.Round+": "+err.Error())
 				}
 				if d.Book.AnchorDir != "" {
-					if err := round.CheckAnchored(d.Book.dir(in.Round), d.Book.AnchorDir); err != nil {
+					if err := round.CheckAnchored(d.Book.Dir(in.Round), d.Book.AnchorDir); err != nil {
 						return RoundStatusOut{}, tamperRefusal(in.Round, err)
 					}
 				}

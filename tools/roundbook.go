@@ -54,8 +54,6 @@ func (b *RoundBook) CurrentView() (*round.Journal, error) {
 	return j, bookRefusal(err)
 }
 
-func (b *RoundBook) dir(id string) string { return b.Dir(id) }
-
 func (b *RoundBook) cachedHeader(id string, sum [sha256.Size]byte) (plan.Header, bool) {
 	return b.CachedHeader(id, sum)
 }
