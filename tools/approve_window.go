@@ -73,7 +73,7 @@ func ApproveWindow() Tool {
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
-		bind := Plan{Node: in.Node, Round: s.ID, Digest: wa.Digest, Summary: wa.Summary, Principals: rule.names}
+		bind := Binding{Node: in.Node, Round: s.ID, Digest: wa.Digest, Summary: wa.Summary, Principals: rule.names}
 		if d.Approvals == nil {
 			return ApproveWindowOut{}, Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")
 		}

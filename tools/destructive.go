@@ -20,9 +20,10 @@ func (a ApprovalArg) approval() string { return a.Approval }
 
 type approvable interface{ approval() string }
 
-// Plan is what a destructive step would do, computed from the live host and
-// cluster just before acting. Its digest is what a person signs.
-type Plan struct {
+// Binding is what an approval binds: the step's target node, its round,
+// the digest of the plan the step would carry out (computed from the live
+// host and cluster just before acting) and the summary a person reads.
+type Binding struct {
 	Node    string
 	Round   string
 	Digest  string
@@ -53,10 +54,10 @@ type Approved struct {
 type Approvals interface {
 	// Request returns the canonical request text a person signs, its
 	// plain-words summary and its expiry.
-	Request(tool string, p Plan) (text string, expires time.Time, err error)
+	Request(tool string, p Binding) (text string, expires time.Time, err error)
 	// Verify checks an approval against what this call would do. It does not
 	// use the approval up; a refused call leaves it valid.
-	Verify(ctx context.Context, approval, tool string, p Plan) (Approved, error)
+	Verify(ctx context.Context, approval, tool string, p Binding) (Approved, error)
 	// Consume makes the approval single-use, durably (where every server of
 	// the cluster looks), just before acting.
 	Consume(ctx context.Context, a Approved) error
@@ -65,7 +66,7 @@ type Approvals interface {
 	// signature against allowed_signers now and its binding to tool and p
 	// (Node, Round, Digest; an empty Digest takes the one it signed, in
 	// the answer's Digest). A record of an approval is never enough.
-	Reverify(ctx context.Context, approval, tool string, p Plan) (Approved, error)
+	Reverify(ctx context.Context, approval, tool string, p Binding) (Approved, error)
 	// ConsumePart uses up one part of a standing approval (a step of a
 	// window approval), once, durably: a second use is refused.
 	ConsumePart(ctx context.Context, a Approved, part string) error
@@ -181,7 +182,7 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 		if err != nil {
 			return zero, err
 		}
-		bind := Plan{Node: plan.Target(), Round: roundID, Digest: plan.Digest(), Summary: plan.Summary(), Principals: rule.names}
+		bind := Binding{Node: plan.Target(), Round: roundID, Digest: plan.Digest(), Summary: plan.Summary(), Principals: rule.names}
 		var notes []string
 		if in.approval() == "" {
 			// A per-window approval covers the step when its signature

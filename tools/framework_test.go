@@ -58,10 +58,10 @@ type stepOut struct {
 // fakeApprovals accepts an approval equal to "signed:<digest>" once.
 type fakeApprovals struct{ used map[string]bool }
 
-func (f *fakeApprovals) Request(tool string, p Plan) (string, time.Time, error) {
+func (f *fakeApprovals) Request(tool string, p Binding) (string, time.Time, error) {
 	return "request " + tool + " " + p.Node + " " + p.Digest, time.Unix(0, 0), nil
 }
-func (f *fakeApprovals) Verify(_ context.Context, a, tool string, p Plan) (Approved, error) {
+func (f *fakeApprovals) Verify(_ context.Context, a, tool string, p Binding) (Approved, error) {
 	if a != "signed:"+p.Digest {
 		return Approved{}, errors.New("signature does not match the plan")
 	}
@@ -74,7 +74,7 @@ func (f *fakeApprovals) Consume(_ context.Context, a Approved) error { f.used[a.
 
 // Reverify takes "signed:<digest>", then the signed summary lines, once
 // it was used.
-func (f *fakeApprovals) Reverify(_ context.Context, a, tool string, p Plan) (Approved, error) {
+func (f *fakeApprovals) Reverify(_ context.Context, a, tool string, p Binding) (Approved, error) {
 	return fakeReverify(f.used, a, p)
 }
 func (f *fakeApprovals) ConsumePart(_ context.Context, a Approved, part string) error {
@@ -85,7 +85,7 @@ func (f *fakeApprovals) ConsumePart(_ context.Context, a Approved, part string) 
 	return nil
 }
 
-func fakeReverify(used map[string]bool, a string, p Plan) (Approved, error) {
+func fakeReverify(used map[string]bool, a string, p Binding) (Approved, error) {
 	first, rest, _ := strings.Cut(a, "\n")
 	dg, ok := strings.CutPrefix(first, "signed:")
 	switch {

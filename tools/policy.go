@@ -21,7 +21,7 @@ type PolicyApprovals struct {
 var _ Approvals = (*PolicyApprovals)(nil)
 
 // Request builds the canonical request for one destructive call.
-func (p *PolicyApprovals) Request(tool string, plan Plan) (string, time.Time, error) {
+func (p *PolicyApprovals) Request(tool string, plan Binding) (string, time.Time, error) {
 	r, err := policy.NewRequest(tool, plan.Node, plan.Round, plan.Digest, plan.Summary, p.TTL, p.Clock, nil)
 	if err != nil {
 		return "", time.Time{}, err
@@ -30,7 +30,7 @@ func (p *PolicyApprovals) Request(tool string, plan Plan) (string, time.Time, er
 }
 
 // Verify checks an approval against the plan computed now.
-func (p *PolicyApprovals) Verify(ctx context.Context, approval, tool string, plan Plan) (Approved, error) {
+func (p *PolicyApprovals) Verify(ctx context.Context, approval, tool string, plan Binding) (Approved, error) {
 	v, err := p.Verifier.Verify(ctx, approval, policy.Expectation{Tool: tool, Node: plan.Node, Round: plan.Round,
 		PlanDigest: plan.Digest, Summary: plan.Summary, Principals: plan.Principals})
 	if err != nil {
@@ -42,7 +42,7 @@ func (p *PolicyApprovals) Verify(ctx context.Context, approval, tool string, pla
 // Reverify checks a kept approval again (policy.Verifier.Reverify): the
 // signature against allowed_signers now and its binding to tool, node,
 // round and digest; it must have been used while valid.
-func (p *PolicyApprovals) Reverify(ctx context.Context, approval, tool string, plan Plan) (Approved, error) {
+func (p *PolicyApprovals) Reverify(ctx context.Context, approval, tool string, plan Binding) (Approved, error) {
 	digest := plan.Digest
 	if digest == "" {
 		a, err := policy.ParseApproval(approval)

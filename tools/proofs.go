@@ -48,7 +48,7 @@ func (d *Deps) reverify(ctx context.Context, roundID string, p proof, tool, node
 	if d.Approvals == nil {
 		return Approved{}, errors.New("no allowed_signers file is configured")
 	}
-	return d.Approvals.Reverify(ctx, p.Approval, tool, Plan{Node: node, Round: roundID, Digest: digest})
+	return d.Approvals.Reverify(ctx, p.Approval, tool, Binding{Node: node, Round: roundID, Digest: digest})
 }
 
 // reverifier is reverify for round roundID, as the book takes it.

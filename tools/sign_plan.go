@@ -78,7 +78,7 @@ func SignPlan() Tool {
 				changed = plan.Changes(last.Nodes, f)
 			}
 		}
-		bind := Plan{Node: window.FleetTarget, Round: s.ID, Digest: f.Digest, Summary: plan.SigningSummary(f, changed)}
+		bind := Binding{Node: window.FleetTarget, Round: s.ID, Digest: f.Digest, Summary: plan.SigningSummary(f, changed)}
 		if d.Approvals == nil {
 			return SignPlanOut{}, Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")
 		}

@@ -452,7 +452,7 @@ func (d *Deps) planStatus(ctx context.Context, id string, st0 *round.State) (*Pl
 }
 
 // requestApproval answers approval_required for a request that binds p.
-func (d *Deps) requestApproval(tool string, p Plan) error {
+func (d *Deps) requestApproval(tool string, p Binding) error {
 	text, exp, err := d.Approvals.Request(tool, p)
 	if err != nil {
 		return fmt.Errorf("build approval request: %w", err)

@@ -38,10 +38,10 @@ type syncApprovals struct {
 	used map[string]bool
 }
 
-func (f *syncApprovals) Request(tool string, p Plan) (string, time.Time, error) {
+func (f *syncApprovals) Request(tool string, p Binding) (string, time.Time, error) {
 	return "request " + tool + " " + p.Node + " " + p.Digest, time.Unix(0, 0), nil
 }
-func (f *syncApprovals) Verify(_ context.Context, a, tool string, p Plan) (Approved, error) {
+func (f *syncApprovals) Verify(_ context.Context, a, tool string, p Binding) (Approved, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if a != "signed:"+p.Digest {
@@ -52,7 +52,7 @@ func (f *syncApprovals) Verify(_ context.Context, a, tool string, p Plan) (Appro
 	}
 	return Approved{ID: a, Text: a}, nil
 }
-func (f *syncApprovals) Reverify(_ context.Context, a, tool string, p Plan) (Approved, error) {
+func (f *syncApprovals) Reverify(_ context.Context, a, tool string, p Binding) (Approved, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return fakeReverify(f.used, a, p)
