@@ -8,7 +8,6 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
-	"github.com/mcp-patch/mcp-patch/kube/gpucheck"
 )
 
 func TestHostErrorWords(t *testing.T) {
@@ -51,20 +50,6 @@ func TestHostErrorWords(t *testing.T) {
 				t.Errorf("a refusal says nothing was executed: %q", reasons)
 			}
 		})
-	}
-}
-
-func TestSplitModelURL(t *testing.T) {
-	for _, c := range []struct{ in, base, api string }{
-		{"http://m:8000/v1/chat/completions", "http://m:8000/v1", gpucheck.APIChat},
-		{"http://m:8000/v1/chat/completions/", "http://m:8000/v1", gpucheck.APIChat},
-		{"http://m:8000/v1/completions", "http://m:8000/v1", gpucheck.APICompletions},
-		{"http://m:8000/v1/", "http://m:8000/v1", ""},
-		{"http://m:8000", "http://m:8000", ""},
-	} {
-		if base, api := splitModelURL(c.in); base != c.base || api != c.api {
-			t.Errorf("splitModelURL(%q) = %q, %q; want %q, %q", c.in, base, api, c.base, c.api)
-		}
 	}
 }
 

@@ -3,7 +3,6 @@ package tools
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -296,21 +295,7 @@ func (g gpuProbes) SmokePod(ctx context.Context, node string) (gpucheck.SmokeRes
 
 func (g gpuProbes) Completion(ctx context.Context) (gpucheck.CompletionResult, error) {
 	me := g.gpu.ModelEndpoint
-	base, api := splitModelURL(me.URL)
+	base, api := gpucheck.SplitModelURL(me.URL)
 	return gpucheck.Complete(ctx, gpucheck.CompletionRequest{Endpoint: base, API: api, Model: me.Model, Prompt: me.Prompt,
 		MaxTokens: me.MaxTokens, Timeout: time.Duration(max(me.TimeoutSeconds, 1)) * time.Second})
-}
-
-// splitModelURL accepts the intent's model URL with or without its route:
-// ".../v1/completions" and ".../v1/chat/completions" name the API to use,
-// a base URL leaves the choice to the check.
-func splitModelURL(u string) (base, api string) {
-	u = strings.TrimSuffix(u, "/")
-	switch {
-	case strings.HasSuffix(u, "/"+gpucheck.APIChat):
-		return strings.TrimSuffix(u, "/"+gpucheck.APIChat), gpucheck.APIChat
-	case strings.HasSuffix(u, "/"+gpucheck.APICompletions):
-		return strings.TrimSuffix(u, "/"+gpucheck.APICompletions), gpucheck.APICompletions
-	}
-	return u, ""
 }

@@ -196,3 +196,17 @@ func prefix(s string, n int) string {
 	r := []rune(s)
 	return string(r[:n])
 }
+
+// SplitModelURL accepts the intent's model URL with or without its route:
+// ".../v1/completions" and ".../v1/chat/completions" name the API to use,
+// a base URL leaves the choice to the check.
+func SplitModelURL(u string) (base, api string) {
+	u = strings.TrimSuffix(u, "/")
+	switch {
+	case strings.HasSuffix(u, "/"+APIChat):
+		return strings.TrimSuffix(u, "/"+APIChat), APIChat
+	case strings.HasSuffix(u, "/"+APICompletions):
+		return strings.TrimSuffix(u, "/"+APICompletions), APICompletions
+	}
+	return u, ""
+}

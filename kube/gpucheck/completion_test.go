@@ -158,3 +158,17 @@ func TestCompletionUnreachable(t *testing.T) {
 		t.Errorf("result %+v, want a refused connection", res)
 	}
 }
+
+func TestSplitModelURL(t *testing.T) {
+	for _, c := range []struct{ in, base, api string }{
+		{"http://m:8000/v1/chat/completions", "http://m:8000/v1", APIChat},
+		{"http://m:8000/v1/chat/completions/", "http://m:8000/v1", APIChat},
+		{"http://m:8000/v1/completions", "http://m:8000/v1", APICompletions},
+		{"http://m:8000/v1/", "http://m:8000/v1", ""},
+		{"http://m:8000", "http://m:8000", ""},
+	} {
+		if base, api := SplitModelURL(c.in); base != c.base || api != c.api {
+			t.Errorf("SplitModelURL(%q) = %q, %q; want %q, %q", c.in, base, api, c.base, c.api)
+		}
+	}
+}
