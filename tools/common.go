@@ -321,26 +321,13 @@ func short(h string) string {
 }
 
 // uncordonIfOurs uncordons a node only when this server cordoned it in
-// this round; it says what it did in words.
+// this round (drain.UncordonIfOurs); it says what it did in words.
 func (d *Deps) uncordonIfOurs(ctx context.Context, roundID, node string) (bool, string) {
 	kc, err := d.cluster(ctx)
 	if err != nil {
 		return false, "left cordoned: " + err.Error()
 	}
-	st, err := drain.ReadState(ctx, kc.Kube, node)
-	if err != nil {
-		return false, "left cordoned: read its cordon: " + err.Error()
-	}
-	if !st.Unschedulable {
-		return false, "it was not cordoned"
-	}
-	if st.Owner == nil || st.Owner.Identity != d.Identity || st.Owner.Round != roundID {
-		return false, "left cordoned: this round did not cordon it (" + st.Describe() + ")"
-	}
-	if _, err := drain.Uncordon(ctx, kc.Kube, node, d.Identity); err != nil {
-		return false, "left cordoned: " + err.Error()
-	}
-	return true, "uncordoned (this round had cordoned it)"
+	return drain.UncordonIfOurs(ctx, kc.Kube, node, d.Identity, roundID)
 }
 
 // outcome words a window outcome as a result.

@@ -10,13 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
-
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
-	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round"
 )
 
@@ -97,49 +92,11 @@ func TestInspectOfAnUnreachableHost(t *testing.T) {
 	}
 }
 
-// A rollback uncordons a node only when this server cordoned it in this
-// round, and says in words what it did.
-func TestUncordonOnlyWhatThisRoundCordoned(t *testing.T) {
-	ctx := context.Background()
-	node := func(name string) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	}
-	kc := fake.NewClientset(node("free"), node("ours"), node("theirs"), node("last-round"),
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "by-hand"}, Spec: corev1.NodeSpec{Unschedulable: true}})
-	if _, err := drain.Cordon(ctx, kc, "ours", wRound, "server-a"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := drain.Cordon(ctx, kc, "theirs", wRound, "server-b"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := drain.Cordon(ctx, kc, "last-round", "2026-10", "server-a"); err != nil {
-		t.Fatal(err)
-	}
-	clients := &kube.Clients{Kube: kc}
-	d := &Deps{Identity: "server-a", Cluster: func(context.Context) (*kube.Clients, error) { return clients, nil }}
-	for _, c := range []struct {
-		node     string
-		done     bool
-		words    string
-		cordoned bool // after
-	}{
-		{"free", false, "it was not cordoned", false},
-		{"ours", true, "uncordoned (this round had cordoned it)", false},
-		{"theirs", false, "left cordoned: this round did not cordon it", true},
-		{"last-round", false, "left cordoned: this round did not cordon it", true},
-		{"by-hand", false, "left cordoned: this round did not cordon it", true},
-		{"missing", false, "left cordoned: read its cordon: ", false},
-	} {
-		done, words := d.uncordonIfOurs(ctx, wRound, c.node)
-		if done != c.done || !strings.HasPrefix(words, c.words) {
-			t.Errorf("%s: %v %q, want %v %q", c.node, done, words, c.done, c.words)
-		}
-		if n, err := kc.CoreV1().Nodes().Get(ctx, c.node, metav1.GetOptions{}); err == nil && n.Spec.Unschedulable != c.cordoned {
-			t.Errorf("%s: unschedulable %v after %q", c.node, n.Spec.Unschedulable, words)
-		}
-	}
+// A rollback's uncordon (drain.UncordonIfOurs) with the cluster down
+// leaves the node cordoned and says why.
+func TestUncordonWithTheClusterDown(t *testing.T) {
 	down := &Deps{Identity: "server-a", Cluster: func(context.Context) (*kube.Clients, error) { return nil, errors.New("connection refused") }}
-	if done, words := down.uncordonIfOurs(ctx, wRound, "ours"); done || !strings.HasPrefix(words, "left cordoned: ") || !strings.HasSuffix(words, "connection refused") {
+	if done, words := down.uncordonIfOurs(context.Background(), wRound, "ours"); done || !strings.HasPrefix(words, "left cordoned: ") || !strings.HasSuffix(words, "connection refused") {
 		t.Errorf("cluster down: %v %q", done, words)
 	}
 }

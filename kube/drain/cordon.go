@@ -287,3 +287,24 @@ func getNode(ctx context.Context, kc kubernetes.Interface, node string) (*corev1
 	}
 	return n, nil
 }
+
+// UncordonIfOurs uncordons node only when identity cordoned it in round
+// (its owner record says so); it answers whether it did and says what it
+// did in words. Another holder's cordon, an earlier round's or one by hand
+// is left in place.
+func UncordonIfOurs(ctx context.Context, kc kubernetes.Interface, node, identity, round string) (bool, string) {
+	st, err := ReadState(ctx, kc, node)
+	if err != nil {
+		return false, "left cordoned: read its cordon: " + err.Error()
+	}
+	if !st.Unschedulable {
+		return false, "it was not cordoned"
+	}
+	if st.Owner == nil || st.Owner.Identity != identity || st.Owner.Round != round {
+		return false, "left cordoned: this round did not cordon it (" + st.Describe() + ")"
+	}
+	if _, err := Uncordon(ctx, kc, node, identity); err != nil {
+		return false, "left cordoned: " + err.Error()
+	}
+	return true, "uncordoned (this round had cordoned it)"
+}
