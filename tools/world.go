@@ -7,6 +7,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/round/plan/preflight"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -23,7 +24,7 @@ type HostPool interface {
 type HostSteps interface {
 	window.Host
 	Kernel(ctx context.Context, node string) (steps.KernelInfo, error)
-	PreflightSteps
+	preflight.Hosts
 	Download(ctx context.Context, node string) (steps.DownloadResult, error)
 	Snapshot(ctx context.Context, node, round, role, etcdEndpoint string) (steps.SnapshotResult, error)
 	Verify(ctx context.Context, node string, in steps.VerifyInput) (steps.NodeVerification, error)
