@@ -3,7 +3,10 @@ package main
 import (
 	"archive/zip"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path"
@@ -22,7 +25,7 @@ const modulePath = "github.com/mcp-patch/mcp-patch"
 //	go install github.com/mcp-patch/mcp-patch/cmd/mcp-patch@VERSION github.com/mcp-patch/mcp-patch/cmd/mcp-patch-lab@VERSION
 //
 // run against a module proxy on disk (GOPROXY=file://...) that serves this
-// repository's committed files as VERSION, its dependencies coming from the
+// repository's committed files as VERSION (one per content: treeVersion), its dependencies coming from the
 // module cache's download directory (itself laid out as a proxy): the
 // module path resolves, the module builds outside the repository with its
 // own go.mod, and the installed binary runs its lab through the lab's
@@ -34,9 +37,9 @@ func TestGoInstallFromProxy(t *testing.T) {
 		t.Fatalf("go is not on PATH: %v", err)
 	}
 	root := repoRoot(t)
-	const version = "v0.99.0"
 	proxy := t.TempDir()
 	files := committedModuleFiles(t, root)
+	version := treeVersion(t, root, files)
 	writeProxyModule(t, proxy, root, version, files)
 
 	modCache := goEnv(t, "GOMODCACHE")
@@ -86,6 +89,25 @@ func goEnv(t *testing.T, name string) string {
 		t.Fatalf("go env %s: %v", name, err)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// treeVersion is the version the file proxy serves the module as: one per
+// content of its files (v0.99.0-0.tree<hash>), because the go command keeps
+// every version it fetched in the shared module cache and never fetches it
+// again: under one fixed version the test would install the first tree it
+// ever served, not this one.
+func treeVersion(t *testing.T, root string, files []string) string {
+	t.Helper()
+	h := sha256.New()
+	for _, f := range append([]string{"go.mod"}, files...) {
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
+		h.Write(b)
+	}
+	return "v0.99.0-0.tree" + hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // committedModuleFiles lists the committed files of the root module (git
