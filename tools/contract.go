@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 )
 
@@ -237,17 +238,14 @@ func callNode(c *Call) string {
 	return n
 }
 
-// BlockerPrefix starts a reason that is a blocker: something that stops
-// the round, or this step on this host, as things stand (a removal, an
-// interrupted dpkg, a short /boot, an unreachable host ...). A person and
-// an agent read it in the reasons; the status rule reads it too.
-const BlockerPrefix = "blocker: "
+// BlockerPrefix starts a reason that is a blocker (answer.BlockerPrefix).
+const BlockerPrefix = answer.BlockerPrefix
 
 // Blocker words a cause as a blocker reason.
-func Blocker(cause string) string { return BlockerPrefix + cause }
+func Blocker(cause string) string { return answer.Blocker(cause) }
 
 // IsBlocker says whether a reason is a blocker.
-func IsBlocker(reason string) bool { return strings.HasPrefix(reason, BlockerPrefix) }
+func IsBlocker(reason string) bool { return answer.IsBlocker(reason) }
 
 // blockerReasons words what a host survey found as blocker reasons.
 func blockerReasons(hz []steps.Hazard) []string {

@@ -139,13 +139,13 @@ func TestInferNextCall(t *testing.T) {
 		next   string
 		want   *Call
 	}{
-		{"in progress repeats the call", "trial_boot", StatusInProgress, "Wait.", &Call{"trial_boot", map[string]any{"node": "gpu-02"}}},
-		{"approval repeats without the approval", "drain_node", StatusApprovalRequired, "Sign.", &Call{"drain_node", map[string]any{"node": "gpu-02"}}},
-		{"call again", "install_updates", StatusFailed, "Call install_updates again: it reads the state.", &Call{"install_updates", map[string]any{"node": "gpu-02"}}},
-		{"same tool again", "drain_node", StatusRefused, "Call the same tool again: it re-checks.", &Call{"drain_node", map[string]any{"node": "gpu-02"}}},
-		{"another tool first, node carried", "install_updates", StatusRefused, "Run simulate_upgrade on the node first.", &Call{"simulate_upgrade", map[string]any{"node": "gpu-02"}}},
-		{"round_status takes no node", "record_decision", StatusOK, "Call round_status: it says what comes next.", &Call{"round_status", map[string]any{}}},
-		{"ok default", "verify_node", StatusOK, defaultNextAction, &Call{"round_status", map[string]any{}}},
+		{"in progress repeats the call", "trial_boot", StatusInProgress, "Wait.", &Call{Tool: "trial_boot", Arguments: map[string]any{"node": "gpu-02"}}},
+		{"approval repeats without the approval", "drain_node", StatusApprovalRequired, "Sign.", &Call{Tool: "drain_node", Arguments: map[string]any{"node": "gpu-02"}}},
+		{"call again", "install_updates", StatusFailed, "Call install_updates again: it reads the state.", &Call{Tool: "install_updates", Arguments: map[string]any{"node": "gpu-02"}}},
+		{"same tool again", "drain_node", StatusRefused, "Call the same tool again: it re-checks.", &Call{Tool: "drain_node", Arguments: map[string]any{"node": "gpu-02"}}},
+		{"another tool first, node carried", "install_updates", StatusRefused, "Run simulate_upgrade on the node first.", &Call{Tool: "simulate_upgrade", Arguments: map[string]any{"node": "gpu-02"}}},
+		{"round_status takes no node", "record_decision", StatusOK, "Call round_status: it says what comes next.", &Call{Tool: "round_status", Arguments: map[string]any{}}},
+		{"ok default", "verify_node", StatusOK, defaultNextAction, &Call{Tool: "round_status", Arguments: map[string]any{}}},
 		{"a person first", "install_updates", StatusFailed, "Check that the node is reachable over SSH; then call again.", nil},
 		{"not a tool", "fallback_drill", StatusRefused, "Run the drill on the round's canary GPU server.", nil},
 		{"own tool named first", "close_round", StatusFailed, "Call close_round's commit again by hand.", nil},

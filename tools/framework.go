@@ -14,11 +14,12 @@ import (
 	"regexp"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-patch/mcp-patch/answer"
 )
 
 // Status is the outcome every tool reports.
@@ -57,27 +58,11 @@ func (r *Result) result() *Result { return r }
 
 type output interface{ result() *Result }
 
-// Call is a tool call the agent can make next: the tool's name and the
-// arguments to pass it, exactly as tools/call takes them (an approval, when
-// one is needed, is added by the caller once a person has signed).
-type Call struct {
-	Tool      string         `json:"tool"`
-	Arguments map[string]any `json:"arguments"`
-}
+// Call is a tool call the agent can make next (answer.Call).
+type Call = answer.Call
 
-// CallTo builds a Call from the tool name and argument name/value pairs;
-// pairs whose value is an empty string are left out.
-func CallTo(tool string, kv ...any) *Call {
-	c := &Call{Tool: tool, Arguments: map[string]any{}}
-	for i := 0; i+1 < len(kv); i += 2 {
-		k, _ := kv[i].(string)
-		if s, ok := kv[i+1].(string); ok && s == "" {
-			continue
-		}
-		c.Arguments[k] = kv[i+1]
-	}
-	return c
-}
+// CallTo builds a Call (answer.CallTo).
+func CallTo(tool string, kv ...any) *Call { return answer.CallTo(tool, kv...) }
 
 // ApprovalNeeded tells the agent exactly what a person must sign.
 type ApprovalNeeded struct {
@@ -88,38 +73,24 @@ type ApprovalNeeded struct {
 	ExpiresAt  string   `json:"expires_at" jsonschema:"RFC 3339 time after which the request is void"`
 }
 
-// Refusal is an error a handler returns to refuse: nothing was done.
-type Refusal struct {
-	Reasons    []string
-	NextAction string
-	// NextCall is NextAction as a call, where it is one.
-	NextCall *Call
-}
-
-func (r *Refusal) Error() string { return strings.Join(r.Reasons, "; ") }
+// The error vocabulary handlers and the round below them return
+// (package answer): a Refusal (nothing done) or a Failure (a step ran and
+// failed).
+type (
+	Refusal = answer.Refusal
+	Failure = answer.Failure
+)
 
 // Refuse builds a Refusal.
-func Refuse(next string, reasons ...string) error {
-	return &Refusal{Reasons: reasons, NextAction: next}
-}
-
-// Failure is an error a handler returns when a step ran and failed.
-type Failure struct {
-	Reasons    []string
-	NextAction string
-	// NextCall is NextAction as a call, where it is one.
-	NextCall *Call
-}
-
-func (f *Failure) Error() string { return strings.Join(f.Reasons, "; ") }
+func Refuse(next string, reasons ...string) error { return answer.Refuse(next, reasons...) }
 
 // RefuseWith builds a Refusal whose next step is a call.
 func RefuseWith(call *Call, next string, reasons ...string) error {
-	return &Refusal{Reasons: reasons, NextAction: next, NextCall: call}
+	return answer.RefuseWith(call, next, reasons...)
 }
 
 // Fail builds a Failure.
-func Fail(next string, reasons ...string) error { return &Failure{Reasons: reasons, NextAction: next} }
+func Fail(next string, reasons ...string) error { return answer.Fail(next, reasons...) }
 
 // Kind sorts tools by what they may change.
 type Kind int
