@@ -514,3 +514,54 @@ func TestRestartOfAStepInFlightWaitsForAResume(t *testing.T) {
 	noErr(t)(j.Decide(DecisionResume, "cp-1", StepVerify, Meta{ApprovalID: "ap-resume"}))
 	noErr(t)(j.RestartStep(StepInstall, "cp-1", Meta{ApprovalID: "ap-3", PlanDigest: "sha256:aa"}))
 }
+
+// An interrupted step (its Lease lost while its work on the host ran on)
+// stops the round but stays in flight, its one attempt open: after a
+// resume it ends by observation, never by a second start; a journal read
+// back from disk says the same.
+func TestAnInterruptedStepStaysInFlightThroughTheStop(t *testing.T) {
+	dir := roundDir(t)
+	j := openJournal(t, dir, newClock())
+	noErr(t)(j.Plan(fleetOrder(t), soak48, Meta{}))
+	noErr(t)(j.StartStep(StepBaseline, "", Meta{}))
+	noErr(t)(j.FinishStep(StepBaseline, "", Meta{}))
+	noErr(t)(j.StartStep(StepSnapshot, "cp-1", Meta{}))
+	noErr(t)(j.FinishStep(StepSnapshot, "cp-1", Meta{}))
+	noErr(t)(j.StartStep(StepDrain, "cp-1", Meta{ApprovalID: "ap-1"}))
+	noErr(t)(j.FinishStep(StepDrain, "cp-1", Meta{}))
+	noErr(t)(j.StartStep(StepInstall, "cp-1", Meta{ApprovalID: "ap-2", PlanDigest: "sha256:aa"}))
+	if _, err := j.InterruptStep(StepInstall, "cp-1", Meta{}); err == nil {
+		t.Fatal("an interruption without a reason was recorded")
+	}
+	noErr(t)(j.InterruptStep(StepInstall, "cp-1", Meta{Detail: "rule window_lease: the Lease was lost"}))
+
+	check := func(st *State, wantStop bool) *StepRun {
+		t.Helper()
+		if (st.Stop != nil) != wantStop || (wantStop && (st.Stop.Step != StepInstall || st.Stop.Node != "cp-1")) {
+			t.Fatalf("stop = %+v, want stopped=%v on the install of cp-1", st.Stop, wantStop)
+		}
+		run := st.StepRun(StepInstall, "cp-1")
+		if run == nil || run.State != InFlight || len(run.Attempts) != 1 || run.Attempts[0].EndSeq != 0 || run.Attempts[0].Outcome != "" {
+			t.Fatalf("install = %+v, want in flight in its one open attempt", run)
+		}
+		return run
+	}
+	if run := check(j.State(), true); !run.NeedsRecheck {
+		t.Fatalf("install = %+v, want it marked to be re-checked", run)
+	}
+	if n := len(j.State().Failures); n != 1 {
+		t.Fatalf("%d failures, want the interruption as one", n)
+	}
+	noErr(t)(j.Decide(DecisionResume, "cp-1", StepInstall, Meta{ApprovalID: "ap-resume"}))
+	check(j.State(), false)
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	j = openJournal(t, dir, newClock())
+	check(j.State(), false)
+	noErr(t)(j.FinishStep(StepInstall, "cp-1", Meta{}))
+	if run := j.State().StepRun(StepInstall, "cp-1"); run.State != Done || len(run.Attempts) != 1 || run.Attempts[0].Outcome != OutcomeDone {
+		t.Fatalf("install after the observation = %+v, want done in its one attempt", run)
+	}
+}

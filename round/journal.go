@@ -562,6 +562,19 @@ func (j *Journal) FailStep(step Step, node string, m Meta) (Record, error) {
 	return j.appendLocked(withMeta(Record{Kind: KindStepFailed, Step: step, Node: node, Outcome: OutcomeFailed}, m))
 }
 
+// InterruptStep records that this server stopped following a step in
+// flight whose work on the host runs on (OutcomeInterrupted): the round
+// stops until a person records resume or abort, and the step stays in
+// flight, to be observed after a resume; m.Detail says why.
+func (j *Journal) InterruptStep(step Step, node string, m Meta) (Record, error) {
+	if strings.TrimSpace(m.Detail) == "" {
+		return Record{}, fmt.Errorf("record the interruption of %s on %q: say why (Meta.Detail)", step, node)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appendLocked(withMeta(Record{Kind: KindStepFailed, Step: step, Node: node, Outcome: OutcomeInterrupted}, m))
+}
+
 // Decide records a person's decision or attestation (the caller has
 // verified the signature; m.ApprovalID names it). A refusal is a
 // *RuleError and records nothing.

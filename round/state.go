@@ -575,6 +575,16 @@ func (s *State) applyStep(rec Record) (err error) {
 	if r.State != InFlight {
 		return fmt.Errorf("%s of %s, which is not in flight", rec.Kind, rec.Step)
 	}
+	if rec.Kind == KindStepFailed && rec.Outcome == OutcomeInterrupted {
+		// The round stops; the step stays in flight, its attempt open, and
+		// is re-checked on the host (never repeated) after a resume.
+		r.NeedsRecheck = true
+		s.Failures = append(s.Failures, Failure{Seq: rec.Seq, Time: rec.Time, Node: rec.Node, Step: rec.Step, Reason: rec.Detail})
+		if s.Stop == nil && !s.Aborted && !s.Closed {
+			s.Stop = &Stop{Seq: rec.Seq, Node: rec.Node, Step: rec.Step, Reason: rec.Detail, Time: rec.Time}
+		}
+		return nil
+	}
 	a := r.last()
 	a.EndSeq, a.Ended, a.Kernel, a.BootID = rec.Seq, rec.Time, rec.Kernel, rec.BootID
 	if rec.Detail != "" {

@@ -115,11 +115,17 @@ const (
 type Outcome string
 
 // Outcomes. Abandoned is an attempt of a read-only check that was in flight
-// when its process died and was superseded by a new attempt.
+// when its process died and was superseded by a new attempt. Interrupted
+// marks a step_failed record that stops the round while the step's work
+// on the host runs on (a detached install, a reboot) because this server
+// may no longer follow it (its window Lease was lost): the attempt stays
+// open and the step in flight, to be observed, never repeated, once a
+// person has resumed the round.
 const (
-	OutcomeDone      Outcome = "done"
-	OutcomeFailed    Outcome = "failed"
-	OutcomeAbandoned Outcome = "abandoned"
+	OutcomeDone        Outcome = "done"
+	OutcomeFailed      Outcome = "failed"
+	OutcomeAbandoned   Outcome = "abandoned"
+	OutcomeInterrupted Outcome = "interrupted"
 )
 
 // WindowState is where a node's window stands.

@@ -297,12 +297,20 @@ func TestLeaseTakenDuringTheWaitOnAnInstallStopsTheWait(t *testing.T) {
 		t.Fatalf("%d install starts, want the 1 before the loss", n)
 	}
 
-	// The install ran on, detached; the new holder observes it finished.
+	// The install ran on, detached, and the step stayed in flight: the
+	// new holder, after a person's resume, follows it by observing the
+	// node and never starts it again.
+	if run := r.j.StepRun(round.StepInstall, r.node); run == nil || run.State != round.InFlight || !run.NeedsRecheck {
+		t.Fatalf("install after the Lease stop: %+v, want in flight, to be re-checked", run)
+	}
 	r.host.Host.InstallState = "finished"
 	wb := r.resumeAsB(t, round.StepInstall)
-	st, err := wb.Host.Install(ctx, r.node, steps.InstallStatus, leaseRound, "")
-	if err != nil || st.State != "finished" {
-		t.Fatalf("install as the new holder observes it: %+v %v", st, err)
+	o, err := wb.FollowInstall(ctx, r.node)
+	if err != nil || o.InProgress || o.Install == nil || o.Install.State != "finished" {
+		t.Fatalf("install as the new holder follows it: %+v %v", o, err)
+	}
+	if run := r.j.StepRun(round.StepInstall, r.node); run == nil || run.State != round.Done || len(run.Attempts) != 1 {
+		t.Fatalf("install after the new holder followed it: %+v, want done in its one attempt", run)
 	}
 	if n := r.host.Count("install"); n != 1 {
 		t.Fatalf("%d install starts after the new holder observed, want 1", n)
@@ -342,13 +350,20 @@ func TestLeaseTakenDuringTheRebootWaitStopsTheWait(t *testing.T) {
 		t.Fatalf("%d reboots requested, want the 1 before the loss", n)
 	}
 
-	// The node came up on the trial kernel meanwhile; the new holder
-	// observes the boot.
+	// The node came up on the trial kernel meanwhile, the step still in
+	// flight; the new holder, after a person's resume, follows the trial
+	// boot by observing the node's boot.
+	if run := r.j.StepRun(round.StepTrialBoot, r.node); run == nil || run.State != round.InFlight || !run.NeedsRecheck {
+		t.Fatalf("trial boot after the Lease stop: %+v, want in flight, to be re-checked", run)
+	}
 	r.host.Boot(false)
 	wb := r.resumeAsB(t, round.StepTrialBoot)
-	b, err := wb.ObserveBoot(ctx, r.node)
-	if err != nil || b.Kernel != target || b.ID == "" {
-		t.Fatalf("boot as the new holder observes it: %+v %v", b, err)
+	o, err := wb.FollowTrialBoot(ctx, r.node)
+	if err != nil || o.InProgress {
+		t.Fatalf("trial boot as the new holder follows it: %+v %v", o, err)
+	}
+	if run := r.j.StepRun(round.StepTrialBoot, r.node); run == nil || run.State != round.Done || len(run.Attempts) != 1 || run.Attempts[0].Kernel != target {
+		t.Fatalf("trial boot after the new holder followed it: %+v, want done on %s in its one attempt", run, target)
 	}
 	if n := r.host.Count("reboot"); n != 1 {
 		t.Fatalf("%d reboots requested after the new holder observed, want 1", n)

@@ -46,6 +46,7 @@ type Journal interface {
 	RestartStep(step round.Step, node string, m round.Meta) (round.Record, error)
 	FinishStep(step round.Step, node string, m round.Meta) (round.Record, error)
 	FailStep(step round.Step, node string, m round.Meta) (round.Record, error)
+	InterruptStep(step round.Step, node string, m round.Meta) (round.Record, error)
 	Lesson(text string) (round.Record, error)
 	StartRollback(node string, m round.Meta) (round.Record, error)
 	EndRollback(node string, outcome round.Outcome, m round.Meta) (round.Record, error)

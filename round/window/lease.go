@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -305,4 +306,19 @@ const leaseNext = "Stop: another server holds the window Lease now (or it could 
 func (w *Window) leaseStop(step round.Step, node string, lost error, left string) error {
 	why := fmt.Sprintf("rule %s: the window Lease of %s was lost while %s was in flight: %v", round.RuleWindowLease, node, step, lost)
 	return w.Rec.StopWith(step, node, leaseNext, why, left)
+}
+
+// leaseInterrupt is leaseStop for a step whose work on the host may run
+// on (a detached install, a prepared or requested reboot): the step stays
+// in flight, so that after a person's resume the next holder of the Lease
+// follows it by observing the node (FollowInstall, FollowTrialBoot) and
+// never starts it again.
+func (w *Window) leaseInterrupt(step round.Step, node string, lost error, left string) error {
+	why := fmt.Sprintf("rule %s: the window Lease of %s was lost while %s was in flight: %v", round.RuleWindowLease, node, step, lost)
+	reasons := []string{why, left}
+	err := w.Rec.Interrupt(step, node, strings.Join(reasons, "; "))
+	if err != nil {
+		reasons = append(reasons, "the stop could not be recorded in the journal: "+err.Error())
+	}
+	return &Stopped{Reasons: reasons, Next: leaseNext, Journal: err}
 }

@@ -155,6 +155,22 @@ func (r *Recorder) FailOn(step round.Step, node string, b Boot, detail string) e
 	return nil
 }
 
+// Interrupt records that this server stopped following step on node,
+// in flight, whose work on the host runs on: the round stops and the step
+// stays in flight (round.OutcomeInterrupted), observed after a resume.
+func (r *Recorder) Interrupt(step round.Step, node, detail string) error {
+	wasStopped := r.J.Shared().Stop != nil
+	rec, err := r.J.InterruptStep(step, node, round.Meta{Detail: detail})
+	if err != nil {
+		return fmt.Errorf("record %s on %s as interrupted: %w", step, orRound(node), err)
+	}
+	r.emit(EventFailed, rec, step, node)
+	if !wasStopped && r.J.Shared().Stop != nil {
+		r.emit(EventStopped, rec, step, node)
+	}
+	return nil
+}
+
 // Stop records a failure of step on node, starting the step first when it
 // is not in flight (a decision that stops the round before it acts).
 func (r *Recorder) Stop(step round.Step, node, detail string) error {

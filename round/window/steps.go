@@ -61,7 +61,7 @@ func (w *Window) StartInstall(ctx context.Context, p PackagePlan, a Approval) (I
 	st, err := w.Host.Install(ctx, p.Node, "start", w.Round, p.PackageDigest)
 	out := InstallOutcome{Install: &st}
 	if lost := LostLease(ctx); lost != nil {
-		return out, w.leaseStop(round.StepInstall, p.Node, lost, "the install may have started detached on the node: it is left to finish, and the next holder of the Lease observes it")
+		return out, w.leaseInterrupt(round.StepInstall, p.Node, lost, "the install may have started detached on the node: it is left to finish, and the next holder of the Lease observes it")
 	}
 	if err != nil {
 		if errors.Is(err, steps.ErrRefused) {
@@ -93,7 +93,7 @@ func (w *Window) FollowInstall(ctx context.Context, node string) (InstallOutcome
 	st, err := w.Host.Install(ctx, node, "status", w.Round, "")
 	out := InstallOutcome{Install: &st}
 	if lost := LostLease(ctx); lost != nil {
-		return out, w.leaseStop(round.StepInstall, node, lost, "no further wait: the install runs detached on the node and is left to finish; the next holder of the Lease observes it")
+		return out, w.leaseInterrupt(round.StepInstall, node, lost, "no further wait: the install runs detached on the node and is left to finish; the next holder of the Lease observes it")
 	}
 	obs := Underway
 	switch {
@@ -185,12 +185,12 @@ func (w *Window) StartTrialBoot(ctx context.Context, p TrialBootPlan, a Approval
 	}
 	progress(1, 3, "prepared: next_entry="+tb.NextEntry)
 	if lost := w.LeaseHeld(ctx, p.Node); lost != nil {
-		return TrialBootOutcome{TrialBoot: &tb}, w.leaseStop(round.StepTrialBoot, p.Node, lost,
+		return TrialBootOutcome{TrialBoot: &tb}, w.leaseInterrupt(round.StepTrialBoot, p.Node, lost,
 			"the trial boot was prepared but the node was not rebooted: its one-shot entry ("+tb.NextEntry+") stays queued for the next reboot, the old kernel the default")
 	}
 	rb, err := w.Host.TrialBootReboot(ctx, p.Node, w.Round)
 	if lost := LostLease(ctx); lost != nil {
-		return TrialBootOutcome{TrialBoot: &tb}, w.leaseStop(round.StepTrialBoot, p.Node, lost, "the reboot may have been requested: the node's boot is left as it is, and the next holder of the Lease observes it")
+		return TrialBootOutcome{TrialBoot: &tb}, w.leaseInterrupt(round.StepTrialBoot, p.Node, lost, "the reboot may have been requested: the node's boot is left as it is, and the next holder of the Lease observes it")
 	}
 	if RebootRefused(err) {
 		return TrialBootOutcome{TrialBoot: &tb}, w.Rec.FailWith(round.StepTrialBoot, p.Node, refusedRebootNext, "the node refused the trial reboot: "+err.Error())
@@ -226,7 +226,7 @@ func (w *Window) FollowTrialBoot(ctx context.Context, node string) (TrialBootOut
 	tb, err := w.Host.TrialBootStatus(ctx, node, w.Round)
 	out := TrialBootOutcome{TrialBoot: &tb}
 	if lost := LostLease(ctx); lost != nil {
-		return out, w.leaseStop(round.StepTrialBoot, node, lost, "no further wait on the reboot: the node's boot is left as it is, and the next holder of the Lease observes it")
+		return out, w.leaseInterrupt(round.StepTrialBoot, node, lost, "no further wait on the reboot: the node's boot is left as it is, and the next holder of the Lease observes it")
 	}
 	obs := Underway
 	switch {
@@ -264,7 +264,7 @@ func (w *Window) FollowTrialBoot(ctx context.Context, node string) (TrialBootOut
 					fmt.Sprintf("%s is prepared to boot %s with default %s, the approval was for %s with default %s", node, tb.NewEntry, tb.OldEntry, p.NewEntry, p.OldEntry))
 			}
 			if lost := w.LeaseHeld(ctx, node); lost != nil {
-				return out, w.leaseStop(round.StepTrialBoot, node, lost, "the node was not rebooted: its prepared one-shot entry stays queued, the old kernel the default")
+				return out, w.leaseInterrupt(round.StepTrialBoot, node, lost, "the node was not rebooted: its prepared one-shot entry stays queued, the old kernel the default")
 			}
 			rb, err := w.Host.TrialBootReboot(ctx, node, w.Round)
 			if RebootRefused(err) {
