@@ -137,6 +137,9 @@ func (s State) Describe() string {
 	}
 }
 
+// StateOf is a node's cordon record as the node object shows it.
+func StateOf(n *corev1.Node) State { return stateOf(n) }
+
 func stateOf(n *corev1.Node) State {
 	s := State{Node: n.Name, Unschedulable: n.Spec.Unschedulable}
 	if raw, ok := n.Annotations[AnnotationCordonedBy]; ok {
