@@ -69,8 +69,10 @@ pkgs="openssh-server openssh-client grub2-common shellcheck pssh ansible git sud
 # ssh-keygen and git; the rest is for the tests (real sshd, shellcheck, the
 # fan-out peers, the lab VM).
 $demo && pkgs="openssh-client grub2-common git procps ca-certificates util-linux"
-# ovmf, dosfstools: the lab VM's UEFI boot and its EFI system partition.
-$demo || pkgs="$pkgs ovmf dosfstools"
+# ovmf, dosfstools: the lab VM's UEFI boot and its EFI system partition;
+# docker-registry, skopeo: the real OCI registry the driver-image check is
+# tested against, and the tool that pushes images into it.
+$demo || pkgs="$pkgs ovmf dosfstools docker-registry skopeo"
 # The demo with the VM canary (scripts/demo.sh --vm-canary): the lab VM too.
 if $demo && $vm_canary; then pkgs="$pkgs $vm_pkgs ovmf dosfstools"; fi
 missing=""
