@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -28,6 +29,57 @@ type Settings struct {
 	Maintenance  *MaintenanceSettings  `json:"maintenance,omitempty"`
 	Alerts       *AlertSettings        `json:"alerts,omitempty"`
 	Approvals    *ApprovalSettings     `json:"approvals,omitempty"`
+	OtherActors  *OtherActorsSettings  `json:"other_actors,omitempty"`
+}
+
+// OtherActorsSettings: the others that maintain the cluster's nodes, seen
+// before each cordon (kube/actors), and how long the round waits for one
+// that holds a node before it stops for a person.
+type OtherActorsSettings struct {
+	// WaitMinutes bounds the wait for a holder that lets go by itself (a
+	// driver upgrade, another requestor's NodeMaintenance, kured's lock).
+	WaitMinutes int `json:"wait_minutes"`
+	// Kured names kured's DaemonSet and lock annotation; nil: kured's
+	// defaults (kube-system/kured, weave.works/kured-node-lock).
+	Kured *KuredSettings `json:"kured,omitempty"`
+	// RequestorID is this round's NodeMaintenance requestor id, where the
+	// maintenance operator runs (DNS-style, 2-63 characters).
+	RequestorID string `json:"requestor_id,omitempty"`
+	// StandingTaints are taint keys that are part of the nodes' shape
+	// (nvidia.com/gpu, the control plane's), never a person's hold.
+	StandingTaints []string `json:"standing_taints,omitempty"`
+}
+
+// KuredSettings: where kured keeps its lock (--ds-namespace, --ds-name,
+// --lock-annotation).
+type KuredSettings struct {
+	Namespace      string `json:"namespace"`
+	DaemonSet      string `json:"daemonset"`
+	LockAnnotation string `json:"lock_annotation,omitempty"`
+}
+
+// DriverContainerSettings: GPU servers whose NVIDIA driver comes from the
+// GPU Operator's driver container, not from host packages. After a kernel
+// change its pod must pull a precompiled image made for exactly the new
+// kernel, or build the driver at boot from the kernel's headers.
+type DriverContainerSettings struct {
+	// NodeLabel ("key=value") selects the GPU servers that use it; the
+	// others take their driver from host packages.
+	NodeLabel string `json:"node_label"`
+	// Precompiled: the pod pulls <registry>/<repository>:<driver_branch>-
+	// <kernel>-<os_tag>; false: it builds the driver at boot, so the
+	// kernel's headers must be in the package plan.
+	Precompiled bool   `json:"precompiled"`
+	Registry    string `json:"registry,omitempty"`
+	Repository  string `json:"repository,omitempty"`
+	OSTag       string `json:"os_tag,omitempty"`
+	// Namespace and PodLabel find the node's driver pod; ValidatorLabel its
+	// validator pod, where the operator runs one ("" when not).
+	Namespace      string `json:"namespace"`
+	PodLabel       string `json:"pod_label"`
+	ValidatorLabel string `json:"validator_label,omitempty"`
+	// ReadyTimeoutSeconds bounds the wait for the driver pod after a boot.
+	ReadyTimeoutSeconds int `json:"ready_timeout_seconds"`
 }
 
 // Approval sizes (ApprovalSettings.GPUServers).
@@ -262,6 +314,10 @@ type GPUSettings struct {
 	CanaryLabel string `json:"canary_label"`
 	// ModelEndpoint is where GPU acceptance asks for a real completion.
 	ModelEndpoint ModelEndpoint `json:"model_endpoint"`
+	// DriverContainer, when set, names the GPU servers whose driver is the
+	// GPU Operator's driver container; nil: every GPU server's driver comes
+	// from host packages (precompiled linux-modules-nvidia or DKMS).
+	DriverContainer *DriverContainerSettings `json:"driver_container,omitempty"`
 }
 
 // ModelEndpoint is an OpenAI-style completions endpoint.
@@ -417,6 +473,32 @@ func (s Settings) Validate() error {
 		}
 		atLeast("gpu.model_endpoint.max_tokens", g.ModelEndpoint.MaxTokens, 1)
 		atLeast("gpu.model_endpoint.timeout_seconds", g.ModelEndpoint.TimeoutSeconds, 1)
+		if dc := g.DriverContainer; dc != nil {
+			checkSelector(bad, "gpu.driver_container.node_label", dc.NodeLabel)
+			checkSelector(bad, "gpu.driver_container.pod_label", dc.PodLabel)
+			if dc.ValidatorLabel != "" {
+				checkSelector(bad, "gpu.driver_container.validator_label", dc.ValidatorLabel)
+			}
+			checkName(bad, "gpu.driver_container.namespace", dc.Namespace)
+			atLeast("gpu.driver_container.ready_timeout_seconds", dc.ReadyTimeoutSeconds, 1)
+			if dc.Precompiled {
+				for _, f := range [][2]string{{"registry", dc.Registry}, {"repository", dc.Repository}, {"os_tag", dc.OSTag}} {
+					if strings.TrimSpace(f[1]) == "" {
+						bad("gpu.driver_container."+f[0], "is empty (a precompiled driver image is looked up by it)")
+					}
+				}
+			}
+		}
+	}
+	if o := s.OtherActors; o != nil {
+		atLeast("other_actors.wait_minutes", o.WaitMinutes, 1)
+		if k := o.Kured; k != nil {
+			checkName(bad, "other_actors.kured.namespace", k.Namespace)
+			checkName(bad, "other_actors.kured.daemonset", k.DaemonSet)
+		}
+		if n := len(o.RequestorID); o.RequestorID != "" && (n < 2 || n > 63 || !requestorID.MatchString(o.RequestorID)) {
+			bad("other_actors.requestor_id", "%q is not a DNS-style requestor id of 2-63 characters", o.RequestorID)
+		}
 	}
 	if m := s.Maintenance; m != nil {
 		errs = append(errs, m.validate()...)
@@ -468,6 +550,9 @@ func (s *Settings) merge(from Settings, component string, owners map[string]stri
 	take("approvals", from.Approvals != nil, func() { s.Approvals = from.Approvals })
 	return errors.Join(errs...)
 }
+
+// requestorID is the maintenance operator's rule for spec.requestorID.
+var requestorID = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*$`)
 
 func checkSelector(bad func(string, string, ...any), field, sel string) {
 	if sel == "" {

@@ -86,6 +86,38 @@ type Facts struct {
 	UnattendedNvidia bool
 
 	Drain DrainFacts
+
+	// DriverContainer is set on a GPU server whose NVIDIA driver is the
+	// GPU Operator's driver container (the intent's gpu.driver_container
+	// selects it); nil: the driver comes from host packages.
+	DriverContainer *DriverContainerFacts
+}
+
+// DriverContainerFacts say whether the driver container can get a driver
+// for the target kernel.
+type DriverContainerFacts struct {
+	// Precompiled: the pod pulls an image made for exactly the kernel;
+	// otherwise it builds the driver at boot from the kernel's headers.
+	Precompiled bool
+	// Image is the precompiled image's reference for the target kernel;
+	// ImageVerdict what its registry's tag list said (present, absent,
+	// could_not_check) and ImageReason why.
+	Image, ImageVerdict, ImageReason string
+}
+
+// Image verdicts (kube/driverimage's words).
+const (
+	ImagePresent = "present"
+	ImageAbsent  = "absent"
+)
+
+// DriverContainerPlan is what a driver-container GPU server's plan says
+// about its driver for the target kernel.
+type DriverContainerPlan struct {
+	Precompiled bool   `json:"precompiled"`
+	Image       string `json:"image,omitempty"`
+	// Source says where the new kernel's driver comes from, in words.
+	Source string `json:"source"`
 }
 
 // DrainFacts are the node's drain preview and its dry-run evictions.
@@ -287,11 +319,14 @@ func BuildNode(position int, pos Position, facts Facts, pl Placement, it Intent)
 			apt(fmt.Sprintf("/boot has %s free, the new kernel and its initrd need %s", mib(facts.BootFreeBytes), mib(facts.BootNeedBytes)),
 				"remove old kernels (apt autoremove --purge on the node, never the running one) or grow /boot, then plan this node again")
 		}
+		if dc := facts.DriverContainer; pos.GPU && dc != nil {
+			n.DriverContainer = driverContainer(n.Target, dc, facts.Packages, block, apt)
+		}
 		dkms := facts.NvidiaDKMS && slices.ContainsFunc(facts.Packages, func(p Package) bool { return p.Name == "linux-headers-"+n.Target })
 		if pos.GPU && dkms && !facts.TargetModules && !nvidiaModulesIn(facts.Packages, n.Target) {
 			n.Risks = append(n.Risks, "the NVIDIA modules for "+n.Target+" are built by DKMS during the install: the trial boot proves them")
 		}
-		if pos.GPU && facts.NvidiaInstalled && !dkms && !facts.TargetModules && !nvidiaModulesIn(facts.Packages, n.Target) {
+		if pos.GPU && facts.DriverContainer == nil && facts.NvidiaInstalled && !dkms && !facts.TargetModules && !nvidiaModulesIn(facts.Packages, n.Target) {
 			pkg := "linux-modules-nvidia-" + orBranch(facts.NvidiaBranch, it.DriverBranch) + "-" + n.Target
 			block("no NVIDIA kernel modules for the target kernel "+n.Target+": the plan does not bring them and none are installed",
 				"add "+pkg+" to the node's upgrade (the archive must publish it; else hold the kernel back on this node), then plan this node again")
@@ -591,4 +626,33 @@ func mib(b int64) string {
 		return fmt.Sprintf("%d KiB", b>>10)
 	}
 	return fmt.Sprintf("%d MiB", b/(1<<20))
+}
+
+// driverContainer decides whether a driver-container GPU server can get a
+// driver for target: a precompiled image its registry lists, or the
+// kernel's headers in the package plan for a build at boot. A registry
+// that could not be asked is a blocker too: never a pass unseen.
+func driverContainer(target string, dc *DriverContainerFacts, pkgs []Package, block, apt func(cause, fix string)) *DriverContainerPlan {
+	p := &DriverContainerPlan{Precompiled: dc.Precompiled, Image: dc.Image}
+	if dc.Precompiled {
+		switch dc.ImageVerdict {
+		case ImagePresent:
+			p.Source = "the precompiled driver image " + dc.Image + " (its registry lists it)"
+		case ImageAbsent:
+			block("no precompiled driver image for the target kernel "+target+": "+dc.Image+" ("+dc.ImageReason+")",
+				"wait until NVIDIA publishes "+dc.Image+" (or build and push it), or hold the kernel back on the driver-container servers, then plan again")
+		default:
+			block("could not check the precompiled driver image "+dc.Image+" for the target kernel "+target+": "+orDash(dc.ImageReason),
+				"make the registry reachable from this server (address, login), then plan again; an unchecked image is never taken as present")
+		}
+		return p
+	}
+	headers := "linux-headers-" + target
+	if slices.ContainsFunc(pkgs, func(pk Package) bool { return pk.Name == headers && pk.Action != "remove" && pk.Action != "purge" }) {
+		p.Source = "built at boot by the driver container from " + headers + " (in this plan): the trial boot proves it"
+		return p
+	}
+	apt("the driver container builds its driver at boot and needs "+headers+", which the package plan does not bring",
+		"add "+headers+" to the node's upgrade (or switch the servers to precompiled images), then plan this node again")
+	return p
 }

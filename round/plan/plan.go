@@ -133,6 +133,9 @@ type Node struct {
 	Packages      Packages `json:"packages"`
 	Grub          Grub     `json:"grub"`
 	Drain         Drain    `json:"drain"`
+	// DriverContainer says where a driver-container GPU server's driver
+	// for the target kernel comes from (nil: host packages).
+	DriverContainer *DriverContainerPlan `json:"driver_container,omitempty"`
 	// Runs says what runs there that the round cares about (Postgres
 	// primary or replica, API VIP, webhook replicas, model pods, GPUs).
 	Runs     []string  `json:"runs"`

@@ -477,3 +477,63 @@ func TestKeepDoneHoldsTheDrainOfADrainedNode(t *testing.T) {
 		t.Error("KeepDone with no step done changed the live plan")
 	}
 }
+
+// A driver-container GPU server: the precompiled image for the target
+// kernel must be listed by its registry (absent or unchecked blocks), or,
+// for a build at boot, the kernel's headers must be in the package plan;
+// the host-package module check does not apply to it.
+func TestDriverContainer(t *testing.T) {
+	img := "nvcr.io/nvidia/driver:550-" + target + "-ubuntu22.04"
+	headers := Package{Name: "linux-headers-" + target, Class: "kernel", Action: "install"}
+	for _, tc := range []struct {
+		name   string
+		dc     DriverContainerFacts
+		pkgs   func([]Package) []Package
+		cause  string
+		check  string
+		source string
+	}{
+		{"image present", DriverContainerFacts{Precompiled: true, Image: img, ImageVerdict: ImagePresent}, nil, "", "", "precompiled driver image " + img},
+		{"image absent", DriverContainerFacts{Precompiled: true, Image: img, ImageVerdict: ImageAbsent, ImageReason: "the registry lists 12 tags of nvidia/driver, not it"},
+			nil, "no precompiled driver image for the target kernel " + target + ": " + img, CheckInspect, ""},
+		{"registry down", DriverContainerFacts{Precompiled: true, Image: img, ImageVerdict: "could_not_check", ImageReason: "dial tcp: connection refused"},
+			nil, "could not check the precompiled driver image " + img + " for the target kernel " + target + ": dial tcp", CheckInspect, ""},
+		{"built at boot with headers", DriverContainerFacts{}, func(p []Package) []Package { return append(p, headers) }, "", "", "built at boot by the driver container from linux-headers-" + target},
+		{"built at boot without headers", DriverContainerFacts{}, nil, "needs linux-headers-" + target + ", which the package plan does not bring", CheckSimulate, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := input(PerStep)
+			f := in.Facts["gpu-2"]
+			f.Packages = f.Packages[:2] // no linux-modules-nvidia: not a blocker here
+			if tc.pkgs != nil {
+				f.Packages = tc.pkgs(f.Packages)
+			}
+			dc := tc.dc
+			f.DriverContainer = &dc
+			in.Facts["gpu-2"] = f
+			fl := Build(in)
+			var node *Node
+			for i := range fl.Nodes {
+				if fl.Nodes[i].Node == "gpu-2" {
+					node = &fl.Nodes[i]
+				}
+			}
+			if node == nil || node.DriverContainer == nil {
+				t.Fatalf("gpu-2's plan has no driver container: %+v", node)
+			}
+			if tc.cause == "" {
+				if !fl.Ready() || !strings.Contains(node.DriverContainer.Source, tc.source) {
+					t.Fatalf("blockers %v, source %q, want none and ~%q", fl.Blockers, node.DriverContainer.Source, tc.source)
+				}
+				var md strings.Builder
+				if err := Markdown(&md, fl); err != nil || !strings.Contains(md.String(), tc.source) {
+					t.Fatalf("plan.md does not say the driver's source %q: %v", tc.source, md.String())
+				}
+				return
+			}
+			if len(fl.Blockers) != 1 || fl.Blockers[0].Node != "gpu-2" || !strings.Contains(fl.Blockers[0].Cause, tc.cause) || fl.Blockers[0].Check != tc.check {
+				t.Fatalf("blockers %v, want one on gpu-2 (%s) ~%q", fl.Blockers, tc.check, tc.cause)
+			}
+		})
+	}
+}

@@ -106,6 +106,14 @@ func writeNode(b *strings.Builder, n Node) {
 		p("- none\n")
 	}
 	p("- package plan digest `%s`\n", orDash(n.PackageDigest))
+	if dc := n.DriverContainer; dc != nil {
+		p("\n### NVIDIA driver (GPU Operator driver container)\n\n")
+		if dc.Source != "" {
+			p("- for %s: %s\n", orDash(n.Target), dc.Source)
+		} else {
+			p("- for %s: none yet (see the blockers)\n", orDash(n.Target))
+		}
+	}
 	p("\n### GRUB\n\n")
 	if n.Grub.Old == "" {
 		p("- no trial boot entries\n")
