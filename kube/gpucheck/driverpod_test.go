@@ -53,7 +53,9 @@ func TestDecideDriverPod(t *testing.T) {
 		})}, false, DriverFailed, "container nvidia-driver-ctr CrashLoopBackOff: back-off 5m0s (6 restarts)"},
 		{"validator awaited", []DriverPodView{drv(nil)}, true, DriverWaiting, "no validator pod"},
 		{"validator not ready", []DriverPodView{drv(nil), val(func(v *DriverPodView) { v.Ready = false })}, true, DriverWaiting, "validator pod nvidia-operator-validator-x is not yet"},
-		{"validator fails", []DriverPodView{drv(nil), val(func(v *DriverPodView) { v.Ready, v.Failure, v.Container = false, "CrashLoopBackOff: x", "driver-validation" })}, true, DriverFailed, "validator pod"},
+		{"validator fails", []DriverPodView{drv(nil), val(func(v *DriverPodView) {
+			v.Ready, v.Failure, v.Container = false, "CrashLoopBackOff: x", "driver-validation"
+		})}, true, DriverFailed, "validator pod"},
 		{"both ready", []DriverPodView{drv(nil), val(nil)}, true, DriverReady, "is Ready"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
