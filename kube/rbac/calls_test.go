@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/actors"
 	"github.com/mcp-patch/mcp-patch/kube/rbac"
 )
 
@@ -64,7 +65,8 @@ var verbOf = map[string]string{
 // dynamicResources are the package-level GroupVersionResources the code
 // hands to the dynamic client, by name.
 var dynamicResources = map[string]request{
-	"CNPGClusters": {Group: kube.CNPGClusters.Group, Resource: kube.CNPGClusters.Resource},
+	"CNPGClusters":     {Group: kube.CNPGClusters.Group, Resource: kube.CNPGClusters.Resource},
+	"NodeMaintenances": {Group: actors.NodeMaintenances.Group, Resource: actors.NodeMaintenances.Resource},
 }
 
 // sinks are client values handed to client-go code that makes requests
@@ -192,6 +194,12 @@ func (s *scanner) body(b *ast.BlockStmt) {
 			}
 			if sel.Sel.Name == "Namespace" {
 				used[sel.X] = true
+				return true
+			}
+			if sel.Sel.Name == "GetLogs" && r.Group == "" && r.Resource == "pods" {
+				// A pod's log is the pods/log subresource, read with get.
+				used[sel.X] = true
+				s.add(request{Group: "", Resource: "pods/log"}, "get", n.Pos())
 				return true
 			}
 			verb, known := verbOf[sel.Sel.Name]
@@ -327,6 +335,7 @@ func f() {
 	use(kc.AppsV1().Deployments(ns))
 	kc.StorageV1().StorageClasses().List(ctx, opts)
 	kc.CoreV1().Pods(ns).GetLogs(name, o)
+	kc.CoreV1().Pods(ns).Bind(ctx, b, opts)
 }`
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "x.go", src, 0)
@@ -340,11 +349,11 @@ func f() {
 		got = append(got, c.request.String())
 	}
 	want := []string{`get secrets (group "")`, `update leases (group "coordination.k8s.io")`, `create pods/eviction (group "")`,
-		`list clusters (group "postgresql.cnpg.io")`, `create events (group "")`, `patch events (group "")`, `list storageclasses (group "")`}
+		`list clusters (group "postgresql.cnpg.io")`, `create events (group "")`, `patch events (group "")`, `list storageclasses (group "")`, `get pods/log (group "")`}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("requests (-want +got):\n%s", diff)
 	}
-	wantErrs := []string{"StorageV1() is not in groupOf", "pods.GetLogs: method not in verbOf", "a client of deployments is passed on"}
+	wantErrs := []string{"StorageV1() is not in groupOf", "pods.Bind: method not in verbOf", "a client of deployments is passed on"}
 	for _, w := range wantErrs {
 		if !slices.ContainsFunc(s.errs, func(e string) bool { return strings.Contains(e, w) }) {
 			t.Errorf("no scan error %q in %q", w, s.errs)
