@@ -2,6 +2,7 @@ package actors_test
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -93,6 +94,13 @@ func TestObserveTheOtherActorsOnARealAPIServer(t *testing.T) {
 	expect("actors-nm")
 	expect("actors-driver", "state pod-restart-required")
 
+	if _, err := actors.RequestMaintenance(ctx, dyn, ns, "actors-quiet", self.RequestorID, "2026-12"); !errors.Is(err, actors.ErrNotServed) {
+		t.Fatalf("a request without the maintenance operator: %v, want not served", err)
+	}
+	if gone, err := actors.ReleaseMaintenance(ctx, dyn, ns, "actors-quiet", self.RequestorID); gone || err != nil {
+		t.Fatalf("a release without the maintenance operator: %v %v, want nothing to do", gone, err)
+	}
+
 	// The maintenance operator's CRD, as released, and its sample object
 	// for one node.
 	crd := fixtures + "maintenance-operator-crd-nodemaintenances_v0.3.0.yaml"
@@ -125,6 +133,48 @@ func TestObserveTheOtherActorsOnARealAPIServer(t *testing.T) {
 	expect("actors-nm", "node-maintenance (some-cluster-component.vendor.com) holds it: NodeMaintenance "+ns+"/nodemaintenance-sample")
 	expect("actors-quiet")
 
+	// The round asks for a node as one requestor among others: its own
+	// object, accepted by the real CRD's schema, is no one else's hold;
+	// the operator's Ready (here written as the operator writes it) says
+	// the node is the round's; the release deletes only its own.
+	req, err := actors.RequestMaintenance(ctx, dyn, ns, "actors-quiet", self.RequestorID, "2026-12")
+	if err != nil || !req.Created || req.Ready || req.Name != "mcp-patch-actors-quiet" {
+		t.Fatalf("request: %+v %v", req, err)
+	}
+	if again, err := actors.RequestMaintenance(ctx, dyn, ns, "actors-quiet", self.RequestorID, "2026-12"); err != nil || again.Created {
+		t.Fatalf("the same request again: %+v %v, want the one already there", again, err)
+	}
+	if _, err := actors.RequestMaintenance(ctx, dyn, ns, "actors-quiet", "someone-else.example.com", "2026-12"); err == nil {
+		t.Fatal("another requestor's object of the round's name was taken as the round's")
+	}
+	expect("actors-quiet")
+	got, err := dyn.Resource(actors.NodeMaintenances).Namespace(ns).Get(ctx, req.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cordon, _, _ := unstructured.NestedBool(got.Object, "spec", "cordon"); cordon {
+		t.Fatalf("the round's request asks the operator to cordon: %v", got.Object["spec"])
+	}
+	if err := unstructured.SetNestedSlice(got.Object, []any{map[string]any{"type": "Ready", "status": "True", "reason": "Ready",
+		"message": "maintenance ready", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}}, "status", "conditions"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dyn.Resource(actors.NodeMaintenances).Namespace(ns).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := actors.MaintenanceReady(ctx, dyn, ns, "actors-quiet"); err != nil || !r.Ready || r.Phase != "Ready" {
+		t.Fatalf("ready: %+v %v", r, err)
+	}
+	if gone, err := actors.ReleaseMaintenance(ctx, dyn, ns, "actors-quiet", self.RequestorID); !gone || err != nil {
+		t.Fatalf("release: %v %v", gone, err)
+	}
+	if gone, err := actors.ReleaseMaintenance(ctx, dyn, ns, "actors-quiet", self.RequestorID); gone || err != nil {
+		t.Fatalf("release again: %v %v, want nothing left to do", gone, err)
+	}
+	if _, err := dyn.Resource(actors.NodeMaintenances).Namespace(ns).Get(ctx, "nodemaintenance-sample", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the other requestor's object after the round's release: %v", err)
+	}
+
 	// kured's DaemonSet as released, in the test's namespace, its lock held
 	// for the quiet node.
 	var ds appsv1.DaemonSet
@@ -150,9 +200,30 @@ func TestObserveTheOtherActorsOnARealAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lock(`{"nodeID":"` + self.KuredLockID + `"}`) // the round's own
-	expect("actors-quiet")
+	// The round takes kured's lock only while it is free, as kured does,
+	// and lets go only of its own.
+	if h, err := actors.TakeKuredLock(ctx, kc, kured, self.KuredLockID, time.Now()); err != nil || h.Held || len(h.Other) != 1 || h.Other[0].NodeID != "actors-quiet" {
+		t.Fatalf("take while kured holds it: %+v %v", h, err)
+	}
+	if gone, err := actors.ReleaseKuredLock(ctx, kc, kured, self.KuredLockID); gone || err != nil {
+		t.Fatalf("release of kured's own lock: %v %v, want it left", gone, err)
+	}
+	expect("actors-quiet", "kured (actors-quiet)")
 	lock(`{"maxOwners":2,"locks":[]}`)
+	expect("actors-quiet")
+	if h, err := actors.TakeKuredLock(ctx, kc, kured, self.KuredLockID, time.Now()); err != nil || !h.Taken || !h.Held {
+		t.Fatalf("take while free: %+v %v", h, err)
+	}
+	expect("actors-quiet") // the round's own
+	if h, err := actors.TakeKuredLock(ctx, kc, kured, self.KuredLockID, time.Now()); err != nil || h.Taken || !h.Held {
+		t.Fatalf("take again: %+v %v, want held already", h, err)
+	}
+	if gone, err := actors.ReleaseKuredLock(ctx, kc, kured, self.KuredLockID); !gone || err != nil {
+		t.Fatalf("release of the round's lock: %v %v", gone, err)
+	}
+	if d, err := kc.AppsV1().DaemonSets(ns).Get(ctx, "kured", metav1.GetOptions{}); err != nil || d.Annotations[actors.KuredLockAnnotation] != "" {
+		t.Fatalf("kured's lock after the release: %v %v", d.Annotations, err)
+	}
 	expect("actors-quiet")
 
 	// A person's cordon (with the team's reason annotation) and taint.

@@ -54,6 +54,8 @@ const (
 	WindowLease NameOf = "window-lease"
 	// NonceConfigMap is the used-nonce ConfigMap (kube/usednonces).
 	NonceConfigMap NameOf = "nonce-configmap"
+	// KuredDaemonSet is kured's DaemonSet, which carries its lock.
+	KuredDaemonSet NameOf = "kured-daemonset"
 )
 
 // Rules is every permission mcp-patch needs, exactly the verbs its code
@@ -77,6 +79,8 @@ var Rules = []Rule{
 		Why: "an Event on the Node for each window step (kube/nodeevents)"},
 	{Group: "apps", Resource: "daemonsets", Verbs: []string{"get"}, Scope: Cluster,
 		Why: "a DaemonSet pod is left on the node as kubectl drain --ignore-daemonsets does (kube/drain); kured's lock on its DaemonSet (kube/actors)"},
+	{Group: "apps", Resource: "daemonsets", Verbs: []string{"update", "patch"}, Scope: Cluster, ResourceName: KuredDaemonSet,
+		Why: "take kured's lock for the round while it is free, and release it (kube/actors)"},
 	{Group: "apps", Resource: "deployments", Verbs: []string{"list"}, Scope: Cluster,
 		Why: "the admission webhook at full replicas (kube/gate)"},
 	{Group: "policy", Resource: "poddisruptionbudgets", Verbs: []string{"list"}, Scope: Cluster,
@@ -98,6 +102,8 @@ var Rules = []Rule{
 		Why: "take the window Lease the first time (kube/windowlock)"},
 	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"update"}, Scope: LeaseNamespace, ResourceName: WindowLease,
 		Why: "take, renew and release the window Lease (kube/windowlock)"},
+	{Group: "maintenance.nvidia.com", Resource: "nodemaintenances", Verbs: []string{"create", "get", "delete"}, Scope: LeaseNamespace,
+		Why: "the round's own NodeMaintenance request per window, read for Ready and deleted at the window's end (kube/actors)"},
 	{Group: "", Resource: "configmaps", Verbs: []string{"create"}, Scope: LeaseNamespace,
 		Why: "record the first used approval nonce (kube/usednonces)"},
 	{Group: "", Resource: "configmaps", Verbs: []string{"get", "update"}, Scope: LeaseNamespace, ResourceName: NonceConfigMap,
@@ -127,6 +133,8 @@ type Options struct {
 	LeaseName string
 	// NonceConfigMap is approvals.nonce_configmap. Empty: mcp-patch-used-nonces.
 	NonceConfigMap string
+	// KuredDaemonSet is kured's DaemonSet name. Empty: kured.
+	KuredDaemonSet string
 	// Name names the ClusterRole, the Roles, the bindings and the
 	// ServiceAccount. Empty: mcp-patch.
 	Name string
@@ -144,6 +152,7 @@ func (o Options) WithDefaults() Options {
 	}
 	def(&o.LeaseNamespace, "kube-system")
 	def(&o.SmokeNamespace, "default")
+	def(&o.KuredDaemonSet, "kured")
 	def(&o.LeaseName, "mcp-patch-window")
 	def(&o.NonceConfigMap, "mcp-patch-used-nonces")
 	def(&o.Name, "mcp-patch")
@@ -172,6 +181,8 @@ func (o Options) resourceName(n NameOf) string {
 		return o.LeaseName
 	case NonceConfigMap:
 		return o.NonceConfigMap
+	case KuredDaemonSet:
+		return o.KuredDaemonSet
 	}
 	return ""
 }
