@@ -110,7 +110,7 @@ func ApproveWindow() Tool {
 		}
 		out := ApproveWindowOut{Tools: wa.Tools, Result: Result{Reasons: []string{"the window of " + in.Node + " is approved by " + a.Principal},
 			NextAction: "drain_node " + in.Node + " (no further signature while its live plan matches).", NextCall: CallTo("drain_node", "node", in.Node)}}
-		out.approvalID = a.ID
+		out.ApprovalID = a.ID
 		return out, nil
 	})
 }

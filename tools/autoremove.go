@@ -61,7 +61,7 @@ func Autoremove() Tool {
 				return AutoremoveOut{}, err
 			}
 			o, err := w.Autoremove(ctx, plan, a.grant(), keptKernels(d, s), d.Config.SSH.Concurrency)
-			return AutoremoveOut{Nodes: o.Nodes, Result: outcome(o.Outcome).then(CallTo("close_round"))}, err
+			return AutoremoveOut{Nodes: o.Nodes, Result: outcome(o.Outcome).Then(CallTo("close_round"))}, err
 		},
 	})
 }

@@ -338,12 +338,3 @@ func outcome(o window.Outcome) Result {
 	}
 	return r
 }
-
-// then makes c the next call of an ok result (one in progress calls the
-// same tool again).
-func (r Result) then(c *Call) Result {
-	if r.Status == "" || r.Status == StatusOK {
-		r.NextCall = c
-	}
-	return r
-}

@@ -102,34 +102,8 @@ func TestApprovalRequiredNextCall(t *testing.T) {
 	}
 }
 
-// Input that breaks the schema is a refused tool result carrying the
-// contract, not the SDK's bare error text, and the handler never runs.
-func TestSchemaViolationIsARefusal(t *testing.T) {
-	reg := &Registry{}
-	reg.Add(echoTool())
-	cs := connect(t, reg, testDeps(t, ModeNormal), nil)
-	for name, args := range map[string]map[string]any{
-		"bad pattern":   {"node": "GPU_01"},
-		"unknown field": {"node": "gpu-01", "force": true},
-		"wrong type":    {"node": 7},
-		"missing":       {},
-	} {
-		t.Run(name, func(t *testing.T) {
-			res, m := call(t, cs, "echo", args)
-			if !res.IsError || m["status"] != string(StatusRefused) {
-				t.Fatalf("isError=%v %v", res.IsError, m)
-			}
-			if m["echo"] != "" && m["echo"] != nil {
-				t.Fatalf("handler ran: %v", m)
-			}
-			reasons := strings.Join(toStrings(m["reasons"]), "; ")
-			if !strings.Contains(reasons, "invalid input") || !strings.Contains(m["next_action"].(string), "input schema") {
-				t.Fatalf("reasons %q next_action %q", reasons, m["next_action"])
-			}
-		})
-	}
-}
-
+// TestInferNextCall: the round's next calls (roundHooks), with the
+// built-in tools' names; the rules themselves are tested in mcptool.
 func TestInferNextCall(t *testing.T) {
 	node := map[string]any{"node": "gpu-02", "approval": "signed"}
 	tests := []struct {
@@ -152,7 +126,7 @@ func TestInferNextCall(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := inferNextCall(tc.tool, tc.status, tc.next, node)
+			got := roundHooks().Next.Infer(tc.tool, tc.status, tc.next, node)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Fatalf("(-want +got):\n%s", diff)
 			}
@@ -172,7 +146,7 @@ func TestBuiltinSchemas(t *testing.T) {
 		if strings.Contains(string(out), `"null"`) || strings.Contains(string(in), `"null"`) {
 			t.Errorf("%s: a nullable type in its schemas", tl.Spec().Name)
 		}
-		for _, k := range contractKeys {
+		for _, k := range []string{"status", "reasons", "next_action", "next_call", "approval"} {
 			if _, ok := tl.OutputSchema().Properties[k]; !ok {
 				t.Errorf("%s: output schema lacks %s", tl.Spec().Name, k)
 			}

@@ -119,7 +119,7 @@ func (d *Deps) audit(ctx context.Context, spec Spec, in any, res *Result) {
 		digest = "sha256:" + hex.EncodeToString(sum[:])
 	}
 	rec := AuditRecord{Time: d.now(), Tool: spec.Name, Kind: spec.Kind.String(),
-		ArgsDigest: digest, Status: res.Status, Reasons: res.Reasons, ApprovalID: res.approvalID, Args: in}
+		ArgsDigest: digest, Status: res.Status, Reasons: res.Reasons, ApprovalID: res.ApprovalID, Args: in}
 	var n struct {
 		Node string `json:"node"`
 	}

@@ -219,7 +219,7 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 			if ok {
 				d.Log.Info("step covered by its window approval", "tool", spec.Name, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
 				out, err := t.Do(ctx, d, r, in, plan, a, p)
-				PO(&out).result().approvalID = a.ID
+				PO(&out).Contract().ApprovalID = a.ID
 				if err != nil {
 					err = &approvedErr{err: err, id: a.ID}
 				}
@@ -263,7 +263,7 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 		d.Ops.ApprovalUsed(spec.Name, bind.Node)
 		d.Log.Info("approved step", "tool", spec.Name, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
 		out, err := t.Do(ctx, d, r, in, plan, a, p)
-		PO(&out).result().approvalID = a.ID
+		PO(&out).Contract().ApprovalID = a.ID
 		if err != nil {
 			err = &approvedErr{err: err, id: a.ID}
 		}

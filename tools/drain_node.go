@@ -69,7 +69,7 @@ func DrainNode() Tool {
 				}
 			}
 			o, err := w.FollowDrain(ctx, in.Node, opts, drainProgress(p))
-			return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome).then(CallTo("install_updates", "node", in.Node))}, err
+			return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome).Then(CallTo("install_updates", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, s *window.Round, in DrainIn) (window.DrainPlan, error) {
 			if err := d.admitDrain(ctx, s, in.Node); err != nil {
@@ -105,7 +105,7 @@ func DrainNode() Tool {
 				return DrainOut{}, err
 			}
 			o, err := w.StartDrain(ctx, plan, a.grant(), d.drainOptions(s), drainProgress(p))
-			return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome).then(CallTo("install_updates", "node", in.Node))}, err
+			return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome).Then(CallTo("install_updates", "node", in.Node))}, err
 		},
 	})
 }

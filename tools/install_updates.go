@@ -39,7 +39,7 @@ func InstallUpdates() Tool {
 				return InstallOut{}, err
 			}
 			o, err := w.FollowInstall(ctx, in.Node)
-			return InstallOut{Install: o.Install, Result: outcome(o.Outcome).then(CallTo("trial_boot", "node", in.Node))}, err
+			return InstallOut{Install: o.Install, Result: outcome(o.Outcome).Then(CallTo("trial_boot", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, s *window.Round, in InstallIn) (window.PackagePlan, error) {
 			if s.InFlightRun(round.StepInstall, in.Node) == nil {
@@ -72,7 +72,7 @@ func InstallUpdates() Tool {
 				return InstallOut{}, err
 			}
 			o, err := w.StartInstall(ctx, plan, a.grant())
-			return InstallOut{Install: o.Install, Result: outcome(o.Outcome).then(CallTo("trial_boot", "node", in.Node))}, err
+			return InstallOut{Install: o.Install, Result: outcome(o.Outcome).Then(CallTo("trial_boot", "node", in.Node))}, err
 		},
 	})
 }

@@ -101,7 +101,7 @@ func PlanRound() Tool {
 		}
 		out.Reasons = append(out.Reasons, window.PlanReasons(out.ETA, deadline, order.Notes)...)
 		p(3, total, "fleet-wide preflight")
-		fl, perr := d.writePlanDocument(ctx, kc, s, preflightInput{round: in.Round, order: order, inv: inv, placement: pl, settings: settings}, p.after(3, total))
+		fl, perr := d.writePlanDocument(ctx, kc, s, preflightInput{round: in.Round, order: order, inv: inv, placement: pl, settings: settings}, p.After(3, total))
 		if perr == nil {
 			out.Plan, perr = d.planStatus(ctx, in.Round, nil)
 		}

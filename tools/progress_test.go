@@ -9,40 +9,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-func TestProgressGuard(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		done []float64
-		sent []bool
-	}{
-		{"increasing", []float64{0, 1, 2.5, 3}, []bool{true, true, true, true}},
-		{"a repeat is not sent", []float64{1, 1, 2}, []bool{true, false, true}},
-		{"a late report is not sent", []float64{0, 3, 2, 4}, []bool{true, true, false, true}},
-		{"the first may be zero", []float64{0, 0}, []bool{true, false}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var g progressGuard
-			for i, d := range tc.done {
-				if got := g.next(d); got != tc.sent[i] {
-					t.Errorf("report %d (%v): sent %v, want %v", i, d, got, tc.sent[i])
-				}
-			}
-		})
-	}
-}
-
-func TestProgressAfter(t *testing.T) {
-	type report struct{ done, total float64 }
-	var got []report
-	p := Progress(func(done, total float64, _ string) { got = append(got, report{done, total}) })
-	sub := p.after(3, 11)
-	sub(1, 6, "a")
-	sub(6, 6, "b")
-	if len(got) != 2 || got[0] != (report{4, 11}) || got[1] != (report{9, 11}) {
-		t.Fatalf("after(3, 11): %v", got)
-	}
-}
-
 // TestPlanRoundProgressOverMCP: a client that sends a progressToken with
 // plan_round receives progress notifications with that token while the
 // call runs: each stage and, per node, its preflight and drain preview,

@@ -40,7 +40,7 @@ func PromoteKernel() Tool {
 				return PromoteOut{}, err
 			}
 			o, err := w.FollowPromote(ctx, in.Node)
-			return PromoteOut{Promote: o.Promote, Result: outcome(o.Outcome).then(CallTo("close_window", "node", in.Node))}, err
+			return PromoteOut{Promote: o.Promote, Result: outcome(o.Outcome).Then(CallTo("close_window", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, s *window.Round, in PromoteIn) (window.PromotePlan, error) {
 			if s.InFlightRun(round.StepPromote, in.Node) == nil {
@@ -64,7 +64,7 @@ func PromoteKernel() Tool {
 				return PromoteOut{}, err
 			}
 			o, err := w.Promote(ctx, plan, a.grant())
-			return PromoteOut{Promote: o.Promote, Result: outcome(o.Outcome).then(CallTo("close_window", "node", in.Node))}, err
+			return PromoteOut{Promote: o.Promote, Result: outcome(o.Outcome).Then(CallTo("close_window", "node", in.Node))}, err
 		},
 	})
 }

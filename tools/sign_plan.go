@@ -110,7 +110,7 @@ func SignPlan() Tool {
 			return SignPlanOut{}, fmt.Errorf("record the plan signature: %w", err)
 		}
 		out := SignPlanOut{Result: Result{Reasons: []string{fmt.Sprintf("plan %s (revision %d) signed by %s", f.Digest, f.Revision, a.Principal)}}}
-		out.approvalID = a.ID
+		out.ApprovalID = a.ID
 		d.commitRoundLast(ctx, s, "plan signed", func(c string) string { return "signature committed (" + c + ")" },
 			"signature not committed: ", &out.Reasons)
 		if out.Plan, err = d.planStatus(ctx, s.ID, s.Journal.Shared()); err != nil {

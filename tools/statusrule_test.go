@@ -13,32 +13,6 @@ import (
 	"github.com/mcp-patch/mcp-patch/host/steps"
 )
 
-// The status rule, one case per status: a blocker turns ok (or unset)
-// into failed and leaves every other status as it is.
-func TestStatusRule(t *testing.T) {
-	for _, c := range []struct {
-		name    string
-		status  Status
-		reasons []string
-		want    Status
-	}{
-		{"ok without blockers", StatusOK, []string{"kernel 6.8.0-45-generic"}, StatusOK},
-		{"unset without blockers", "", nil, ""},
-		{"ok with a blocker", StatusOK, []string{"fine", Blocker("the upgrade would remove 1 package(s): oldlib")}, StatusFailed},
-		{"unset with a blocker", "", []string{Blocker("dpkg was interrupted")}, StatusFailed},
-		{"refused stays refused", StatusRefused, []string{Blocker("x")}, StatusRefused},
-		{"in progress stays", StatusInProgress, []string{Blocker("x")}, StatusInProgress},
-		{"approval stays", StatusApprovalRequired, []string{Blocker("x")}, StatusApprovalRequired},
-		{"a reason that only mentions blockers", StatusOK, []string{"no blocker: all clear"}, StatusOK},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if got := StatusRule(c.status, c.reasons); got != c.want {
-				t.Errorf("StatusRule(%q, %q) = %q, want %q", c.status, c.reasons, got, c.want)
-			}
-		})
-	}
-}
-
 // A handler that answers ok with a blocker among its reasons is turned
 // into failed by the framework, the one place the rule is applied.
 func TestFrameworkAppliesTheStatusRule(t *testing.T) {

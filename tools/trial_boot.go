@@ -40,7 +40,7 @@ func TrialBoot() Tool {
 				return TrialBootOut{}, err
 			}
 			o, err := w.FollowTrialBoot(ctx, in.Node)
-			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome).then(CallTo("record_verification", "node", in.Node))}, err
+			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome).Then(CallTo("record_verification", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, s *window.Round, in TrialBootIn) (window.TrialBootPlan, error) {
 			if s.InFlightRun(round.StepTrialBoot, in.Node) == nil {
@@ -70,7 +70,7 @@ func TrialBoot() Tool {
 				return TrialBootOut{}, err
 			}
 			o, err := w.StartTrialBoot(ctx, plan, a.grant(), p)
-			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome).then(CallTo("record_verification", "node", in.Node))}, err
+			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome).Then(CallTo("record_verification", "node", in.Node))}, err
 		},
 	})
 }

@@ -61,7 +61,7 @@ var Project = Layering{
 		{Name: "the plan and the book", Packages: []string{"round/plan", "round/plan/...", "round/book"}},
 		{Name: "records", Packages: []string{"round", "intent"}},
 		{Name: "cluster and hosts", Packages: []string{"kube", "kube/...", "host", "host/..."}},
-		{Name: "foundations", Packages: []string{"policy", "answer", "round/maintenance", "config", "internal/table", "internal/layers", "scripts", "examples", "deploy"}},
+		{Name: "foundations", Packages: []string{"policy", "answer", "mcptool", "round/maintenance", "config", "internal/table", "internal/layers", "scripts", "examples", "deploy"}},
 	},
 	Lab:         []string{"lab", "lab/..."},
 	LabCeiling:  "tools",
