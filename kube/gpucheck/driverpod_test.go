@@ -142,4 +142,23 @@ func TestWaitForTheDriverPodOfTheNewKernel(t *testing.T) {
 	if _, err := WaitDriverPod(ctx, kc, "drv-1", DriverPodOptions{Namespace: ns}); err == nil {
 		t.Fatal("a wait without a label or bound was accepted")
 	}
+
+	// A driver pod whose image cannot be pulled (the lab's kwok stage keeps
+	// its container waiting on ImagePullBackOff): failed, not waited out.
+	labkube.Nodes(t, c, cluster.Node{Name: "drv-2", Labels: map[string]string{kernelLabel: "6.8.0-47-generic", "nvidia.com/gpu.deploy.driver": "true"}})
+	broken := ds.DeepCopy()
+	broken.Name, broken.ResourceVersion, broken.UID = "nvidia-gpu-driver-broken", "", ""
+	broken.Spec.Selector.MatchLabels = map[string]string{"app": "nvidia-gpu-driver-broken"}
+	broken.Spec.Template.Labels["app"] = "nvidia-gpu-driver-broken"
+	broken.Spec.Template.Labels[LabelPrecompiledKernel] = "6.8.0-47-generic"
+	broken.Spec.Template.Spec.NodeSelector[kernelLabel] = "6.8.0-47-generic"
+	broken.Spec.Template.Annotations = map[string]string{cluster.AnnotationContainerFails: "ImagePullBackOff"}
+	if _, err := kc.AppsV1().DaemonSets(ns).Create(ctx, broken, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = WaitDriverPod(ctx, kc, "drv-2", DriverPodOptions{Namespace: ns, PodLabel: "app=nvidia-gpu-driver-broken", Kernel: "6.8.0-47-generic",
+		BootedAt: time.Now().Add(-time.Minute), Timeout: 2 * time.Minute, Poll: 200 * time.Millisecond})
+	if err != nil || res.State != DriverFailed || !strings.Contains(res.Reason, "ImagePullBackOff") || res.Pod == "" || len(res.Logs) == 0 {
+		t.Fatalf("a driver pod that cannot pull its image: %+v %v", res, err)
+	}
 }

@@ -284,6 +284,13 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 	for _, s := range stages {
 		kwokArgs = append(kwokArgs, "--config="+s)
 	}
+	labStages, err := writeLabStages(filepath.Join(c.Dir, "stages"))
+	if err != nil {
+		return c, err
+	}
+	for _, s := range labStages {
+		kwokArgs = append(kwokArgs, "--config="+s)
+	}
 	// kwok also reads ~/.kwok/kwok.yaml when it exists; a private HOME keeps
 	// the operator's own kwok settings out of the lab.
 	if _, err := c.run("kwok", []string{"HOME=" + c.Dir}, kwokArgs...); err != nil {
