@@ -34,6 +34,10 @@ type DriverPodOptions struct {
 	// LogLines is how many of a failed pod's last log lines to keep
 	// (default 20).
 	LogLines int64
+	// FailAfter is how long a failure must last before the wait answers
+	// failed (default 1 min): a pull or a crash that a new pod (a rolled
+	// DaemonSet, a retry) gets past is no verdict.
+	FailAfter time.Duration
 }
 
 // DriverPodState is one look's verdict.
@@ -145,7 +149,7 @@ type DriverPodResult struct {
 
 // WaitDriverPod waits, bounded by opts.Timeout, until the node's driver
 // pod of this boot is Ready on opts.Kernel (and its validator, where one
-// runs), or fails (its last log lines kept). A wait that runs out is
+// runs), or fails for opts.FailAfter on end (its last log lines kept). A wait that runs out is
 // failed, saying what it waited for. It reads only.
 func WaitDriverPod(ctx context.Context, kc kubernetes.Interface, node string, opts DriverPodOptions) (DriverPodResult, error) {
 	if opts.Namespace == "" || opts.PodLabel == "" || opts.Timeout <= 0 {
@@ -155,9 +159,14 @@ func WaitDriverPod(ctx context.Context, kc kubernetes.Interface, node string, op
 	if poll <= 0 {
 		poll = 2 * time.Second
 	}
+	failAfter := opts.FailAfter
+	if failAfter <= 0 {
+		failAfter = time.Minute
+	}
 	start := time.Now()
 	deadline := start.Add(opts.Timeout)
 	last := ""
+	var failingSince time.Time
 	for {
 		pods, err := look(ctx, kc, node, opts)
 		if err != nil {
@@ -165,11 +174,16 @@ func WaitDriverPod(ctx context.Context, kc kubernetes.Interface, node string, op
 		}
 		state, why := DecideDriverPod(pods, node, opts.Kernel, opts.BootedAt, opts.ValidatorLabel != "")
 		res := DriverPodResult{State: state, Reason: why, Waited: time.Since(start)}
-		switch state {
-		case DriverReady:
+		if state == DriverReady {
 			return res, nil
-		case DriverFailed:
-			res.Pod, res.Logs = failingPod(pods, node), nil
+		}
+		if state != DriverFailed {
+			failingSince = time.Time{}
+		} else if failingSince.IsZero() {
+			failingSince = time.Now()
+		}
+		if state == DriverFailed && (time.Since(failingSince) >= failAfter || time.Now().After(deadline)) {
+			res.Pod = failingPod(pods, node)
 			if res.Pod != "" {
 				res.Logs = lastLines(ctx, kc, opts, res.Pod)
 			}

@@ -157,7 +157,7 @@ func TestWaitForTheDriverPodOfTheNewKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err = WaitDriverPod(ctx, kc, "drv-2", DriverPodOptions{Namespace: ns, PodLabel: "app=nvidia-gpu-driver-broken", Kernel: "6.8.0-47-generic",
-		BootedAt: time.Now().Add(-time.Minute), Timeout: 2 * time.Minute, Poll: 200 * time.Millisecond})
+		BootedAt: time.Now().Add(-time.Minute), Timeout: 2 * time.Minute, Poll: 200 * time.Millisecond, FailAfter: 2 * time.Second})
 	if err != nil || res.State != DriverFailed || !strings.Contains(res.Reason, "ImagePullBackOff") || res.Pod == "" || len(res.Logs) == 0 {
 		t.Fatalf("a driver pod that cannot pull its image: %+v %v", res, err)
 	}
