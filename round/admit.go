@@ -40,6 +40,12 @@ const (
 	// window whose Lease this server lost (expired and taken, or stolen)
 	// stops the round. Enforced by round/window, which records the stop.
 	RuleWindowLease Rule = "window_lease"
+	// RuleOtherActor: a node another party maintains (the GPU Operator's
+	// driver upgrade, another requestor's NodeMaintenance, kured, a person's
+	// cordon or taint) is not cordoned: the round waits, bounded, for one
+	// that lets go by itself and stops for a person otherwise. Enforced by
+	// round/window before the cordon, which records the stop.
+	RuleOtherActor Rule = "other_actor"
 	// RuleStepOverdue: a step in flight longer than its bound counts as
 	// failed (round/window records it).
 	RuleStepOverdue Rule = "step_overdue"

@@ -409,6 +409,16 @@ func (w *Window) StartDrain(ctx context.Context, p DrainPlan, a Approval, o Drai
 		return DrainOutcome{}, err
 	}
 	defer done()
+	bound := w.OthersWait
+	if bound <= 0 {
+		bound = 30 * time.Minute
+	}
+	if err := w.othersLetGo(ctx, p.Node, bound); err != nil {
+		if rerr := w.ReleaseLease(ctx, p.Node); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("release the window Lease: %w", rerr))
+		}
+		return DrainOutcome{}, err
+	}
 	if err := w.Rec.Start(p, a); err != nil {
 		if rerr := w.ReleaseLease(ctx, p.Node); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("release the window Lease: %w", rerr))

@@ -101,6 +101,11 @@ type Window struct {
 	Log      *slog.Logger
 	// Forget drops a node's pooled connection after a reboot; nil: no-op.
 	Forget func(node string)
+	// Others says who else maintains a node, looked at before its cordon;
+	// nil: nobody is looked for. OthersWait bounds the wait for a holder
+	// that lets go by itself (default 30 min).
+	Others     Others
+	OthersWait time.Duration
 }
 
 func (w *Window) now() time.Time {
