@@ -94,6 +94,18 @@ func TestObserveTheOtherActorsOnARealAPIServer(t *testing.T) {
 	expect("actors-nm")
 	expect("actors-driver", "state pod-restart-required")
 
+	// Watch gives a hold without the cluster's own time the time it was
+	// first seen, and keeps it while the hold lasts.
+	clock := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
+	watch := &actors.Watch{Kube: kc, Dynamic: dyn, Identity: "srv-a", Kured: kured, Self: self, Now: func() time.Time { return clock }}
+	if hs, err := watch.Holders(ctx, "actors-driver"); err != nil || len(hs) != 1 || !hs[0].Since.Equal(clock) {
+		t.Fatalf("first look: %v %v", hs, err)
+	}
+	clock = clock.Add(10 * time.Minute)
+	if hs, err := watch.Holders(ctx, "actors-driver"); err != nil || len(hs) != 1 || !hs[0].Since.Equal(clock.Add(-10*time.Minute)) {
+		t.Fatalf("second look: %v %v, want the first look's time", hs, err)
+	}
+
 	if _, err := actors.RequestMaintenance(ctx, dyn, ns, "actors-quiet", self.RequestorID, "2026-12"); !errors.Is(err, actors.ErrNotServed) {
 		t.Fatalf("a request without the maintenance operator: %v, want not served", err)
 	}
