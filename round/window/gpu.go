@@ -18,12 +18,26 @@ type GPUChecks struct {
 	SmokeErr      error
 	Completion    gpucheck.CompletionResult
 	CompletionErr error
+	// Driver is the wait for the node's driver pod on the new kernel, on a
+	// GPU server whose driver is the GPU Operator's driver container (nil
+	// elsewhere); DriverErr a wait that could not run.
+	Driver    *gpucheck.DriverPodResult
+	DriverErr error
 }
 
 // JudgeGPUAcceptance is GPU acceptance's verdict: any problem fails the
 // step (and stops the round); notes do not (a smoke pod that found no free
 // GPU is no capacity, not a regression).
 func JudgeGPUAcceptance(c GPUChecks) (problems, notes []string) {
+	switch {
+	case c.DriverErr != nil:
+		problems = append(problems, "driver pod: "+c.DriverErr.Error())
+	case c.Driver != nil && c.Driver.State != gpucheck.DriverReady:
+		problems = append(problems, "driver pod: "+c.Driver.Reason)
+		for _, l := range lastN(c.Driver.Logs, 10) {
+			problems = append(problems, "driver pod log: "+l)
+		}
+	}
 	if c.HostErr != nil {
 		problems = append(problems, "host GPU check: "+c.HostErr.Error())
 	} else if !c.Host.Passed {
@@ -54,15 +68,33 @@ type GPUProbes interface {
 	Completion(ctx context.Context) (gpucheck.CompletionResult, error)
 }
 
+// DriverProbe is the wait for a node's driver pod on the kernel it runs
+// now, where the GPU Operator's driver container provides the driver;
+// applies is false on a server whose driver comes from host packages.
+type DriverProbe interface {
+	DriverPod(ctx context.Context, node string) (res gpucheck.DriverPodResult, applies bool, err error)
+}
+
 // RunGPUAcceptance runs the three checks in turn, each whatever the
 // others answered (a person reads all three), reporting progress before
-// each; progress may be nil. It records nothing: JudgeGPUAcceptance judges
-// the answers.
+// each; progress may be nil. Where p is also a DriverProbe and the node's
+// driver is the driver container, the bounded wait for its driver pod
+// comes first. It records nothing: JudgeGPUAcceptance judges the answers.
 func RunGPUAcceptance(ctx context.Context, p GPUProbes, node string, progress func(done, total float64, msg string)) GPUChecks {
 	if progress == nil {
 		progress = func(float64, float64, string) {}
 	}
 	var c GPUChecks
+	if dp, ok := p.(DriverProbe); ok {
+		progress(0, 3, "driver pod")
+		res, applies, err := dp.DriverPod(ctx, node)
+		switch {
+		case err != nil:
+			c.DriverErr = err
+		case applies:
+			c.Driver = &res
+		}
+	}
 	progress(0, 3, "host checks")
 	c.Host, c.HostErr = p.HostGPU(ctx, node)
 	progress(1, 3, "smoke pod")
@@ -77,4 +109,11 @@ func RunGPUAcceptance(ctx context.Context, p GPUProbes, node string, progress fu
 func GPUAccepted(c GPUChecks, notes []string) []string {
 	return append(append([]string{}, notes...), fmt.Sprintf("%d GPUs healthy, driver %s; completion answered in %s",
 		c.Host.GPUCount, c.Host.DriverVersion, c.Completion.Latency.Round(time.Millisecond)))
+}
+
+func lastN(lines []string, n int) []string {
+	if len(lines) > n {
+		return lines[len(lines)-n:]
+	}
+	return lines
 }

@@ -45,6 +45,16 @@ func TestJudgeGPUAcceptance(t *testing.T) {
 		{name: "completion wrong", checks: good(func(c *window.GPUChecks) {
 			c.Completion = gpucheck.CompletionResult{Reason: "HTTP 503"}
 		}), problems: []string{"model completion: HTTP 503"}},
+		{name: "driver pod ready", checks: good(func(c *window.GPUChecks) {
+			c.Driver = &gpucheck.DriverPodResult{State: gpucheck.DriverReady, Reason: "driver pod d is Ready"}
+		})},
+		{name: "driver pod fails, its log kept", checks: good(func(c *window.GPUChecks) {
+			c.Driver = &gpucheck.DriverPodResult{State: gpucheck.DriverFailed, Reason: "driver pod d on gpu-1 fails: container nvidia-driver-ctr CrashLoopBackOff",
+				Logs: []string{"Building the kernel module", "make: *** /lib/modules/6.8.0-45-generic/build: No such file or directory"}}
+		}), problems: []string{"driver pod: driver pod d on gpu-1 fails: container nvidia-driver-ctr CrashLoopBackOff",
+			"driver pod log: Building the kernel module", "driver pod log: make: *** /lib/modules/6.8.0-45-generic/build: No such file or directory"}},
+		{name: "driver pod could not be asked", checks: good(func(c *window.GPUChecks) { c.DriverErr = errors.New("forbidden") }),
+			problems: []string{"driver pod: forbidden"}},
 		{name: "completion unreachable, host and smoke too", checks: window.GPUChecks{HostErr: errors.New("down"),
 			SmokeErr: errors.New("no node"), CompletionErr: errors.New("refused")},
 			problems: []string{"host GPU check: down", "smoke pod: no node", "model completion: refused"}},
@@ -103,5 +113,32 @@ func TestRunGPUAcceptance(t *testing.T) {
 	want := []string{"smoke pod: no free GPU", "8 GPUs healthy, driver 550.90.07; completion answered in 1.235s"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("accepted (-want +got):\n%s", d)
+	}
+}
+
+type driverProbes struct {
+	gpuProbes
+	applies bool
+}
+
+func (p *driverProbes) DriverPod(_ context.Context, node string) (gpucheck.DriverPodResult, bool, error) {
+	p.calls = append(p.calls, "driver "+node)
+	return gpucheck.DriverPodResult{State: gpucheck.DriverFailed, Reason: "waited 15m0s, the bound: no driver pod of this boot"}, p.applies, nil
+}
+
+// On a driver-container server the driver pod's wait comes first, and the
+// other checks still run; elsewhere the probe does not apply.
+func TestRunGPUAcceptanceWaitsForTheDriverPod(t *testing.T) {
+	p := &driverProbes{applies: true}
+	c := window.RunGPUAcceptance(context.Background(), p, "gpu-1", nil)
+	if d := cmp.Diff([]string{"driver gpu-1", "host gpu-1", "smoke gpu-1", "completion"}, p.calls); d != "" {
+		t.Errorf("checks (-want +got):\n%s", d)
+	}
+	if problems, _ := window.JudgeGPUAcceptance(c); len(problems) == 0 || problems[0] != "driver pod: waited 15m0s, the bound: no driver pod of this boot" {
+		t.Errorf("problems %q", problems)
+	}
+	c = window.RunGPUAcceptance(context.Background(), &driverProbes{applies: false}, "gpu-1", nil)
+	if c.Driver != nil {
+		t.Errorf("a host-package server's checks carry a driver pod: %+v", c.Driver)
 	}
 }
