@@ -177,7 +177,11 @@ func TestObserveTheOtherActorsOnARealAPIServer(t *testing.T) {
 	if r, err := actors.MaintenanceReady(ctx, dyn, ns, "actors-quiet"); err != nil || !r.Ready || r.Phase != "Ready" {
 		t.Fatalf("ready: %+v %v", r, err)
 	}
-	if gone, err := actors.ReleaseMaintenance(ctx, dyn, ns, "actors-quiet", self.RequestorID); !gone || err != nil {
+	q := &actors.Requests{Dynamic: dyn, Namespace: ns, RequestorID: self.RequestorID, Round: "2026-12"}
+	if served, ready, phase, err := q.Request(ctx, "actors-quiet"); err != nil || !served || !ready || phase != "Ready" {
+		t.Fatalf("round/window's request: %v %v %q %v", served, ready, phase, err)
+	}
+	if gone, err := q.Release(ctx, "actors-quiet"); !gone || err != nil {
 		t.Fatalf("release: %v %v", gone, err)
 	}
 	if gone, err := actors.ReleaseMaintenance(ctx, dyn, ns, "actors-quiet", self.RequestorID); gone || err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -230,4 +231,63 @@ func ReleaseKuredLock(ctx context.Context, kc kubernetes.Interface, ref KuredRef
 		return false, fmt.Errorf("release kured's lock on %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	return true, nil
+}
+
+// Requests answers round/window's Requestor with this server's
+// NodeMaintenance requests in Namespace; it remembers when it first asked
+// for each node (Asked), for the wait's bound.
+type Requests struct {
+	Dynamic     dynamic.Interface
+	Namespace   string
+	RequestorID string
+	Round       string
+	Now         func() time.Time
+
+	mu    sync.Mutex
+	asked map[string]time.Time
+}
+
+// Request makes or finds the request for node.
+func (q *Requests) Request(ctx context.Context, node string) (served, ready bool, phase string, err error) {
+	r, err := RequestMaintenance(ctx, q.Dynamic, q.Namespace, node, q.RequestorID, q.Round)
+	if errors.Is(err, ErrNotServed) {
+		return false, false, "", nil
+	}
+	if err != nil {
+		return true, false, "", err
+	}
+	q.mu.Lock()
+	if q.asked == nil {
+		q.asked = map[string]time.Time{}
+	}
+	if _, ok := q.asked[node]; !ok {
+		q.asked[node] = q.now()
+	}
+	q.mu.Unlock()
+	return true, r.Ready, r.Phase, nil
+}
+
+// Release removes the request for node.
+func (q *Requests) Release(ctx context.Context, node string) (bool, error) {
+	q.mu.Lock()
+	delete(q.asked, node)
+	q.mu.Unlock()
+	return ReleaseMaintenance(ctx, q.Dynamic, q.Namespace, node, q.RequestorID)
+}
+
+// Asked is when this process first asked for node (now if it has not).
+func (q *Requests) Asked(node string) time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if t, ok := q.asked[node]; ok {
+		return t
+	}
+	return q.now()
+}
+
+func (q *Requests) now() time.Time {
+	if q.Now != nil {
+		return q.Now()
+	}
+	return time.Now()
 }

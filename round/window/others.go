@@ -97,3 +97,53 @@ func holderLines(hs []actors.Holder) []string {
 	}
 	return out
 }
+
+// Requestor asks, where the maintenance operator runs, for the node's
+// maintenance as one requestor among others (kube/actors'
+// RequestMaintenance), and lets go of the request when the window ends.
+type Requestor interface {
+	// Request makes or finds this server's request; served is false where
+	// no maintenance operator runs; ready once the operator made it Ready.
+	Request(ctx context.Context, node string) (served, ready bool, phase string, err error)
+	// Release removes this server's request; gone says it was there.
+	Release(ctx context.Context, node string) (gone bool, err error)
+}
+
+// requestMaintenance asks for node before its cordon: nil once the
+// request is Ready (or no operator runs); *Waiting while the operator
+// schedules it, within bound counted from when this server first asked;
+// a journaled stop when the operator cannot be asked or the wait runs out.
+func (w *Window) requestMaintenance(ctx context.Context, node string, bound time.Duration) error {
+	if w.Requestor == nil {
+		return nil
+	}
+	served, ready, phase, err := w.Requestor.Request(ctx, node)
+	if err != nil {
+		return w.Rec.StopWith(round.StepDrain, node, othersNext,
+			fmt.Sprintf("rule %s: could not ask the maintenance operator for %s: %v", round.RuleOtherActor, node, err),
+			"nothing was cordoned or evicted")
+	}
+	if !served || ready {
+		return nil
+	}
+	if phase == "" {
+		phase = "not yet scheduled"
+	}
+	h := actors.Holder{Actor: actors.NodeMaintenance, Who: "the maintenance operator", Verdict: actors.Wait,
+		Since: w.firstAsked(node), What: "this round's NodeMaintenance request is not Ready yet (phase " + phase + "): the operator lets other maintenance finish first"}
+	switch v, until, why := DecideOthers([]actors.Holder{h}, w.now(), bound); v {
+	case OthersWait:
+		return &Waiting{Node: node, Holders: []actors.Holder{h}, Until: until}
+	default:
+		return w.Rec.StopWith(round.StepDrain, node, othersNext,
+			fmt.Sprintf("rule %s: %s: %s", round.RuleOtherActor, node, why), h.String(), "nothing was cordoned or evicted; the request stays for the operator")
+	}
+}
+
+// firstAsked is when this process first asked for node's maintenance.
+func (w *Window) firstAsked(node string) time.Time {
+	if w.Asked == nil {
+		return w.now()
+	}
+	return w.Asked(node)
+}

@@ -107,3 +107,59 @@ func TestTheDrainWaitsForOthersOrStops(t *testing.T) {
 		t.Fatal("the node was not cordoned")
 	}
 }
+
+type requestor struct {
+	served, ready bool
+	err           error
+	asked         []string
+	released      []string
+}
+
+func (q *requestor) Request(_ context.Context, node string) (bool, bool, string, error) {
+	q.asked = append(q.asked, node)
+	return q.served, q.ready, "Scheduled", q.err
+}
+
+func (q *requestor) Release(_ context.Context, node string) (bool, error) {
+	q.released = append(q.released, node)
+	return q.served, nil
+}
+
+// Where the maintenance operator runs, the round asks for the node first
+// and cordons only once its request is Ready; it waits, bounded, while
+// the operator lets other maintenance finish; the window's end removes
+// the request, and the journal says so.
+func TestTheDrainAsksTheMaintenanceOperatorFirst(t *testing.T) {
+	r := newRig(t)
+	q := &requestor{served: true}
+	asked := t0
+	r.w.Requestor, r.w.OthersWait, r.w.Asked = q, time.Hour, func(string) time.Time { return asked }
+	pv, _ := r.kube.PreviewDrain(context.Background(), node, window.DrainOptions{}.Policy)
+	p, err := window.DecideDrain(node, pv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func() error {
+		_, err := r.w.StartDrain(context.Background(), p, grant(p, "a-drain"), window.DrainOptions{Identity: "server-a"}, nil)
+		return err
+	}
+	var waiting *window.Waiting
+	if err := start(); !errors.As(err, &waiting) || !strings.Contains(err.Error(), "phase Scheduled") || len(r.kube.Cordoned) != 0 {
+		t.Fatalf("drain while the request is not Ready: %v (cordoned %v)", err, r.kube.Cordoned)
+	}
+	q.ready = true
+	if err := start(); err != nil || r.kube.Cordoned[node] == "" {
+		t.Fatalf("drain once the request is Ready: %v (cordoned %v)", err, r.kube.Cordoned)
+	}
+	reasons, err := r.w.Release(context.Background(), node)
+	if err != nil || len(q.released) != 1 || !strings.Contains(strings.Join(reasons, "; "), "NodeMaintenance request for "+node+" removed") {
+		t.Fatalf("release: %v %v (released %v)", reasons, err, q.released)
+	}
+
+	// No maintenance operator: nothing to wait for.
+	r2 := newRig(t)
+	r2.w.Requestor = &requestor{served: false}
+	if _, err := r2.w.StartDrain(context.Background(), p, grant(p, "a-drain"), window.DrainOptions{Identity: "server-a"}, nil); err != nil {
+		t.Fatalf("drain without a maintenance operator: %v", err)
+	}
+}

@@ -57,6 +57,15 @@ func (w *Window) Release(ctx context.Context, node string) ([]string, error) {
 			reasons = append(reasons, fmt.Sprintf("the Alertmanager silence of %s was not removed (it ends at its own time): %s", node, oneLine(err.Error())))
 		}
 	}
+	if w.Requestor != nil {
+		gone, err := w.Requestor.Release(ctx, node)
+		switch {
+		case err != nil:
+			reasons = append(reasons, fmt.Sprintf("the NodeMaintenance request for %s was not removed (a person deletes it): %s", node, oneLine(err.Error())))
+		case gone:
+			reasons = append(reasons, "NodeMaintenance request for "+node+" removed")
+		}
+	}
 	if len(reasons) == 0 {
 		return nil, nil
 	}

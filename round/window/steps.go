@@ -413,7 +413,11 @@ func (w *Window) StartDrain(ctx context.Context, p DrainPlan, a Approval, o Drai
 	if bound <= 0 {
 		bound = 30 * time.Minute
 	}
-	if err := w.othersLetGo(ctx, p.Node, bound); err != nil {
+	err = w.othersLetGo(ctx, p.Node, bound)
+	if err == nil {
+		err = w.requestMaintenance(ctx, p.Node, bound)
+	}
+	if err != nil {
 		if rerr := w.ReleaseLease(ctx, p.Node); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("release the window Lease: %w", rerr))
 		}

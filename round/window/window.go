@@ -106,6 +106,11 @@ type Window struct {
 	// that lets go by itself (default 30 min).
 	Others     Others
 	OthersWait time.Duration
+	// Requestor asks the maintenance operator for the node before its
+	// cordon and lets go when the window ends; nil: none is asked. Asked
+	// says when this process first asked for a node (nil: now).
+	Requestor Requestor
+	Asked     func(node string) time.Time
 }
 
 func (w *Window) now() time.Time {
