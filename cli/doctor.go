@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"context"
 	"errors"
 	"fmt"
@@ -144,7 +146,7 @@ func clusterCheck(cl *kube.Clients, err error, c *config.Config) check {
 // pool's way for a login other than root).
 func sshChecks(ctx context.Context, d *tools.Deps) []check {
 	c := d.Config
-	pool, inv, err := tools.OpenHostPool(ctx, d)
+	pool, inv, err := service.OpenHostPool(ctx, d)
 	if err != nil {
 		return []check{failf("ssh", "%v; fix ssh.inventory (or the cluster access that names the nodes)", err)}
 	}

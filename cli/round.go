@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -66,7 +68,7 @@ func runRoundRestore(g *globals, roundID string, stdio IO) int {
 		return ExitUsage
 	}
 	dir := filepath.Join(c.IntentRepo, "rounds", roundID)
-	rep, err := round.RestoreFromAnchor(dir, tools.AnchorDir(c.StateDir))
+	rep, err := round.RestoreFromAnchor(dir, service.AnchorDir(c.StateDir))
 	if err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch round restore:", err)
 		return ExitNotOK

@@ -1,6 +1,8 @@
 package lab
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,7 +14,6 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
-	"github.com/mcp-patch/mcp-patch/tools"
 )
 
 // TestForgedJournalAfterARealFallbackNeverPromotes is the review's
@@ -122,7 +123,7 @@ func TestForgedJournalAfterARealFallbackNeverPromotes(t *testing.T) {
 	}
 
 	// A person writes the journal back from the anchor.
-	rep, err := round.RestoreFromAnchor(dir, tools.AnchorDir(l.Config.StateDir))
+	rep, err := round.RestoreFromAnchor(dir, service.AnchorDir(l.Config.StateDir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,11 +39,11 @@ func ApproveWindow() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return ApproveWindowOut{}, err
 		}
-		s, err := d.openRound()
+		s, err := d.OpenRound()
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
-		f, ok, err := d.fleetPlanShared(s.ID)
+		f, ok, err := d.FleetPlanShared(s.ID)
 		if err != nil || !ok {
 			return ApproveWindowOut{}, Refuse("Call plan_round first: it writes the plan.", "round "+s.ID+" has no usable plan document")
 		}
@@ -49,19 +51,19 @@ func ApproveWindow() Tool {
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
-		if _, _, err := d.signedPlan(ctx, s.ID); err != nil {
+		if _, _, err := d.SignedPlan(ctx, s.ID); err != nil {
 			return ApproveWindowOut{}, err
 		}
-		rule, err := d.stepPrincipals(s.ID, in.Node)
+		rule, err := d.StepPrincipals(s.ID, in.Node)
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
 		// Approved means a kept signature of this window verifies now, by
 		// one the intent lets sign the node's steps.
-		if wp, ok, err := d.latestProof(ctx, s.ID, "approve_window", in.Node); err == nil && ok && wp.Digest == n.Window && wp.verified.RequirePrincipals(rule.names) == nil {
-			return ApproveWindowOut{Tools: windowToolsOf(wp.Summary), Result: Result{Reasons: []string{"the window of " + in.Node + " is already approved by " + wp.Principal}}}, nil
+		if wp, ok, err := d.LatestProof(ctx, s.ID, "approve_window", in.Node); err == nil && ok && wp.Digest == n.Window && wp.RequirePrincipals(rule.Names) == nil {
+			return ApproveWindowOut{Tools: service.WindowToolsOf(wp.Summary), Result: Result{Reasons: []string{"the window of " + in.Node + " is already approved by " + wp.Principal}}}, nil
 		}
-		kc, err := d.cluster(ctx)
+		kc, err := d.KubeClients(ctx)
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
@@ -73,39 +75,39 @@ func ApproveWindow() Tool {
 		if err != nil {
 			return ApproveWindowOut{}, err
 		}
-		bind := Binding{Node: in.Node, Round: s.ID, Digest: wa.Digest, Summary: wa.Summary, Principals: rule.names}
+		bind := service.Binding{Node: in.Node, Round: s.ID, Digest: wa.Digest, Summary: wa.Summary, Principals: rule.Names}
 		if d.Approvals == nil {
 			return ApproveWindowOut{}, Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")
 		}
 		if in.Approval == "" {
-			err := d.requestApproval("approve_window", bind)
-			if n, ok := isNeedApproval(err); ok && len(rule.names) > 0 {
-				n.notes = append(n.notes, "who signs: "+rule.words())
+			err := d.RequestApproval("approve_window", bind)
+			if n, ok := isNeedApproval(err); ok && len(rule.Names) > 0 {
+				n.notes = append(n.notes, "who signs: "+rule.Words())
 			}
 			return ApproveWindowOut{}, err
 		}
 		a, err := d.Approvals.Verify(ctx, in.Approval, "approve_window", bind)
 		if errors.Is(err, policy.ErrPrincipalNotAllowed) {
-			return ApproveWindowOut{}, Refuse("Ask "+strings.Join(rule.names, " or ")+" to sign the request: call approve_window without the approval to get it.",
-				"approval refused: "+err.Error(), rule.words(), "nothing was recorded")
+			return ApproveWindowOut{}, Refuse("Ask "+strings.Join(rule.Names, " or ")+" to sign the request: call approve_window without the approval to get it.",
+				"approval refused: "+err.Error(), rule.Words(), "nothing was recorded")
 		}
 		if err != nil {
 			return ApproveWindowOut{}, Refuse("Ask a person to sign a new request: call approve_window without the approval to get it.", "approval refused: "+err.Error(), "nothing was recorded")
 		}
 		// The kept approval carries what its report says: the report is
 		// rendered from what the server kept.
-		ws := windowSignature{Node: in.Node, Window: n.Window, Principal: a.Principal, ApprovalID: a.ID, Tools: wa.Tools, Time: d.now().UTC()}
+		ws := service.WindowSignature{Node: in.Node, Window: n.Window, Principal: a.Principal, ApprovalID: a.ID, Tools: wa.Tools, Time: d.Clock().UTC()}
 		kept, err := json.Marshal(ws)
 		if err != nil {
 			return ApproveWindowOut{}, fmt.Errorf("record the window approval: %w", err)
 		}
-		if err := d.keepProof(s.ID, proof{Tool: "approve_window", Node: in.Node, ApprovalID: a.ID, Approval: a.Text, Plan: kept}); err != nil {
+		if err := d.KeepProof(s.ID, service.Proof{Tool: "approve_window", Node: in.Node, ApprovalID: a.ID, Approval: a.Text, Plan: kept}); err != nil {
 			return ApproveWindowOut{}, Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was recorded")
 		}
 		if err := d.Approvals.Consume(ctx, a); err != nil {
 			return ApproveWindowOut{}, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")
 		}
-		if err := d.saveWindowSignature(s.ID, ws); err != nil {
+		if err := d.SaveWindowSignature(s.ID, ws); err != nil {
 			return ApproveWindowOut{}, fmt.Errorf("record the window approval: %w", err)
 		}
 		out := ApproveWindowOut{Tools: wa.Tools, Result: Result{Reasons: []string{"the window of " + in.Node + " is approved by " + a.Principal},

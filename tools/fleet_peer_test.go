@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"bytes"
 	"context"
 	"io"
@@ -33,7 +35,7 @@ func (f *fleet) peer() *fleet {
 	}
 	// The round's anchor goes with the round (until the cluster holds its
 	// head): without it the peer opens none of the rig's journals.
-	if err := os.CopyFS(AnchorDir(c.StateDir), os.DirFS(AnchorDir(f.d.Config.StateDir))); err != nil {
+	if err := os.CopyFS(service.AnchorDir(c.StateDir), os.DirFS(service.AnchorDir(f.d.Config.StateDir))); err != nil {
 		f.t.Fatalf("copy the rounds' anchors: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

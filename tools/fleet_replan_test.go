@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +20,7 @@ func TestFleetReplanSignsOnlyTheChange(t *testing.T) {
 		t.Fatalf("replan before plan_round: %s %v", res.Status, res.Reasons)
 	}
 	f.planned()
-	planFile := filepath.Join(f.repo, "rounds", fRound, fleetPlanFile)
+	planFile := filepath.Join(f.repo, "rounds", fRound, service.FleetPlanFile)
 	signed, _ := os.ReadFile(planFile)
 
 	m := f.must(StatusOK, "replan_node", map[string]any{"node": "gpu-2"})

@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"context"
 	"strings"
 	"sync"
@@ -89,7 +91,9 @@ func (r *rollbackHosts) RollbackStatus(ctx context.Context, node, rd string) (st
 func TestFleetRollbackOfARedNode(t *testing.T) {
 	f := newFleet(t)
 	rh := &rollbackHosts{fleetHosts: f.hosts, red: map[string]string{"cp-1": "bond0 has 1 active slave"}, requested: map[string]bool{}}
-	f.d.Hosts = func(context.Context) (*HostAccess, error) { return &HostAccess{Steps: rh, Pool: nopPool{}}, nil }
+	f.d.Hosts = func(context.Context) (*service.HostAccess, error) {
+		return &service.HostAccess{Steps: rh, Pool: nopPool{}}, nil
+	}
 	f.planned()
 	f.preflight("cp-1")
 	if _, res := f.call("rollback_node", map[string]any{"node": "cp-1"}); res.Status != StatusRefused {

@@ -274,11 +274,11 @@ func (t *typedTool[In, Out, PO]) run(ctx context.Context, d *Deps, in In, args m
 	if res.NextCall != nil && res.NextCall.Arguments == nil {
 		res.NextCall.Arguments = map[string]any{} // the schema says object, never null
 	}
-	d.audit(ctx, t.spec, in, res)
+	audit(ctx, d, t.spec, in, res)
 	for _, fn := range last.fns {
 		fn(ctx, res)
 	}
-	d.commitAfterCall(ctx, t.spec, res)
+	commitAfterCall(ctx, d, t.spec, res)
 	return out, res
 }
 

@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"context"
 	"io"
 	"log/slog"
@@ -103,7 +105,9 @@ func (f *fleet) fork(t testing.TB) *fleet {
 	for n, h := range f.hosts.nodes {
 		g.hosts.nodes[n] = cloneHost(h)
 	}
-	d.Hosts = func(context.Context) (*HostAccess, error) { return &HostAccess{Steps: g.hosts, Pool: nopPool{}}, nil }
+	d.Hosts = func(context.Context) (*service.HostAccess, error) {
+		return &service.HostAccess{Steps: g.hosts, Pool: nopPool{}}, nil
+	}
 	return g
 }
 

@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -352,7 +354,7 @@ func runHostile(t *testing.T, base *fleet, seq []hostileOp) (res hostileResult) 
 				func(s string) string { return strings.ReplaceAll(s, "sha256:", "sha256:0") },
 			}
 			f.handWriteSignatures(drainDigests)
-			editWhile(fleetPlanFile, edits[op.Pick%len(edits)], tool, node)
+			editWhile(service.FleetPlanFile, edits[op.Pick%len(edits)], tool, node)
 		case "nodes.json edited":
 			editWhile(filepath.Join(window.NodePlansDir, node+".json"), func(s string) string { return strings.ReplaceAll(s, "sha256:", "sha256:0") }, tool, node)
 		case "journal edited":

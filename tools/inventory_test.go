@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"context"
 	"io"
 	"log/slog"
@@ -24,7 +26,7 @@ func TestHostInventoryKeepsConfigSSHDefaults(t *testing.T) {
 	c := config.DefaultConfig()
 	c.SSH.Inventory, c.SSH.Port, c.SSH.User, c.SSH.Jump = inv, 2222, "ops", "bastion"
 	d := &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	got, err := hostInventory(context.Background(), d)
+	got, err := service.LoadHostInventory(context.Background(), d)
 	if err != nil {
 		t.Fatal(err)
 	}

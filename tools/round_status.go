@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"context"
 	"fmt"
 	"strings"
@@ -30,7 +32,7 @@ type RoundStatusOut struct {
 	// Maintenance is set when the intent declares maintenance windows.
 	Maintenance *window.MaintenanceView `json:"maintenance,omitempty" jsonschema:"where the round stands against the intent's maintenance windows"`
 	// Plan is the reviewed plan: its digest, signature and signature count.
-	Plan *PlanStatus `json:"plan,omitempty"`
+	Plan *service.PlanStatus `json:"plan,omitempty"`
 }
 
 // RoundStatus is the round_status tool.
@@ -69,20 +71,20 @@ func RoundStatus() Tool {
 				}
 				if d.Book.AnchorDir != "" {
 					if err := round.CheckAnchored(d.Book.Dir(in.Round), d.Book.AnchorDir); err != nil {
-						return RoundStatusOut{}, tamperRefusal(in.Round, err)
+						return RoundStatusOut{}, service.TamperRefusal(in.Round, err)
 					}
 				}
 				st = s
 			}
 		} else {
-			s, err := d.readRound()
+			s, err := d.ReadRound()
 			if err != nil {
 				return RoundStatusOut{}, err
 			}
 			st, sess = s.Journal.State(), s
 		}
-		status := st.Status(d.now())
-		_, mv, restricted, merr := roundMaintenance(sess, d.now())
+		status := st.Status(d.Clock())
+		_, mv, restricted, merr := service.RoundMaintenance(sess, d.Clock())
 		if merr != nil {
 			return RoundStatusOut{}, Refuse("Fix the maintenance section of os-layer/settings.yaml.", merr.Error())
 		}
@@ -105,16 +107,16 @@ func RoundStatus() Tool {
 		if restricted {
 			out.Maintenance = &mv
 		}
-		if nc, why := d.planNextCall(ctx, st, out.NextCall); why != "" {
+		if nc, why := d.PlanNextCall(ctx, st, out.NextCall); why != "" {
 			out.NextCall, out.NextAction = nc, why
 		}
-		if ps, err := d.planStatus(ctx, st.RoundID, st); err == nil && ps != nil {
+		if ps, err := d.PlanStatus(ctx, st.RoundID, st); err == nil && ps != nil {
 			out.Plan = ps
 			out.Reasons = append(out.Reasons, fmt.Sprintf("the plan (revision %d) needs %d signatures (%d with one per step); signed: %v", ps.Revision, ps.Signatures, ps.PerStepSignatures, ps.Signed))
 			out.Reasons = append(out.Reasons, ps.Risks...)
 		}
 		if st.Plan != nil {
-			if est, err := round.ETA(st, st.WindowDurations(), d.now(), time.Time{}, window.ETAConfig(settingsOrZero(sess))); err == nil {
+			if est, err := round.ETA(st, st.WindowDurations(), d.Clock(), time.Time{}, window.ETAConfig(service.SettingsOrZero(sess))); err == nil {
 				if n := len(est.Remaining); n > round.PageNodes && status.NodesShown < status.WindowsTotal {
 					est.Remaining = est.Remaining[:round.PageNodes]
 					est.Notes = append(est.Notes, fmt.Sprintf("remaining lists the next %d of %d nodes to patch", round.PageNodes, n))

@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"io"
 	"log/slog"
 	"os"
@@ -23,7 +25,7 @@ func TestSymlinkedAuditLogRefused(t *testing.T) {
 	clock := func() time.Time { return now }
 	repo := t.TempDir()
 	anchors := filepath.Join(t.TempDir(), "journals")
-	book := NewRoundBook(repo, anchors, clock)
+	book := service.NewRoundBook(repo, anchors, clock)
 	j, err := book.Journal("2026-11", true)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +53,7 @@ func TestSymlinkedAuditLogRefused(t *testing.T) {
 
 	c := config.DefaultConfig()
 	c.StateDir = t.TempDir()
-	book = NewRoundBook(repo, anchors, clock)
+	book = service.NewRoundBook(repo, anchors, clock)
 	defer book.Close()
 	d := &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Now: clock, Book: book}
 	d.Audit = d.RecordAudit

@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -84,7 +86,7 @@ func TestHostErrorNamesTheCausesNextStep(t *testing.T) {
 		{"a script's refusal", &steps.StepError{Step: "simulate", Node: "solo-1", Status: steps.StatusRefused, Reason: "the upgrade would remove 1 package(s): oldlib"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := hostError("solo-1", "simulate upgrade", c.err)
+			err := service.HostError("solo-1", "simulate upgrade", c.err)
 			var f *Failure
 			if !errors.As(err, &f) {
 				t.Fatalf("%T %v, want a failure", err, err)

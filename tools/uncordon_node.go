@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"github.com/mcp-patch/mcp-patch/round/service"
+
 	"context"
 	"errors"
 	"fmt"
@@ -28,7 +30,7 @@ func UncordonNode() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return UncordonOut{}, err
 		}
-		s, err := d.openRound()
+		s, err := d.OpenRound()
 		if err != nil {
 			return UncordonOut{}, err
 		}
@@ -38,7 +40,7 @@ func UncordonNode() Tool {
 				return UncordonOut{}, err
 			}
 		}
-		kc, err := d.cluster(ctx)
+		kc, err := d.KubeClients(ctx)
 		if err != nil {
 			return UncordonOut{}, err
 		}
@@ -57,7 +59,7 @@ func UncordonNode() Tool {
 			return UncordonOut{}, Refuse("Leave it: only the person or tool that cordoned the node may uncordon it.",
 				fmt.Sprintf("%s was not cordoned by this server (%s)", in.Node, st.Describe()), "nothing was changed")
 		}
-		w, err := d.window(ctx, s, needHost)
+		w, err := d.Window(ctx, s, service.NeedHost)
 		if err != nil {
 			return UncordonOut{}, err
 		}

@@ -1,6 +1,8 @@
-package tools
+package service
 
 import (
+	"github.com/mcp-patch/mcp-patch/answer"
+
 	"crypto/sha256"
 	"errors"
 	"time"
@@ -24,7 +26,7 @@ func NewRoundBook(root, anchorDir string, clock func() time.Time) *RoundBook {
 }
 
 // anchorsDir is where the rounds' anchors live under the state directory.
-const anchorsDir = book.AnchorsDir
+const AnchorsDir = book.AnchorsDir
 
 // AnchorDir is where a server whose state directory is stateDir anchors
 // its rounds' journals.
@@ -70,7 +72,7 @@ func (b *RoundBook) keepPlan(id string, sum [sha256.Size]byte, f plan.Fleet) { b
 
 // tamperRefusal answers a round whose journal does not reproduce its
 // anchor (book.TamperRefusal).
-func tamperRefusal(id string, err error) error { return bookRefusal(book.TamperRefusal(id, err)) }
+func TamperRefusal(id string, err error) error { return bookRefusal(book.TamperRefusal(id, err)) }
 
 // bookRefusal words the book's refusal as the tools': one vocabulary.
 func bookRefusal(err error) error {
@@ -79,7 +81,7 @@ func bookRefusal(err error) error {
 		return err
 	}
 	if r.NextTool != "" {
-		return RefuseWith(CallTo(r.NextTool, r.NextArgs...), r.Next, r.Reasons...)
+		return answer.RefuseWith(answer.CallTo(r.NextTool, r.NextArgs...), r.Next, r.Reasons...)
 	}
-	return Refuse(r.Next, r.Reasons...)
+	return answer.Refuse(r.Next, r.Reasons...)
 }

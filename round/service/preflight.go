@@ -1,6 +1,8 @@
-package tools
+package service
 
 import (
+	"github.com/mcp-patch/mcp-patch/answer"
+
 	"context"
 
 	"github.com/mcp-patch/mcp-patch/intent"
@@ -13,53 +15,53 @@ import (
 
 // The reviewed plan's files in rounds/<id>/.
 const (
-	fleetPlanFile   = "plan.json"
-	fleetPlanMD     = "plan.md"
-	planSignedFile  = "plan-signatures.json"
+	FleetPlanFile   = "plan.json"
+	FleetPlanMD     = "plan.md"
+	PlanSignedFile  = "plan-signatures.json"
 	kubeConcurrency = 8
 )
 
 // preflightInput is what the fleet-wide preflight reads before it builds
 // the plan.
-type preflightInput struct {
-	round     string
-	order     round.Order
-	inv       kube.Inventory
-	placement kube.Placement
-	settings  intent.Settings
-	revision  int
+type PreflightInput struct {
+	Round     string
+	Order     round.Order
+	Inv       kube.Inventory
+	Placement kube.Placement
+	Settings  intent.Settings
+	Revision  int
 }
 
 // preflight reads every node of the order and every node's drain preview
 // and builds the reviewed plan (preflight.Run). It changes nothing on
 // hosts or cluster.
-func (d *Deps) preflight(ctx context.Context, kc *kube.Clients, in preflightInput, p Progress) (plan.Fleet, error) {
-	h, err := d.hosts(ctx)
+func (d *Service) Preflight(ctx context.Context, kc *kube.Clients, in PreflightInput, p Progress) (plan.Fleet, error) {
+	h, err := d.OpenHosts(ctx)
 	if err != nil {
 		return plan.Fleet{}, err
 	}
-	jobs, jobWait, err := window.JobWait(in.settings)
+	jobs, jobWait, err := window.JobWait(in.Settings)
 	if err != nil {
 		return plan.Fleet{}, err
 	}
-	drains := preflight.ClusterDrains{Client: kc.Kube, Policy: preflight.DrainPolicy(in.settings), Jobs: jobs, JobWait: jobWait}
-	return preflight.Run(ctx, preflight.Input{Round: in.round, Order: in.order, Inventory: in.inv, Placement: in.placement,
-		Settings: in.settings, Revision: in.revision, Components: d.planComponents(in.round),
-		Risks: d.selectorRisks(ctx, kc, in.settings, jobs), HostConcurrency: d.Config.SSH.Concurrency, DrainConcurrency: kubeConcurrency},
+	drains := preflight.ClusterDrains{Client: kc.Kube, Policy: preflight.DrainPolicy(in.Settings), Jobs: jobs, JobWait: jobWait}
+	return preflight.Run(ctx, preflight.Input{Round: in.Round, Order: in.Order, Inventory: in.Inv, Placement: in.Placement,
+		Settings: in.Settings, Revision: in.Revision, Components: d.planComponents(in.Round),
+		Risks: d.selectorRisks(ctx, kc, in.Settings, jobs), HostConcurrency: d.Config.SSH.Concurrency, DrainConcurrency: kubeConcurrency},
 		h.Steps, drains, preflight.Progress(p))
 }
 
 // planIntent is what the intent says that shapes the plan of round
 // roundID (preflight.IntentOf).
-func (d *Deps) planIntent(roundID string, st intent.Settings, facts map[string]plan.Facts) plan.Intent {
+func (d *Service) PlanIntent(roundID string, st intent.Settings, facts map[string]plan.Facts) plan.Intent {
 	return preflight.IntentOf(st, d.planComponents(roundID), facts)
 }
 
 // planComponents are the intent's components whose lessons and open
 // questions the plan lists; none when the intent repository cannot be
 // read (the plan then lists no lessons, and the log says why).
-func (d *Deps) planComponents(roundID string) []*intent.Component {
-	r, err := d.intentRepo(roundID)
+func (d *Service) planComponents(roundID string) []*intent.Component {
+	r, err := d.IntentRepo(roundID)
 	if err != nil {
 		return nil
 	}
@@ -82,10 +84,10 @@ func (d *Deps) planComponents(roundID string) []*intent.Component {
 
 // inventoryAndPlacement is preflight.Locate; the API server failing it
 // is a failure that asks to check it.
-func (d *Deps) inventoryAndPlacement(ctx context.Context, kc *kube.Clients, settings intent.Settings) (kube.Inventory, kube.Placement, error) {
+func (d *Service) InventoryAndPlacement(ctx context.Context, kc *kube.Clients, settings intent.Settings) (kube.Inventory, kube.Placement, error) {
 	inv, pl, err := preflight.Locate(ctx, kc.Kube, kc.Dynamic, settings)
 	if err != nil {
-		return kube.Inventory{}, kube.Placement{}, Fail("Check the API server and call again.", err.Error())
+		return kube.Inventory{}, kube.Placement{}, answer.Fail("Check the API server and call again.", err.Error())
 	}
 	return inv, pl, nil
 }
@@ -94,10 +96,10 @@ func (d *Deps) inventoryAndPlacement(ctx context.Context, kc *kube.Clients, sett
 // plan.md. An unchanged plan keeps its revision (and its signature); a
 // changed one before any window opened becomes the next revision; once a
 // window opened, the plan stays as it is (replan_node changes one node).
-func (d *Deps) writePlanDocument(ctx context.Context, kc *kube.Clients, s *window.Round, in preflightInput, p Progress) (plan.Fleet, error) {
-	old, had, err := d.fleetPlan(in.round)
+func (d *Service) WritePlanDocument(ctx context.Context, kc *kube.Clients, s *window.Round, in PreflightInput, p Progress) (plan.Fleet, error) {
+	old, had, err := d.FleetPlan(in.Round)
 	if err != nil {
-		d.Log.Warn("the old plan is unreadable: writing a new one", "round", in.round, "err", err)
+		d.Log.Warn("the old plan is unreadable: writing a new one", "round", in.Round, "err", err)
 		had = false
 	}
 	st := s.Journal.State()
@@ -107,9 +109,9 @@ func (d *Deps) writePlanDocument(ctx context.Context, kc *kube.Clients, s *windo
 		}
 	}
 	if had {
-		in.revision = old.Revision
+		in.Revision = old.Revision
 	}
-	f, err := d.preflight(ctx, kc, in, p)
+	f, err := d.Preflight(ctx, kc, in, p)
 	if err != nil {
 		return plan.Fleet{}, err
 	}
@@ -119,7 +121,7 @@ func (d *Deps) writePlanDocument(ctx context.Context, kc *kube.Clients, s *windo
 	if had {
 		f.Revision = old.Revision + 1
 	}
-	if err := d.writeFleetPlan(in.round, f); err != nil {
+	if err := d.WriteFleetPlan(in.Round, f); err != nil {
 		return plan.Fleet{}, err
 	}
 	return f, nil

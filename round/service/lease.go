@@ -1,4 +1,4 @@
-package tools
+package service
 
 import (
 	"context"
@@ -21,7 +21,7 @@ type leaseKeeping struct {
 // process runs; nil without a cluster (nothing to hold). Its Lease is
 // d.Lease when set (tests), else the Lease on the cluster, timed by
 // kube.lease_renew and kube.lease_duration.
-func (d *Deps) leaseKeeper(ctx context.Context) (*window.LeaseKeeper, error) {
+func (d *Service) LeaseKeeper(ctx context.Context) (*window.LeaseKeeper, error) {
 	d.keeper.mu.Lock()
 	defer d.keeper.mu.Unlock()
 	if d.keeper.keeper != nil {
@@ -32,11 +32,11 @@ func (d *Deps) leaseKeeper(ctx context.Context) (*window.LeaseKeeper, error) {
 		if d.Cluster == nil {
 			return nil, nil
 		}
-		kc, err := d.cluster(ctx)
+		kc, err := d.KubeClients(ctx)
 		if err != nil {
 			return nil, err
 		}
-		lease = &windowlock.Lease{Kube: kc.Kube, Config: d.windowLockConfig()}
+		lease = &windowlock.Lease{Kube: kc.Kube, Config: d.WindowLockConfig()}
 	}
 	d.keeper.keeper = &window.LeaseKeeper{Lease: lease, BetweenSteps: true, Log: d.Log,
 		Timing: window.LeaseTiming{Renew: d.Config.Kube.LeaseRenew.D(), Duration: d.Config.Kube.LeaseDuration.D()}}
@@ -44,7 +44,7 @@ func (d *Deps) leaseKeeper(ctx context.Context) (*window.LeaseKeeper, error) {
 }
 
 // keptLease is the keeper when one was made, without making one.
-func (d *Deps) keptLease() *window.LeaseKeeper {
+func (d *Service) keptLease() *window.LeaseKeeper {
 	d.keeper.mu.Lock()
 	defer d.keeper.mu.Unlock()
 	return d.keeper.keeper
@@ -53,13 +53,13 @@ func (d *Deps) keptLease() *window.LeaseKeeper {
 // closeLease stops renewing the window Lease without releasing it (the
 // process ends: the Lease lapses, and the same identity takes it again
 // when it starts).
-func (d *Deps) closeLease() {
+func (d *Service) CloseLease() {
 	if k := d.keptLease(); k != nil {
 		k.Close()
 	}
 }
 
-func (d *Deps) windowLockConfig() windowlock.Config {
+func (d *Service) WindowLockConfig() windowlock.Config {
 	return windowlock.Config{Namespace: d.Config.Kube.LeaseNamespace, Identity: d.Identity, LeaseDuration: d.Config.Kube.LeaseDuration.D()}
 }
 
