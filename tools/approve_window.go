@@ -81,8 +81,9 @@ func ApproveWindow() Tool {
 		}
 		if in.Approval == "" {
 			err := d.RequestApproval("approve_window", bind)
-			if n, ok := isNeedApproval(err); ok && len(rule.Names) > 0 {
-				n.notes = append(n.notes, "who signs: "+rule.Words())
+			var n *service.NeedApproval
+			if errors.As(err, &n) && len(rule.Names) > 0 {
+				n.Notes = append(n.Notes, "who signs: "+rule.Words())
 			}
 			return ApproveWindowOut{}, err
 		}

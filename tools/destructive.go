@@ -5,11 +5,8 @@ import (
 
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
-	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -105,100 +102,10 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 		if err != nil {
 			return zero, d.RecordStop(r, err)
 		}
-		roundID := r.ID
-		// The round's reviewed plan: signed before the first cordon, and
-		// this step's live plan equal to its node's reviewed plan.
-		if err := d.CheckReviewed(ctx, roundID, spec.Name, plan); err != nil {
-			return zero, err
-		}
-		if d.Approvals == nil {
-			return zero, Refuse("Ask the operator to configure approvals.allowed_signers and restart the server.",
-				"no allowed_signers file is configured, so no approval can be verified and no destructive step can run")
-		}
-		rule, err := d.StepPrincipals(roundID, plan.Target())
+		a, err := d.Authorize(ctx, r.ID, spec.Name, plan, in.approval())
 		if err != nil {
 			return zero, err
 		}
-		bind := service.Binding{Node: plan.Target(), Round: roundID, Digest: plan.Digest(), Summary: plan.Summary(), Principals: rule.Names}
-		var notes []string
-		if in.approval() == "" {
-			// A per-window approval covers the step when its signature
-			// verifies again now and binds the live digest, once per step.
-			a, ok, note, err := d.WindowApproval(ctx, roundID, spec.Name, plan)
-			if err != nil {
-				return zero, err
-			}
-			if note != "" {
-				notes = append(notes, note)
-			}
-			if ok {
-				// A window approval signed by someone the intent does not
-				// (or no longer) lets sign this kind of step leaves the
-				// step to a signature of its own.
-				if err := a.RequirePrincipals(rule.Names); err != nil {
-					ok = false
-					notes = append(notes, "the window approval "+a.ID+" of "+bind.Node+" does not cover "+spec.Name+": "+err.Error()+"; "+rule.Words())
-				}
-			}
-			if ok {
-				a.Digest = bind.Digest
-				if err := d.KeepStep(roundID, spec.Name, "approve_window", a, plan); err != nil {
-					return zero, Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was executed")
-				}
-				switch err := d.Approvals.ConsumePart(ctx, a, spec.Name); {
-				case errors.Is(err, policy.ErrReplayed):
-					ok = false
-					notes = append(notes, "the window approval "+a.ID+" of "+bind.Node+" covered "+spec.Name+" once already: running it again needs a new signature")
-				case err != nil:
-					return zero, Refuse("Ask a person to sign a new request.", "window approval could not be used: "+err.Error(), "nothing was executed")
-				}
-			}
-			if ok {
-				d.Log.Info("step covered by its window approval", "tool", spec.Name, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
-				out, err := t.Do(ctx, d, r, in, plan, a, p)
-				PO(&out).result().approvalID = a.ID
-				if err != nil {
-					err = &approvedErr{err: err, id: a.ID}
-				}
-				return out, err
-			}
-			text, exp, err := d.Approvals.Request(spec.Name, bind)
-			if err != nil {
-				return zero, fmt.Errorf("build approval request: %w", err)
-			}
-			if len(rule.Names) > 0 {
-				notes = append(notes, "who signs: "+rule.Words())
-			}
-			d.Ops.ApprovalNeeded(spec.Name, bind.Round, bind.Node, bind.Summary, exp, d.Clock())
-			return zero, &needApproval{ApprovalNeeded: ApprovalNeeded{
-				Request:    text,
-				Summary:    bind.Summary,
-				Command:    "mcp-patch approve request.txt   (save the request text as request.txt; prints the approval to hand back)",
-				AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 request.txt && cat request.txt request.txt.sig   (hand back the whole output)",
-				ExpiresAt:  exp.UTC().Format(time.RFC3339),
-			}, notes: notes}
-		}
-		a, err := d.Approvals.Verify(ctx, in.approval(), spec.Name, bind)
-		if errors.Is(err, policy.ErrPrincipalNotAllowed) {
-			return zero, Refuse("Ask "+strings.Join(rule.Names, " or ")+" to sign the request: call again without the approval to get it.",
-				"approval refused: "+err.Error(), rule.Words(), "nothing was executed")
-		}
-		if err != nil {
-			return zero, Refuse("Ask a person to sign a new request: call again without the approval to get it.",
-				"approval refused: "+err.Error(), "nothing was executed")
-		}
-		a.Digest = bind.Digest
-		// The signed bytes are kept before the approval is used: what a
-		// later step (a drain carried on) holds this one to is verified
-		// again from them, never taken from a record the agent can write.
-		if err := d.KeepStep(roundID, spec.Name, spec.Name, a, plan); err != nil {
-			return zero, Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was executed")
-		}
-		if err := d.Approvals.Consume(ctx, a); err != nil {
-			return zero, Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was executed")
-		}
-		d.Ops.ApprovalUsed(spec.Name, bind.Node)
-		d.Log.Info("approved step", "tool", spec.Name, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
 		out, err := t.Do(ctx, d, r, in, plan, a, p)
 		PO(&out).result().approvalID = a.ID
 		if err != nil {

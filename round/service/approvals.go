@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/answer"
@@ -123,3 +125,95 @@ func ValidNode(name string) error {
 // RequirePrincipals refuses an approval signed by none of names (none:
 // anyone allowed_signers admits).
 func (a Approved) RequirePrincipals(names []string) error { return a.verified.RequirePrincipals(names) }
+
+// Authorize is the rule every destructive step on plan in round roundID
+// runs behind: the round's reviewed plan, signed before the first cordon
+// and equal to the live plan, and a verified approval bound to the plan's
+// digest, kept and used up before the step acts: the node's window
+// approval when no approval is given and it covers tool, else approval.
+// With neither it answers a NeedApproval with the request to sign.
+func (d *Service) Authorize(ctx context.Context, roundID, tool string, plan window.Plan, approval string) (Approved, error) {
+	// The round's reviewed plan: signed before the first cordon, and
+	// this step's live plan equal to its node's reviewed plan.
+	if err := d.CheckReviewed(ctx, roundID, tool, plan); err != nil {
+		return Approved{}, err
+	}
+	if d.Approvals == nil {
+		return Approved{}, answer.Refuse("Ask the operator to configure approvals.allowed_signers and restart the server.",
+			"no allowed_signers file is configured, so no approval can be verified and no destructive step can run")
+	}
+	rule, err := d.StepPrincipals(roundID, plan.Target())
+	if err != nil {
+		return Approved{}, err
+	}
+	bind := Binding{Node: plan.Target(), Round: roundID, Digest: plan.Digest(), Summary: plan.Summary(), Principals: rule.Names}
+	var notes []string
+	if approval == "" {
+		// A per-window approval covers the step when its signature
+		// verifies again now and binds the live digest, once per step.
+		a, ok, note, err := d.WindowApproval(ctx, roundID, tool, plan)
+		if err != nil {
+			return Approved{}, err
+		}
+		if note != "" {
+			notes = append(notes, note)
+		}
+		if ok {
+			// A window approval signed by someone the intent does not
+			// (or no longer) lets sign this kind of step leaves the
+			// step to a signature of its own.
+			if err := a.RequirePrincipals(rule.Names); err != nil {
+				ok = false
+				notes = append(notes, "the window approval "+a.ID+" of "+bind.Node+" does not cover "+tool+": "+err.Error()+"; "+rule.Words())
+			}
+		}
+		if ok {
+			a.Digest = bind.Digest
+			if err := d.KeepStep(roundID, tool, "approve_window", a, plan); err != nil {
+				return Approved{}, answer.Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was executed")
+			}
+			switch err := d.Approvals.ConsumePart(ctx, a, tool); {
+			case errors.Is(err, policy.ErrReplayed):
+				ok = false
+				notes = append(notes, "the window approval "+a.ID+" of "+bind.Node+" covered "+tool+" once already: running it again needs a new signature")
+			case err != nil:
+				return Approved{}, answer.Refuse("Ask a person to sign a new request.", "window approval could not be used: "+err.Error(), "nothing was executed")
+			}
+		}
+		if ok {
+			d.Log.Info("step covered by its window approval", "tool", tool, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
+			return a, nil
+		}
+		text, exp, err := d.Approvals.Request(tool, bind)
+		if err != nil {
+			return Approved{}, fmt.Errorf("build approval request: %w", err)
+		}
+		if len(rule.Names) > 0 {
+			notes = append(notes, "who signs: "+rule.Words())
+		}
+		d.Ops.ApprovalNeeded(tool, bind.Round, bind.Node, bind.Summary, exp, d.Clock())
+		return Approved{}, &NeedApproval{Request: text, Summary: bind.Summary, Expires: exp, Notes: notes}
+	}
+	a, err := d.Approvals.Verify(ctx, approval, tool, bind)
+	if errors.Is(err, policy.ErrPrincipalNotAllowed) {
+		return Approved{}, answer.Refuse("Ask "+strings.Join(rule.Names, " or ")+" to sign the request: call again without the approval to get it.",
+			"approval refused: "+err.Error(), rule.Words(), "nothing was executed")
+	}
+	if err != nil {
+		return Approved{}, answer.Refuse("Ask a person to sign a new request: call again without the approval to get it.",
+			"approval refused: "+err.Error(), "nothing was executed")
+	}
+	a.Digest = bind.Digest
+	// The signed bytes are kept before the approval is used: what a
+	// later step (a drain carried on) holds this one to is verified
+	// again from them, never taken from a record the agent can write.
+	if err := d.KeepStep(roundID, tool, tool, a, plan); err != nil {
+		return Approved{}, answer.Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was executed")
+	}
+	if err := d.Approvals.Consume(ctx, a); err != nil {
+		return Approved{}, answer.Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was executed")
+	}
+	d.Ops.ApprovalUsed(tool, bind.Node)
+	d.Log.Info("approved step", "tool", tool, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
+	return a, nil
+}
