@@ -51,37 +51,9 @@ func RoundStatus() Tool {
 			return RoundStatusOut{}, Refuse(fmt.Sprintf("Use a cursor from next_cursor and a limit from 1 to %d.", round.MaxPageNodes),
 				fmt.Sprintf("cursor %d, limit %d are out of range", in.Cursor, in.Limit))
 		}
-		var st *round.State
-		var sess *window.Round
-		if in.Round != "" {
-			if !round.ValidRoundID(in.Round) {
-				return RoundStatusOut{}, Refuse("Use a round id such as 2026-11.", fmt.Sprintf("round id %q is not valid", in.Round))
-			}
-			if d.Book.Holds(in.Round) {
-				// This process's own record, not the file beside it.
-				j, err := d.Book.Journal(in.Round, false)
-				if err != nil {
-					return RoundStatusOut{}, err
-				}
-				st = j.State()
-			} else {
-				s, _, err := round.ReadState(d.Book.Dir(in.Round))
-				if err != nil {
-					return RoundStatusOut{}, Refuse("Name a round that exists under rounds/ in the intent repository.", "round "+in.Round+": "+err.Error())
-				}
-				if d.Book.AnchorDir != "" {
-					if err := round.CheckAnchored(d.Book.Dir(in.Round), d.Book.AnchorDir); err != nil {
-						return RoundStatusOut{}, service.TamperRefusal(in.Round, err)
-					}
-				}
-				st = s
-			}
-		} else {
-			s, err := d.ReadRound()
-			if err != nil {
-				return RoundStatusOut{}, err
-			}
-			st, sess = s.Journal.State(), s
+		st, sess, err := d.RoundState(in.Round)
+		if err != nil {
+			return RoundStatusOut{}, err
 		}
 		status := st.Status(d.Clock())
 		_, mv, restricted, merr := service.RoundMaintenance(sess, d.Clock())

@@ -265,3 +265,41 @@ func (d *Service) CurrentRoundID() string {
 	}
 	return d.Clock().UTC().Format("2006-01")
 }
+
+// RoundState is the state of round id, or of the open round when id is
+// "" (then sess is the open round, read through a view): this process's
+// own record of a round it holds, else the files, checked against their
+// anchors.
+func (d *Service) RoundState(id string) (st *round.State, sess *window.Round, err error) {
+	if id != "" {
+		if !round.ValidRoundID(id) {
+			return nil, nil, answer.Refuse("Use a round id such as 2026-11.", fmt.Sprintf("round id %q is not valid", id))
+		}
+		if d.Book.Holds(id) {
+			// This process's own record, not the file beside it.
+			j, err := d.Book.Journal(id, false)
+			if err != nil {
+				return nil, nil, err
+			}
+			st = j.State()
+		} else {
+			s, _, err := round.ReadState(d.Book.Dir(id))
+			if err != nil {
+				return nil, nil, answer.Refuse("Name a round that exists under rounds/ in the intent repository.", "round "+id+": "+err.Error())
+			}
+			if d.Book.AnchorDir != "" {
+				if err := round.CheckAnchored(d.Book.Dir(id), d.Book.AnchorDir); err != nil {
+					return nil, nil, TamperRefusal(id, err)
+				}
+			}
+			st = s
+		}
+	} else {
+		s, err := d.ReadRound()
+		if err != nil {
+			return nil, nil, err
+		}
+		st, sess = s.Journal.State(), s
+	}
+	return st, sess, nil
+}
