@@ -4,12 +4,10 @@ import (
 	"github.com/mcp-patch/mcp-patch/round/service"
 
 	"context"
-	"fmt"
 
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/gate"
 	"github.com/mcp-patch/mcp-patch/round"
-	"github.com/mcp-patch/mcp-patch/round/plan/preflight"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -41,53 +39,12 @@ func PlanRound() Tool {
 			" preview): plan.md and plan.json, committed. A blocker stops the round before any cordon.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in PlanRoundIn, p Progress) (PlanRoundOut, error) {
-		if d.Book == nil {
-			return PlanRoundOut{}, Refuse("Start the server with --intent-repo.", "no intent repository is configured")
-		}
-		if err := window.AdmitPlanRound(in.Round, d.Book.CurrentID()); err != nil {
-			return PlanRoundOut{}, err
-		}
-		r, err := d.IntentRepo(in.Round)
+		pr, err := d.PlanOrder(ctx, in.Round, p)
 		if err != nil {
 			return PlanRoundOut{}, err
 		}
-		settings, err := r.RoundSettings()
-		if err != nil {
-			return PlanRoundOut{}, service.IntentError("read the intent's settings", err)
-		}
-		kc, err := d.KubeClients(ctx)
-		if err != nil {
-			return PlanRoundOut{}, err
-		}
-		p(0, 0, "inventory and placement") // the total is known with the order
-		inv, pl, err := d.InventoryAndPlacement(ctx, kc, settings)
-		if err != nil {
-			return PlanRoundOut{}, err
-		}
-		nodes, rp := preflight.OrderInput(inv, pl)
-		order, err := round.PlanOrder(nodes, rp)
-		if err != nil {
-			return PlanRoundOut{}, Fail("Read the reason; the inventory may be incomplete.", "plan the order: "+err.Error())
-		}
-		var soakHours, deadlineDays int
-		if k := settings.Kernel; k != nil {
-			soakHours, deadlineDays = k.SoakHours, k.ComplianceDeadlineDays.Internal
-		}
-		soak, deadline := window.RoundClocks(soakHours, deadlineDays, d.Clock())
-		j, err := d.Book.Journal(in.Round, true)
-		if err != nil {
-			return PlanRoundOut{}, err
-		}
-		s := &window.Round{Journal: j, ID: in.Round, Settings: settings, Book: d.Book, Events: d.WindowEvents, Now: d.Clock, Log: d.Log}
-		due, err := window.DecidePlanOrder(j.State(), d.Clock())
-		if err != nil {
-			return PlanRoundOut{}, err
-		}
-		if due {
-			if _, err := j.Plan(order, soak, round.Meta{Detail: fmt.Sprintf("%d nodes", len(order.Positions))}); err != nil {
-				return PlanRoundOut{}, service.RuleRefusal(err)
-			}
-		}
+		kc, s, settings, order, pl, deadline := pr.Clients, pr.Round, pr.Settings, pr.Order, pr.Placement, pr.Deadline
+		j := s.Journal
 		out := PlanRoundOut{Round: in.Round, Order: &order, Placement: &pl}
 		// Progress: baseline, estimate, preflight, then two steps a node
 		// (its preflight, its drain preview), then the commit.
@@ -103,7 +60,7 @@ func PlanRound() Tool {
 		}
 		out.Reasons = append(out.Reasons, window.PlanReasons(out.ETA, deadline, order.Notes)...)
 		p(3, total, "fleet-wide preflight")
-		fl, perr := d.WritePlanDocument(ctx, kc, s, service.PreflightInput{Round: in.Round, Order: order, Inv: inv, Placement: pl, Settings: settings}, p.after(3, total))
+		fl, perr := d.WritePlanDocument(ctx, kc, s, service.PreflightInput{Round: in.Round, Order: order, Inv: pr.Inventory, Placement: pl, Settings: settings}, p.after(3, total))
 		if perr == nil {
 			out.Plan, perr = d.PlanStatus(ctx, in.Round, nil)
 		}
