@@ -78,7 +78,7 @@ type Approvals interface {
 	ReverifyAttestation(ctx context.Context, text string, kind policy.Kind) (Approved, policy.Request, error)
 }
 
-// keepStep keeps the signed bytes of the approval a step is about to run
+// KeepStep keeps the signed bytes of the approval a step is about to run
 // under (tool: what the request was signed for) with the plan it runs.
 func (d *Service) KeepStep(roundID, step, tool string, a Approved, plan window.Plan) error {
 	raw, err := window.Encode(plan)
@@ -89,7 +89,7 @@ func (d *Service) KeepStep(roundID, step, tool string, a Approved, plan window.P
 	return d.KeepProof(roundID, Proof{Tool: tool, Step: step, Node: node, ApprovalID: a.ID, Approval: a.Text, Plan: raw})
 }
 
-// grant is the approval as the window journals it.
+// Grant is the approval as the window journals it.
 func (a Approved) Grant() window.Approval { return window.Approval{ID: a.ID, Digest: a.Digest} }
 
 // NeedApproval is the answer that a person must sign Request before the

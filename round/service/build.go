@@ -17,7 +17,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/policy"
 )
 
-// Build makes the tool dependencies from a configuration: the intent
+// Build makes the service from a configuration: the intent
 // repository, the round book, approvals, and lazy access to the cluster and
 // the hosts. now is the clock (nil: time.Now); getenv reads the
 // environment. cleanup closes what Build opened.
@@ -39,7 +39,7 @@ func Build(ctx context.Context, c *config.Config, log *slog.Logger, getenv func(
 	return d, cleanup, nil
 }
 
-// wire connects the tool dependencies to the real packages named by the
+// Wire connects the service to the real packages named by the
 // configuration. Connections to the cluster and the hosts are made lazily,
 // on first use, so reading intent works without either.
 func Wire(ctx context.Context, d *Service) (cleanup func(), err error) {
@@ -117,7 +117,7 @@ func Wire(ctx context.Context, d *Service) (cleanup func(), err error) {
 	return cleanup, nil
 }
 
-// verifyDisabled says why verify.sh may not run: in read-only mode unless
+// VerifyDisabled says why verify.sh may not run: in read-only mode unless
 // the configuration allows it.
 func VerifyDisabled(c *config.Config) string {
 	if c.Mode == config.ModeReadOnly && !c.Verify.InReadOnly {
@@ -207,7 +207,7 @@ func (d *Service) home() string {
 	return d.Getenv("HOME")
 }
 
-// hostInventory is the SSH inventory file when configured, over what the
+// LoadHostInventory is the SSH inventory file when configured, over what the
 // user's ~/.ssh/config says for each node, completed with the InternalIP of
 // every cluster node it does not name.
 func LoadHostInventory(ctx context.Context, d *Service) (*host.MapInventory, error) {

@@ -22,11 +22,11 @@ var decisionKinds = map[string]struct {
 	"residual_risk_accepted":    {policy.KindResidualRiskAccepted, round.DecisionResidualRiskAccepted},
 }
 
-// decisionTool is the tool name a decision's kept statement is filed
+// DecisionTool is the tool name a decision's kept statement is filed
 // under in the proofs (Step names the decision).
 const DecisionTool = "record_decision"
 
-// decisionProven is the check a round's journal runs, when its state is
+// DecisionProven is the check a round's journal runs, when its state is
 // rebuilt, on every decision record it replays (round.WithDecisionCheck):
 // the record counts only as the person's statement kept in the state
 // directory under its approval id, verified again now and bound to the

@@ -64,7 +64,7 @@ func (d *Service) GateConfig(ctx context.Context, s *window.Round) (gate.Config,
 	return cfg, nil
 }
 
-// failingVerify runs every component's verify.sh and names those failing.
+// FailingVerify runs every component's verify.sh and names those failing.
 func (d *Service) FailingVerify(ctx context.Context) []string {
 	if d.Intent == nil {
 		return nil
@@ -103,7 +103,7 @@ type GateRun struct {
 	Baseline *gate.Baseline
 }
 
-// evaluateGate evaluates the gate for node ("" for the cluster only). It
+// EvaluateGate evaluates the gate for node ("" for the cluster only). It
 // writes nothing.
 func EvaluateGate(ctx context.Context, d *Service, s *window.Round, node string) (GateRun, error) {
 	kc, err := d.KubeClients(ctx)
@@ -127,7 +127,7 @@ func EvaluateGate(ctx context.Context, d *Service, s *window.Round, node string)
 	return g, nil
 }
 
-// takeBaseline takes the round's health baseline once, before its first
+// TakeBaseline takes the round's health baseline once, before its first
 // window (window.Round.TakeBaseline); nil when the round has one already.
 func (d *Service) TakeBaseline(ctx context.Context, kc *kube.Clients, s *window.Round) (*gate.Baseline, error) {
 	hc := gate.HealthConfig{}

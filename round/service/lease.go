@@ -15,7 +15,7 @@ type leaseKeeping struct {
 	keeper *window.LeaseKeeper
 }
 
-// leaseKeeper is the process's keeper of the window Lease
+// LeaseKeeper is the process's keeper of the window Lease
 // (window.LeaseKeeper: a window step runs bound to it, and a lost Lease
 // stops the step), renewing it between the window's calls as long as the
 // process runs; nil without a cluster (nothing to hold). Its Lease is
@@ -50,7 +50,7 @@ func (d *Service) keptLease() *window.LeaseKeeper {
 	return d.keeper.keeper
 }
 
-// closeLease stops renewing the window Lease without releasing it (the
+// CloseLease stops renewing the window Lease without releasing it (the
 // process ends: the Lease lapses, and the same identity takes it again
 // when it starts).
 func (d *Service) CloseLease() {

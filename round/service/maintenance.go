@@ -8,7 +8,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
-// roundMaintenance is where the open round stands against the intent's
+// RoundMaintenance is where the open round stands against the intent's
 // maintenance windows now (window.Maintenance); ok is false without a
 // round or without a maintenance section (work may start at any time).
 func RoundMaintenance(s *window.Round, now time.Time) (maintenance.Schedule, window.MaintenanceView, bool, error) {

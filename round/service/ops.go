@@ -91,7 +91,7 @@ func wireOps(ctx context.Context, d *Service) (func(), error) {
 	}, nil
 }
 
-// recordNotification keeps a delivery's outcome in its round's journal.
+// RecordNotification keeps a delivery's outcome in its round's journal.
 func (d *Service) RecordNotification(dl notify.Delivery) error {
 	if d.Book == nil || dl.Round == "" {
 		return nil

@@ -21,7 +21,7 @@ const (
 	kubeConcurrency = 8
 )
 
-// preflightInput is what the fleet-wide preflight reads before it builds
+// PreflightInput is what the fleet-wide preflight reads before it builds
 // the plan.
 type PreflightInput struct {
 	Round     string
@@ -32,7 +32,7 @@ type PreflightInput struct {
 	Revision  int
 }
 
-// preflight reads every node of the order and every node's drain preview
+// Preflight reads every node of the order and every node's drain preview
 // and builds the reviewed plan (preflight.Run). It changes nothing on
 // hosts or cluster.
 func (d *Service) Preflight(ctx context.Context, kc *kube.Clients, in PreflightInput, p Progress) (plan.Fleet, error) {
@@ -51,7 +51,7 @@ func (d *Service) Preflight(ctx context.Context, kc *kube.Clients, in PreflightI
 		h.Steps, drains, preflight.Progress(p))
 }
 
-// planIntent is what the intent says that shapes the plan of round
+// PlanIntent is what the intent says that shapes the plan of round
 // roundID (preflight.IntentOf).
 func (d *Service) PlanIntent(roundID string, st intent.Settings, facts map[string]plan.Facts) plan.Intent {
 	return preflight.IntentOf(st, d.planComponents(roundID), facts)
@@ -82,7 +82,7 @@ func (d *Service) planComponents(roundID string) []*intent.Component {
 	return out
 }
 
-// inventoryAndPlacement is preflight.Locate; the API server failing it
+// InventoryAndPlacement is preflight.Locate; the API server failing it
 // is a failure that asks to check it.
 func (d *Service) InventoryAndPlacement(ctx context.Context, kc *kube.Clients, settings intent.Settings) (kube.Inventory, kube.Placement, error) {
 	inv, pl, err := preflight.Locate(ctx, kc.Kube, kc.Dynamic, settings)
@@ -92,7 +92,7 @@ func (d *Service) InventoryAndPlacement(ctx context.Context, kc *kube.Clients, s
 	return inv, pl, nil
 }
 
-// writePlanDocument runs the fleet-wide preflight and writes plan.json and
+// WritePlanDocument runs the fleet-wide preflight and writes plan.json and
 // plan.md. An unchanged plan keeps its revision (and its signature); a
 // changed one before any window opened becomes the next revision; once a
 // window opened, the plan stays as it is (replan_node changes one node).

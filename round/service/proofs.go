@@ -14,7 +14,7 @@ import (
 // directory by the book (round/book/proofs.go); every decision that rests
 // on an earlier approval verifies its signature again (reverify).
 
-// proof is one kept approval.
+// Proof is one kept approval.
 type Proof = book.Proof
 
 // proofStore is where this server keeps its proofs.
@@ -26,11 +26,11 @@ func (d *Service) proofStore() book.Proofs {
 	return s
 }
 
-// keepProof keeps the signed bytes of an approval about to be used,
+// KeepProof keeps the signed bytes of an approval about to be used,
 // before the approval is consumed and the step acts.
 func (d *Service) KeepProof(roundID string, p Proof) error { return d.proofStore().Keep(roundID, p) }
 
-// proofs are the round's kept approvals in the order they were kept.
+// Proofs are the round's kept approvals in the order they were kept.
 func (d *Service) Proofs(roundID string) ([]Proof, error) { return d.proofStore().All(roundID) }
 
 // standing is a kept approval whose signature verified again just now.
@@ -40,7 +40,7 @@ type standing struct {
 	Proof Proof
 }
 
-// reverify checks a kept approval again: its signature against
+// Reverify checks a kept approval again: its signature against
 // allowed_signers now, its binding to tool, node and round (and digest,
 // when not empty: otherwise whatever digest it signed, in the answer's
 // Digest), and that it was consumed while valid.
@@ -58,7 +58,7 @@ func (d *Service) reverifier(roundID string) book.Reverify[Approved] {
 	}
 }
 
-// latestProof is the last kept approval of tool on node that verifies
+// LatestProof is the last kept approval of tool on node that verifies
 // again (book.Latest).
 func (d *Service) LatestProof(ctx context.Context, roundID, tool, node string) (standing, bool, error) {
 	ps, err := d.Proofs(roundID)
@@ -69,7 +69,7 @@ func (d *Service) LatestProof(ctx context.Context, roundID, tool, node string) (
 	return standing{Approved: s.Approved, index: s.Index, Proof: s.Proof}, ok, err
 }
 
-// windowToolsOf reads what a window approval binds from the summary the
+// WindowToolsOf reads what a window approval binds from the summary the
 // person signed ("<tool> bound to <digest>" lines, DecideWindowApproval).
 func WindowToolsOf(summary []string) map[string]string {
 	out := map[string]string{}
@@ -82,7 +82,7 @@ func WindowToolsOf(summary []string) map[string]string {
 	return out
 }
 
-// approvedDrain is the approved plan of the drain in flight on node, from
+// ApprovedDrain is the approved plan of the drain in flight on node, from
 // the kept signature of its approval (approvalID, as the journal names
 // it), verified again; nil when this server keeps none for it.
 func (d *Service) ApprovedDrain(ctx context.Context, roundID, node, approvalID string) (*window.DrainPlan, error) {

@@ -117,7 +117,7 @@ func (d *Service) commitHeld(ctx context.Context, id, why string) error {
 // planMarkdown renders plan.md from the plan.
 func planMarkdown(f plan.Fleet) ([]byte, error) { return book.PlanMarkdown(f) }
 
-// checkPlanMD is sign_plan's rule that what people read is what they
+// CheckPlanMD is sign_plan's rule that what people read is what they
 // sign (book.CheckPlanMD).
 func (d *Service) CheckPlanMD(id string, f plan.Fleet) error {
 	return bookRefusal(d.Book.CheckPlanMD(id, f))

@@ -19,7 +19,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
-// openRound opens the open round for writing, or answers a refusal when
+// OpenRound opens the open round for writing, or answers a refusal when
 // there is none: the one owner of the round for the call.
 func (d *Service) OpenRound() (*window.Round, error) {
 	if d.Book == nil {
@@ -32,7 +32,7 @@ func (d *Service) OpenRound() (*window.Round, error) {
 	return d.RoundOf(j), nil
 }
 
-// readRound is openRound for a read-only tool: the open round read
+// ReadRound is openRound for a read-only tool: the open round read
 // through a view (RoundBook.CurrentView), so that the call writes nothing
 // and locks no writer out, even as the process's first call.
 func (d *Service) ReadRound() (*window.Round, error) {
@@ -46,7 +46,7 @@ func (d *Service) ReadRound() (*window.Round, error) {
 	return d.RoundOf(j), nil
 }
 
-// roundOf is the round of journal j with the intent's settings.
+// RoundOf is the round of journal j with the intent's settings.
 func (d *Service) RoundOf(j *round.Journal) *window.Round {
 	s := &window.Round{Journal: j, ID: j.RoundID(), Book: d.Book, Events: d.WindowEvents, Now: d.Clock, Log: d.Log}
 	if r, err := d.IntentRepo(s.ID); err == nil {
@@ -59,7 +59,7 @@ func (d *Service) RoundOf(j *round.Journal) *window.Round {
 	return s
 }
 
-// maybeRound is the open round for checks that also work before a round
+// MaybeRound is the open round for checks that also work before a round
 // is planned: nil when no round is open. A check that records (its
 // recording twin) holds the journal for writing; the read-only check
 // reads it through a view (readRound).
@@ -78,7 +78,7 @@ func (d *Service) MaybeRound(record bool) *window.Round {
 	return s
 }
 
-// checkRound is the open round for a check: held for writing by the
+// CheckRound is the open round for a check: held for writing by the
 // recording twin, read through a view by the read-only tool.
 func (d *Service) CheckRound(record bool) (*window.Round, error) {
 	if record {
@@ -87,7 +87,7 @@ func (d *Service) CheckRound(record bool) (*window.Round, error) {
 	return d.ReadRound()
 }
 
-// ruleRefusal turns a standing rule's refusal into a tool refusal
+// RuleRefusal turns a standing rule's refusal into a tool refusal
 // (window.RuleRefusal words it).
 func RuleRefusal(err error) error {
 	var ref *window.Refusal
@@ -97,7 +97,7 @@ func RuleRefusal(err error) error {
 	return err
 }
 
-// hostFailure records a check that could not run on its host as failed
+// HostFailure records a check that could not run on its host as failed
 // (not sure means stop: a person decides), except for bad input, which
 // changed nothing and is only refused.
 func HostFailure(s *window.Round, step round.Step, node string, err error) error {
@@ -112,7 +112,7 @@ func HostFailure(s *window.Round, step round.Step, node string, err error) error
 	return f
 }
 
-// hostError turns errors from the host steps into results: bad input is a
+// HostError turns errors from the host steps into results: bad input is a
 // refusal, anything else a failure naming the node, whose next step fits
 // its cause (steps.CauseOf, steps.NextStepFor).
 func HostError(node, action string, err error) error {
@@ -146,15 +146,15 @@ func DigestOf(parts ...string) string {
 // call's records started.
 const commitSettle = 10 * time.Second
 
-// commitRound commits the round's record files to the intent repository's
+// CommitRound commits the round's record files to the intent repository's
 // working branch and returns the commit hash.
 func (d *Service) CommitRound(ctx context.Context, s *window.Round, why string) (string, error) {
 	c, _, err := d.CommitRoundNamed(ctx, s, why)
 	return c, err
 }
 
-// commitRoundNamed is commitRound that also answers the reports it wrote
-// again or left out (tools/reports.go).
+// CommitRoundNamed is commitRound that also answers the reports it wrote
+// again or left out (reports.go).
 func (d *Service) CommitRoundNamed(ctx context.Context, s *window.Round, why string) (string, reportNames, error) {
 	var names reportNames
 	r, err := d.IntentRepo(s.ID)
@@ -172,7 +172,7 @@ func (d *Service) CommitRoundNamed(ctx context.Context, s *window.Round, why str
 	var c intent.Commit
 	err = s.Journal.Hold(func() error {
 		// The reports the server owns are its own renders, never an
-		// edit behind its back (tools/reports.go).
+		// edit behind its back (reports.go).
 		files, n, err := d.guardedFiles(s.ID)
 		names = n
 		if err != nil {
@@ -205,7 +205,7 @@ func where(step round.Step, node string) string {
 	return string(step) + " on " + node
 }
 
-// intentError turns the intent package's errors into refusals (bad input,
+// IntentError turns the intent package's errors into refusals (bad input,
 // nothing changed) or failures.
 func IntentError(action string, err error) error {
 	switch {
@@ -246,7 +246,7 @@ func short(h string) string {
 	return h
 }
 
-// uncordonIfOurs uncordons a node only when this server cordoned it in
+// UncordonIfOurs uncordons a node only when this server cordoned it in
 // this round (drain.UncordonIfOurs); it says what it did in words.
 func (d *Service) UncordonIfOurs(ctx context.Context, roundID, node string) (bool, string) {
 	kc, err := d.KubeClients(ctx)

@@ -25,7 +25,7 @@ func NewRoundBook(root, anchorDir string, clock func() time.Time) *RoundBook {
 	return &RoundBook{book.New(root, anchorDir, clock)}
 }
 
-// anchorsDir is where the rounds' anchors live under the state directory.
+// AnchorsDir is where the rounds' anchors live under the state directory.
 const AnchorsDir = book.AnchorsDir
 
 // AnchorDir is where a server whose state directory is stateDir anchors
@@ -70,7 +70,7 @@ func (b *RoundBook) sharedPlan(id string, sum [sha256.Size]byte) (plan.Fleet, bo
 
 func (b *RoundBook) keepPlan(id string, sum [sha256.Size]byte, f plan.Fleet) { b.KeepPlan(id, sum, f) }
 
-// tamperRefusal answers a round whose journal does not reproduce its
+// TamperRefusal answers a round whose journal does not reproduce its
 // anchor (book.TamperRefusal).
 func TamperRefusal(id string, err error) error { return bookRefusal(book.TamperRefusal(id, err)) }
 

@@ -18,7 +18,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
-// planSignature is a person's signature of one revision of the plan.
+// PlanSignature is a person's signature of one revision of the plan.
 type PlanSignature struct {
 	Digest     string    `json:"digest"`
 	Revision   int       `json:"revision"`
@@ -33,7 +33,7 @@ type PlanSignature struct {
 	Changed []string `json:"changed,omitempty"`
 }
 
-// windowSignature is a per-window approval: one signature binding every
+// WindowSignature is a per-window approval: one signature binding every
 // step of one node's window to the digests it lists.
 type WindowSignature struct {
 	Node       string `json:"node"`
@@ -45,19 +45,19 @@ type WindowSignature struct {
 	Time  time.Time         `json:"time"`
 }
 
-// planSignatures is rounds/<id>/plan-signatures.json: the plan's
+// PlanSignatures is rounds/<id>/plan-signatures.json: the plan's
 // signatures, rendered from those the server kept (plansSigned).
 type PlanSignatures struct {
 	Plan []PlanSignature `json:"plan"`
 }
 
-// windowSignaturesDir holds one report per approved window,
+// WindowSignaturesDir holds one report per approved window,
 // rounds/<id>/window-signatures/<node>.json: approve_window writes its
 // node's file, not a fleet-wide one that grows with every window.
 const WindowSignaturesDir = "window-signatures"
 
-// saveWindowSignature writes the report of a node's window approval, as
-// the commit renders it from the kept approval (tools/reports.go).
+// SaveWindowSignature writes the report of a node's window approval, as
+// the commit renders it from the kept approval (reports.go).
 func (d *Service) SaveWindowSignature(id string, ws WindowSignature) error {
 	return d.Book.WriteNodeFile(id, WindowSignaturesDir, ws.Node, renderWindowSignature(ws))
 }
@@ -79,7 +79,7 @@ func (ps PlanSignatures) SignedFor(digest string) (PlanSignature, bool) {
 	return PlanSignature{}, false
 }
 
-// fleetPlan reads the reviewed plan of a round; ok is false when plan_round
+// FleetPlan reads the reviewed plan of a round; ok is false when plan_round
 // has not written one (a round planned before plans were documents).
 func (d *Service) FleetPlan(id string) (plan.Fleet, bool, error) {
 	b, ok, err := d.fleetPlanBytes(id)
@@ -106,7 +106,7 @@ func (d *Service) fleetPlanBytes(id string) ([]byte, bool, error) {
 	return b, true, nil
 }
 
-// fleetPlanShared is fleetPlan decoded (and its digests checked) once per
+// FleetPlanShared is fleetPlan decoded (and its digests checked) once per
 // content: a plan.json whose bytes hash as the last decoded one's gives
 // that plan again, shared, so a step's check does not decode the whole
 // fleet's plan. The caller only reads it.
@@ -127,7 +127,7 @@ func (d *Service) FleetPlanShared(id string) (plan.Fleet, bool, error) {
 	return f, true, nil
 }
 
-// planHeader streams the round's plan.json for what a status needs (the
+// PlanHeader streams the round's plan.json for what a status needs (the
 // digests, counts, blockers and each node's approval), never holding the
 // whole plan: a 1000-node plan is megabytes. The plan is decoded (and its
 // digests checked) once per content: a plan.json whose bytes hash as the
@@ -166,7 +166,7 @@ func (d *Service) PlanHeader(id string) (plan.Header, bool, error) {
 	return h, true, nil
 }
 
-// writeFleetPlan writes plan.json and plan.md of the round.
+// WriteFleetPlan writes plan.json and plan.md of the round.
 func (d *Service) WriteFleetPlan(id string, f plan.Fleet) error {
 	b, err := f.Encode()
 	if err != nil {
@@ -185,7 +185,7 @@ func (d *Service) WriteFleetPlan(id string, f plan.Fleet) error {
 	return nil
 }
 
-// keptPlanSignatures are the plan signatures this server kept (in its
+// KeptPlanSignatures are the plan signatures this server kept (in its
 // state directory), in the order it kept them.
 func (d *Service) KeptPlanSignatures(id string) (PlanSignatures, error) {
 	ps, err := d.Proofs(id)
@@ -210,13 +210,13 @@ func (d *Service) listedPlanSignatures(id string) (PlanSignatures, error) {
 	return ps, nil
 }
 
-// writePlanSignatures writes rounds/<id>/plan-signatures.json, the report
+// WritePlanSignatures writes rounds/<id>/plan-signatures.json, the report
 // of the kept plan signatures ps, as the commit renders it.
 func (d *Service) WritePlanSignatures(id string, ps PlanSignatures) error {
 	return d.Book.WriteFile(id, PlanSignedFile, renderPlanSignatures(ps))
 }
 
-// checkReviewed is the plan's rule before every destructive window step
+// CheckReviewed is the plan's rule before every destructive window step
 // (window.CheckReviewed): the round's plan signed before the first cordon
 // and the step's live plan its node's reviewed plan. A round without a
 // signed plan, or a server without an intent repository to keep one,
@@ -259,13 +259,13 @@ func (pf planFiles) ListsPlanSignature(roundID, digest string) bool {
 	return listed
 }
 
-// planProof is the round's latest plan signature that this server kept
+// PlanProof is the round's latest plan signature that this server kept
 // when sign_plan verified it, verified again now.
 func (d *Service) PlanProof(ctx context.Context, roundID string) (standing, bool, error) {
 	return d.LatestProof(ctx, roundID, "sign_plan", window.FleetTarget)
 }
 
-// signedPlan returns the round's reviewed plan (shared: the caller only
+// SignedPlan returns the round's reviewed plan (shared: the caller only
 // reads it) and the signature it was acted on under, once the signed-plan
 // rule admits it (window.SignedPlan); else the rule's refusal.
 // plan-signatures.json is not asked: it is a report.
@@ -274,7 +274,7 @@ func (d *Service) SignedPlan(ctx context.Context, roundID string) (plan.Fleet, w
 	return f, sig, FromWindow(err)
 }
 
-// windowApproval returns the per-window approval that covers this tool's
+// WindowApproval returns the per-window approval that covers this tool's
 // live plan, if the node has one: the signature kept when approve_window
 // verified it, verified again now, as window.DecideWindowCover admits it
 // under the signed plan. note says why a window approval the node seems
@@ -311,7 +311,7 @@ func (d *Service) WindowApproval(ctx context.Context, roundID, tool string, p wi
 // updates.
 const osLayer = "os-layer"
 
-// closeDocs writes the round's entry into os-layer/changelog.md and
+// CloseDocs writes the round's entry into os-layer/changelog.md and
 // proposes runbook.md edits for the lessons that change a step, and
 // commits both on the round's working branch. close_round refuses while
 // they are missing or uncommitted. A round without a plan document has
@@ -453,7 +453,7 @@ func (d *Service) PlanStatus(ctx context.Context, id string, st0 *round.State) (
 	return st, nil
 }
 
-// requestApproval answers approval_required for a request that binds p.
+// RequestApproval answers approval_required for a request that binds p.
 func (d *Service) RequestApproval(tool string, p Binding) error {
 	text, exp, err := d.Approvals.Request(tool, p)
 	if err != nil {
@@ -462,7 +462,7 @@ func (d *Service) RequestApproval(tool string, p Binding) error {
 	return &NeedApproval{Request: text, Summary: p.Summary, Expires: exp}
 }
 
-// planNextCall puts the plan's own calls before a window step that would
+// PlanNextCall puts the plan's own calls before a window step that would
 // be refused without them (window.DecidePlanNextCall).
 func (d *Service) PlanNextCall(ctx context.Context, st *round.State, nc *answer.Call) (*answer.Call, string) {
 	if nc == nil || st.Stop != nil || st.Closed || st.Aborted || d.Book == nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
-// need says what of the world a window step uses.
+// Need says what of the world a window step uses.
 type Need int
 
 const (
@@ -27,7 +27,7 @@ const (
 	NeedCluster
 )
 
-// window builds the round's window machinery for one call: the journal's
+// Window builds the round's window machinery for one call: the journal's
 // recorder, and the hosts and the cluster when the step needs them.
 func (d *Service) Window(ctx context.Context, s *window.Round, n Need) (*window.Window, error) {
 	bounds := window.DefaultBounds(d.drainTimeout(s), d.Config.SSH.RebootTimeout.D())
@@ -155,7 +155,7 @@ func fromOne(err error) error {
 	return err
 }
 
-// recordStop records a decision that stops the round (a Plan found the
+// RecordStop records a decision that stops the round (a Plan found the
 // step unsafe) in the call's round s (nil: the open round, opened now):
 // Plan itself writes nothing, the chokepoint records.
 func (d *Service) RecordStop(s *window.Round, err error) error {
@@ -207,7 +207,7 @@ func (d *Service) RetakeWindowLease(ctx context.Context) (string, error) {
 	return w.Retake(ctx)
 }
 
-// rollbackWindow is the window machinery of round s and the host steps a
+// RollbackWindow is the window machinery of round s and the host steps a
 // rollback needs. A rollback holds no Lease: the round is stopped at the
 // node, and no other window may open.
 func (d *Service) RollbackWindow(ctx context.Context, s *window.Round) (*window.Window, window.RollbackHost, error) {
@@ -224,7 +224,7 @@ func (d *Service) RollbackWindow(ctx context.Context, s *window.Round) (*window.
 	return w, rh, nil
 }
 
-// drainCluster is the cluster's drain: d.Drainer when set (tests), else
+// DrainCluster is the cluster's drain: d.Drainer when set (tests), else
 // the API server's.
 func (d *Service) DrainCluster(ctx context.Context) (window.Cluster, error) {
 	if d.Drainer != nil {
@@ -237,7 +237,7 @@ func (d *Service) DrainCluster(ctx context.Context) (window.Cluster, error) {
 	return drain.Cluster{Kube: kc.Kube}, nil
 }
 
-// admitDrain is what must hold before a node's window opens: the standing
+// AdmitDrain is what must hold before a node's window opens: the standing
 // rules (unless the drain is already in flight), the maintenance window, a
 // green simulate_upgrade, and etcd's health before a control-plane node.
 func (d *Service) AdmitDrain(ctx context.Context, s *window.Round, node string) error {
@@ -262,7 +262,7 @@ func (d *Service) drainTimeout(s *window.Round) time.Duration {
 	return s.DrainTimeout(d.Config.Kube.DrainTimeout.D())
 }
 
-// drainOptions are the round's drain options over the server's defaults.
+// DrainOptions are the round's drain options over the server's defaults.
 func (d *Service) DrainOptions(s *window.Round) window.DrainOptions {
 	return s.DrainOptions(window.DrainDefaults{Identity: d.Identity, Timeout: d.Config.Kube.DrainTimeout.D(),
 		EvictRetry: d.Config.Kube.EvictRetry.D(), Log: d.Log})
@@ -272,7 +272,7 @@ func DrainProgress(p Progress) func(done, total int, msg string) {
 	return func(done, total int, msg string) { p(float64(done), float64(total), msg) }
 }
 
-// gpuProbes are GPU acceptance's checks as the intent's gpu settings
+// GPUProbes are GPU acceptance's checks as the intent's gpu settings
 // configure them: the host step, the smoke pod and the model endpoint.
 type GPUProbes struct {
 	Service *Service

@@ -54,7 +54,7 @@ type HostInventory interface {
 
 var _ HostInventory = (*host.MapInventory)(nil)
 
-// inventoryNodes are the nodes of the SSH inventory that are patch
+// InventoryNodes are the nodes of the SSH inventory that are patch
 // targets: every node but those that other nodes reach through (jump
 // hosts), which are named apart.
 func InventoryNodes(inv HostInventory) (nodes, jumps []string) {
