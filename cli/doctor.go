@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +19,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/tools"
 )
 

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/tools"
 )
 

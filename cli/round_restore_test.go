@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // mcp-patch round restore writes a tampered journal back from the

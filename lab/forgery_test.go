@@ -1,8 +1,6 @@
 package lab
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // TestForgedJournalAfterARealFallbackNeverPromotes is the review's

@@ -1,11 +1,10 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"context"
 
 	"github.com/mcp-patch/mcp-patch/kube/gate"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // GateIn optionally names the node whose window the gate closes.

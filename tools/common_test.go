@@ -1,8 +1,6 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +8,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 func TestHostErrorWords(t *testing.T) {

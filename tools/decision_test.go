@@ -1,8 +1,6 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"crypto/ed25519"
 	"crypto/rand"
 	"io"
@@ -17,6 +15,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // TestResumeStatementAnswersOneStop: an agent asks for two resume

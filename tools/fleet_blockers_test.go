@@ -1,8 +1,6 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -10,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // A node the preflight cannot read is a blocker of the plan: plan_round

@@ -1,8 +1,6 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"context"
 	"fmt"
 	"sort"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 

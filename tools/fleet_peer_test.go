@@ -1,8 +1,6 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"bytes"
 	"context"
 	"io"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // peer is a second server of the same cluster, built by Build like the

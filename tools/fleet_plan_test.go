@@ -1,8 +1,6 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 

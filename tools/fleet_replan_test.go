@@ -1,12 +1,12 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // replan_node on the fleet rig: a node whose package set changed after

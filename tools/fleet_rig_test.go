@@ -1,8 +1,6 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -41,6 +39,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // The fleet rig is the server as Build wires it — the intent repository

@@ -1,8 +1,6 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"context"
 	"strings"
 	"sync"
@@ -12,6 +10,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 

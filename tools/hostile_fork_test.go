@@ -1,8 +1,6 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"context"
 	"io"
 	"log/slog"
@@ -24,6 +22,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/apifake"
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // signInProcess makes the rig's person sign in this process (policy.Sign,

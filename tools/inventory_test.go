@@ -1,8 +1,6 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"context"
 	"io"
 	"log/slog"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // With ssh.inventory set, the config's ssh.port, ssh.user and ssh.jump still

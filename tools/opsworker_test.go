@@ -1,8 +1,6 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"bytes"
 	"io"
 	"log/slog"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/notify"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // A scrape reads the open round's state: the journal's own when this

@@ -1,10 +1,10 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"strings"
 	"testing"
+
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // The signed plan is decoded once per content of plan.json: the same bytes

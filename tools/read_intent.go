@@ -1,12 +1,11 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"context"
 	"fmt"
 
 	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // ReadIntentIn selects what to read.

@@ -1,9 +1,9 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"context"
+
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // DecisionIn is a decision that belongs to a person.

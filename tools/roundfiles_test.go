@@ -1,8 +1,6 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"io"
 	"log/slog"
 	"os"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // TestSymlinkedAuditLogRefused: rounds/<id>/audit.jsonl replaced by a link

@@ -1,13 +1,12 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"context"
 	"fmt"
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // RunVerifyIn names the component.

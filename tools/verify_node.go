@@ -1,14 +1,13 @@
 package tools
 
 import (
-	"github.com/mcp-patch/mcp-patch/round/service"
-
 	"context"
 	"sort"
 	"strings"
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 

@@ -1,12 +1,11 @@
 package service
 
 import (
-	"github.com/mcp-patch/mcp-patch/answer"
-
 	"fmt"
 	"os"
 	"strings"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/kube/alerts"
 	"github.com/mcp-patch/mcp-patch/kube/gate"
 	"github.com/mcp-patch/mcp-patch/round"

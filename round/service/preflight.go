@@ -1,10 +1,9 @@
 package service
 
 import (
-	"github.com/mcp-patch/mcp-patch/answer"
-
 	"context"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/round"

@@ -1,9 +1,9 @@
 package service
 
 import (
-	"github.com/mcp-patch/mcp-patch/answer"
 	"strings"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"

@@ -1,12 +1,11 @@
 package service
 
 import (
-	"github.com/mcp-patch/mcp-patch/config"
-
 	"context"
 	"encoding/json"
 	"fmt"
 
+	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/round/book"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 )

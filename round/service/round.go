@@ -1,8 +1,6 @@
 package service
 
 import (
-	"github.com/mcp-patch/mcp-patch/answer"
-
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/intent"

@@ -1,12 +1,11 @@
 package service
 
 import (
-	"github.com/mcp-patch/mcp-patch/answer"
-
 	"crypto/sha256"
 	"errors"
 	"time"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/book"
 	"github.com/mcp-patch/mcp-patch/round/plan"

@@ -1,8 +1,6 @@
 package service
 
 import (
-	"github.com/mcp-patch/mcp-patch/answer"
-
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -12,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"

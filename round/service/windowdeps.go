@@ -1,8 +1,6 @@
 package service
 
 import (
-	"github.com/mcp-patch/mcp-patch/config"
-
 	"github.com/mcp-patch/mcp-patch/answer"
 
 	"context"
@@ -11,6 +9,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube/drain"

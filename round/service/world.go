@@ -1,11 +1,10 @@
 package service
 
 import (
-	"github.com/mcp-patch/mcp-patch/answer"
-
 	"context"
 	"net"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube"
