@@ -32,17 +32,17 @@ func Build(ctx context.Context, c *config.Config, log *slog.Logger, getenv func(
 		getenv = func(string) string { return "" }
 	}
 	d := &Service{Config: c, Log: log, Now: now, Mode: c.Mode, Getenv: getenv}
-	cleanup, err := Wire(ctx, d)
+	cleanup, err := wire(ctx, d)
 	if err != nil {
 		return nil, nil, err
 	}
 	return d, cleanup, nil
 }
 
-// Wire connects the service to the real packages named by the
+// wire connects the service to the real packages named by the
 // configuration. Connections to the cluster and the hosts are made lazily,
 // on first use, so reading intent works without either.
-func Wire(ctx context.Context, d *Service) (cleanup func(), err error) {
+func wire(ctx context.Context, d *Service) (cleanup func(), err error) {
 	c := d.Config
 	var closers []func()
 	cleanup = func() {
@@ -73,7 +73,7 @@ func Wire(ctx context.Context, d *Service) (cleanup func(), err error) {
 			anchors = AnchorDir(c.StateDir)
 		}
 		d.Book = NewRoundBook(repoPath, anchors, d.Now)
-		d.Book.CheckDecision = d.DecisionProven
+		d.Book.CheckDecision = d.decisionProven
 		d.Book.ReadOnly = c.Mode == config.ModeReadOnly
 		d.CurrentRound = d.Book.CurrentID
 		closers = append(closers, func() { d.Book.Close() })

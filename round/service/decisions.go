@@ -22,25 +22,25 @@ var decisionKinds = map[string]struct {
 	"residual_risk_accepted":    {policy.KindResidualRiskAccepted, round.DecisionResidualRiskAccepted},
 }
 
-// DecisionTool is the tool name a decision's kept statement is filed
+// decisionTool is the tool name a decision's kept statement is filed
 // under in the proofs (Step names the decision).
-const DecisionTool = "record_decision"
+const decisionTool = "record_decision"
 
-// DecisionProven is the check a round's journal runs, when its state is
+// decisionProven is the check a round's journal runs, when its state is
 // rebuilt, on every decision record it replays (round.WithDecisionCheck):
 // the record counts only as the person's statement kept in the state
 // directory under its approval id, verified again now and bound to the
 // record's decision, node and round.
-func (d *Service) DecisionProven(roundID string) func(round.Record) error {
+func (d *Service) decisionProven(roundID string) func(round.Record) error {
 	return func(rec round.Record) error {
 		if rec.ApprovalID == "" {
 			return errors.New("it names no signed statement")
 		}
-		ps, err := d.Proofs(roundID)
+		ps, err := d.proofs(roundID)
 		if err != nil {
 			return fmt.Errorf("the kept statements cannot be read: %w", err)
 		}
-		i := slices.IndexFunc(ps, func(p Proof) bool { return p.Tool == DecisionTool && p.ApprovalID == rec.ApprovalID })
+		i := slices.IndexFunc(ps, func(p Proof) bool { return p.Tool == decisionTool && p.ApprovalID == rec.ApprovalID })
 		if i < 0 {
 			return fmt.Errorf("no signed statement %s is kept in the server's state directory", rec.ApprovalID)
 		}
@@ -143,7 +143,7 @@ func (d *Service) Decide(ctx context.Context, in Decision) (Decided, error) {
 	}
 	// Kept before it is used: the decision counts, now and whenever
 	// the round's state is rebuilt, only as this kept signature.
-	if err := d.KeepProof(s.ID, Proof{Tool: DecisionTool, Step: in.Decision, Node: node, ApprovalID: a.ID, Approval: in.Attestation}); err != nil {
+	if err := d.KeepProof(s.ID, Proof{Tool: decisionTool, Step: in.Decision, Node: node, ApprovalID: a.ID, Approval: in.Attestation}); err != nil {
 		return Decided{}, answer.Refuse("Ask the operator to fix the server's state directory.", "the statement could not be kept: "+err.Error(), "nothing was recorded")
 	}
 	if err := d.Approvals.Consume(ctx, a); err != nil {

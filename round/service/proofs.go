@@ -30,8 +30,8 @@ func (d *Service) proofStore() book.Proofs {
 // before the approval is consumed and the step acts.
 func (d *Service) KeepProof(roundID string, p Proof) error { return d.proofStore().Keep(roundID, p) }
 
-// Proofs are the round's kept approvals in the order they were kept.
-func (d *Service) Proofs(roundID string) ([]Proof, error) { return d.proofStore().All(roundID) }
+// proofs are the round's kept approvals in the order they were kept.
+func (d *Service) proofs(roundID string) ([]Proof, error) { return d.proofStore().All(roundID) }
 
 // standing is a kept approval whose signature verified again just now.
 type standing struct {
@@ -40,11 +40,11 @@ type standing struct {
 	Proof Proof
 }
 
-// Reverify checks a kept approval again: its signature against
+// reverify checks a kept approval again: its signature against
 // allowed_signers now, its binding to tool, node and round (and digest,
 // when not empty: otherwise whatever digest it signed, in the answer's
 // Digest), and that it was consumed while valid.
-func (d *Service) Reverify(ctx context.Context, roundID string, p Proof, tool, node, digest string) (Approved, error) {
+func (d *Service) reverify(ctx context.Context, roundID string, p Proof, tool, node, digest string) (Approved, error) {
 	if d.Approvals == nil {
 		return Approved{}, errors.New("no allowed_signers file is configured")
 	}
@@ -54,14 +54,14 @@ func (d *Service) Reverify(ctx context.Context, roundID string, p Proof, tool, n
 // reverifier is reverify for round roundID, as the book takes it.
 func (d *Service) reverifier(roundID string) book.Reverify[Approved] {
 	return func(ctx context.Context, p Proof, tool, node, digest string) (Approved, error) {
-		return d.Reverify(ctx, roundID, p, tool, node, digest)
+		return d.reverify(ctx, roundID, p, tool, node, digest)
 	}
 }
 
 // LatestProof is the last kept approval of tool on node that verifies
 // again (book.Latest).
 func (d *Service) LatestProof(ctx context.Context, roundID, tool, node string) (standing, bool, error) {
-	ps, err := d.Proofs(roundID)
+	ps, err := d.proofs(roundID)
 	if err != nil {
 		return standing{}, false, err
 	}
@@ -86,7 +86,7 @@ func WindowToolsOf(summary []string) map[string]string {
 // the kept signature of its approval (approvalID, as the journal names
 // it), verified again; nil when this server keeps none for it.
 func (d *Service) ApprovedDrain(ctx context.Context, roundID, node, approvalID string) (*window.DrainPlan, error) {
-	ps, err := d.Proofs(roundID)
+	ps, err := d.proofs(roundID)
 	if err != nil {
 		return nil, err
 	}

@@ -45,7 +45,7 @@ func (d *Service) reportSources(id string) ([]byte, book.Renders) {
 	case !ok:
 		planJSON = nil
 	}
-	proofs, err := d.Proofs(id)
+	proofs, err := d.proofs(id)
 	if err != nil {
 		// Without the kept signatures there is nothing to render the
 		// signature reports from: none is committed.

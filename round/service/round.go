@@ -28,7 +28,7 @@ func (d *Service) OpenRound() (*window.Round, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.RoundOf(j), nil
+	return d.roundOf(j), nil
 }
 
 // ReadRound is openRound for a read-only tool: the open round read
@@ -42,11 +42,11 @@ func (d *Service) ReadRound() (*window.Round, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.RoundOf(j), nil
+	return d.roundOf(j), nil
 }
 
-// RoundOf is the round of journal j with the intent's settings.
-func (d *Service) RoundOf(j *round.Journal) *window.Round {
+// roundOf is the round of journal j with the intent's settings.
+func (d *Service) roundOf(j *round.Journal) *window.Round {
 	s := &window.Round{Journal: j, ID: j.RoundID(), Book: d.Book, Events: d.WindowEvents, Now: d.Clock, Log: d.Log}
 	if r, err := d.IntentRepo(s.ID); err == nil {
 		if st, err := r.RoundSettings(); err == nil {
@@ -75,15 +75,6 @@ func (d *Service) MaybeRound(record bool) *window.Round {
 		return nil
 	}
 	return s
-}
-
-// CheckRound is the open round for a check: held for writing by the
-// recording twin, read through a view by the read-only tool.
-func (d *Service) CheckRound(record bool) (*window.Round, error) {
-	if record {
-		return d.OpenRound()
-	}
-	return d.ReadRound()
 }
 
 // RuleRefusal turns a standing rule's refusal into a tool refusal

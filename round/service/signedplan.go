@@ -187,7 +187,7 @@ func (d *Service) WriteFleetPlan(id string, f plan.Fleet) error {
 // KeptPlanSignatures are the plan signatures this server kept (in its
 // state directory), in the order it kept them.
 func (d *Service) KeptPlanSignatures(id string) (PlanSignatures, error) {
-	ps, err := d.Proofs(id)
+	ps, err := d.proofs(id)
 	if err != nil {
 		return PlanSignatures{}, err
 	}
@@ -418,7 +418,7 @@ func (d *Service) PlanStatus(ctx context.Context, id string, st0 *round.State) (
 	// One read of the kept signatures for the whole fleet; each node's
 	// latest window approval verified again.
 	windows := map[string]Proof{}
-	if ps, err := d.Proofs(id); err == nil {
+	if ps, err := d.proofs(id); err == nil {
 		for _, p := range ps {
 			if p.Tool == "approve_window" && p.Step == "" {
 				windows[p.Node] = p
@@ -442,7 +442,7 @@ func (d *Service) PlanStatus(ctx context.Context, id string, st0 *round.State) (
 			// round_status cost grow with the windows done.
 			continue
 		}
-		if a, err := d.Reverify(ctx, id, p, "approve_window", n.Node, ""); err == nil && a.Digest == n.Window {
+		if a, err := d.reverify(ctx, id, p, "approve_window", n.Node, ""); err == nil && a.Digest == n.Window {
 			st.WindowsApproved = append(st.WindowsApproved, n.Node)
 		}
 	}
