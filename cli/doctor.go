@@ -19,6 +19,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/tools"
 )
 
@@ -144,7 +145,7 @@ func clusterCheck(cl *kube.Clients, err error, c *config.Config) check {
 // pool's way for a login other than root).
 func sshChecks(ctx context.Context, d *tools.Deps) []check {
 	c := d.Config
-	pool, inv, err := tools.OpenHostPool(ctx, d)
+	pool, inv, err := service.OpenHostPool(ctx, d)
 	if err != nil {
 		return []check{failf("ssh", "%v; fix ssh.inventory (or the cluster access that names the nodes)", err)}
 	}

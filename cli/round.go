@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/tools"
 )
 
@@ -66,7 +67,7 @@ func runRoundRestore(g *globals, roundID string, stdio IO) int {
 		return ExitUsage
 	}
 	dir := filepath.Join(c.IntentRepo, "rounds", roundID)
-	rep, err := round.RestoreFromAnchor(dir, tools.AnchorDir(c.StateDir))
+	rep, err := round.RestoreFromAnchor(dir, service.AnchorDir(c.StateDir))
 	if err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch round restore:", err)
 		return ExitNotOK

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
-	"github.com/mcp-patch/mcp-patch/tools"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // mcp-patch round restore writes a tampered journal back from the
@@ -18,7 +18,7 @@ import (
 func TestRoundRestoreWritesTheJournalBackFromTheAnchor(t *testing.T) {
 	repo, state := t.TempDir(), t.TempDir()
 	dir := filepath.Join(repo, "rounds", "2026-11")
-	j, err := round.Open(dir, round.WithAnchor(tools.AnchorDir(state)))
+	j, err := round.Open(dir, round.WithAnchor(service.AnchorDir(state)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestRoundRestoreWritesTheJournalBackFromTheAnchor(t *testing.T) {
 	if code != ExitOK || !strings.Contains(stdout, "already is what the server wrote") {
 		t.Fatalf("restore again: exit %d, %q", code, stdout)
 	}
-	j, err = round.Open(dir, round.WithAnchor(tools.AnchorDir(state)))
+	j, err = round.Open(dir, round.WithAnchor(service.AnchorDir(state)))
 	if err != nil {
 		t.Fatalf("open after the restore: %v", err)
 	}

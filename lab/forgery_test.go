@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
-	"github.com/mcp-patch/mcp-patch/tools"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // TestForgedJournalAfterARealFallbackNeverPromotes is the review's
@@ -122,7 +122,7 @@ func TestForgedJournalAfterARealFallbackNeverPromotes(t *testing.T) {
 	}
 
 	// A person writes the journal back from the anchor.
-	rep, err := round.RestoreFromAnchor(dir, tools.AnchorDir(l.Config.StateDir))
+	rep, err := round.RestoreFromAnchor(dir, service.AnchorDir(l.Config.StateDir))
 	if err != nil {
 		t.Fatal(err)
 	}

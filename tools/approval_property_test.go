@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -59,7 +60,7 @@ func TestRandomCallsNeverExecuteWithoutValidApproval(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	appr := &PolicyApprovals{Verifier: &policy.Verifier{AllowedSigners: allowed, NonceStore: store, Clock: clock}, TTL: 30 * time.Minute, Clock: clock}
+	appr := &service.PolicyApprovals{Verifier: &policy.Verifier{AllowedSigners: allowed, NonceStore: store, Clock: clock}, TTL: 30 * time.Minute, Clock: clock}
 
 	nodes := []string{"cp-1", "cp-2", "gpu-1"}
 	digestOf := func(node string, drift int) string {
@@ -73,7 +74,7 @@ func TestRandomCallsNeverExecuteWithoutValidApproval(t *testing.T) {
 		Plan: func(ctx context.Context, d *Deps, r *window.Round, in propIn) (testPlan, error) {
 			return testPlan{Node: in.Node, D: digestOf(in.Node, drift), Sum: []string{"drain " + in.Node}}, nil
 		},
-		Do: func(ctx context.Context, d *Deps, r *window.Round, in propIn, plan testPlan, a Approved, p Progress) (propOut, error) {
+		Do: func(ctx context.Context, d *Deps, r *window.Round, in propIn, plan testPlan, a service.Approved, p Progress) (propOut, error) {
 			executed[a.ID]++
 			return propOut{}, nil
 		},
@@ -254,7 +255,7 @@ func TestRandomReentryCrashConcurrency(t *testing.T) {
 			if err := rg.d.Book.Close(); err != nil {
 				t.Fatal(err)
 			}
-			rg.d.Book = NewRoundBook(rg.root, rg.d.Book.AnchorDir, rg.d.Now)
+			rg.d.Book = service.NewRoundBook(rg.root, rg.d.Book.AnchorDir, rg.d.Now)
 			continue
 		case 2: // the next start loses its answer (until a start is tried)
 			rg.host.FailStart = errors.New("ssh: connection reset")

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -35,7 +36,7 @@ func Autoremove() Tool {
 			if s.InFlightRun(round.StepAutoremove, "") == nil {
 				return AutoremoveOut{}, errNotInFlight
 			}
-			w, err := d.window(ctx, s, 0)
+			w, err := d.Window(ctx, s, 0)
 			if err != nil {
 				return AutoremoveOut{}, err
 			}
@@ -47,7 +48,7 @@ func Autoremove() Tool {
 					return window.AutoremovePlan{}, err
 				}
 			}
-			w, err := d.window(ctx, s, needHost)
+			w, err := d.Window(ctx, s, service.NeedHost)
 			if err != nil {
 				return window.AutoremovePlan{}, err
 			}
@@ -55,12 +56,12 @@ func Autoremove() Tool {
 			plan, err := window.DecideAutoremove(res, problems)
 			return plan, err
 		},
-		Do: func(ctx context.Context, d *Deps, s *window.Round, in AutoremoveIn, plan window.AutoremovePlan, a Approved, p Progress) (AutoremoveOut, error) {
-			w, err := d.window(ctx, s, needHost)
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in AutoremoveIn, plan window.AutoremovePlan, a service.Approved, p Progress) (AutoremoveOut, error) {
+			w, err := d.Window(ctx, s, service.NeedHost)
 			if err != nil {
 				return AutoremoveOut{}, err
 			}
-			o, err := w.Autoremove(ctx, plan, a.grant(), keptKernels(d, s), d.Config.SSH.Concurrency)
+			o, err := w.Autoremove(ctx, plan, a.Grant(), keptKernels(d, s), d.Config.SSH.Concurrency)
 			return AutoremoveOut{Nodes: o.Nodes, Result: outcome(o.Outcome).Then(CallTo("close_round"))}, err
 		},
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // buildConfig is a configuration that reaches nothing by itself: no
@@ -111,7 +112,7 @@ func TestBuildDefaultsAndVerifyInReadOnly(t *testing.T) {
 	if d.Identity != "server-a" || d.Intent != nil || d.Book != nil || d.Ops == nil || d.Audit == nil {
 		t.Fatalf("Build without an intent repo: identity %q intent %v book %v ops %v", d.Identity, d.Intent != nil, d.Book != nil, d.Ops != nil)
 	}
-	if _, err := d.openRound(); err == nil || !strings.Contains(err.Error(), "no intent repository") {
+	if _, err := d.OpenRound(); err == nil || !strings.Contains(err.Error(), "no intent repository") {
 		t.Fatalf("a round without an intent repository: %v", err)
 	}
 	for _, c := range []struct {
@@ -126,7 +127,7 @@ func TestBuildDefaultsAndVerifyInReadOnly(t *testing.T) {
 	} {
 		cfg := config.DefaultConfig()
 		cfg.Mode, cfg.Verify.InReadOnly = c.mode, c.allowed
-		why := verifyDisabled(&cfg)
+		why := service.VerifyDisabled(&cfg)
 		if (why != "") != c.off {
 			t.Errorf("mode %s in_read_only %v: disabled %q", c.mode, c.allowed, why)
 		}
@@ -177,7 +178,7 @@ func TestBuildHostsFromTheInventoryFile(t *testing.T) {
 	}
 
 	c.SSH.KnownHosts = nil
-	pool, _, err := OpenHostPool(context.Background(), &Deps{Config: &c, Log: slog.New(slog.DiscardHandler), Getenv: func(string) string { return "" }})
+	pool, _, err := service.OpenHostPool(context.Background(), &Deps{Config: &c, Log: slog.New(slog.DiscardHandler), Getenv: func(string) string { return "" }})
 	if err == nil {
 		pool.Close()
 		t.Fatal("a pool without known_hosts")
@@ -186,7 +187,7 @@ func TestBuildHostsFromTheInventoryFile(t *testing.T) {
 		t.Fatalf("pool without known_hosts: %v", err)
 	}
 	c.SSH.Inventory = filepath.Join(t.TempDir(), "missing.yaml")
-	if _, _, err := OpenHostPool(context.Background(), &Deps{Config: &c, Log: slog.New(slog.DiscardHandler), Getenv: func(string) string { return "" }}); err == nil || !strings.Contains(err.Error(), "load inventory") {
+	if _, _, err := service.OpenHostPool(context.Background(), &Deps{Config: &c, Log: slog.New(slog.DiscardHandler), Getenv: func(string) string { return "" }}); err == nil || !strings.Contains(err.Error(), "load inventory") {
 		t.Fatalf("pool over a missing inventory file: %v", err)
 	}
 }
@@ -208,7 +209,7 @@ func TestHostInventoryCompletedFromTheCluster(t *testing.T) {
 	clients := &kube.Clients{Kube: kc}
 	d := &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Cluster: func(context.Context) (*kube.Clients, error) { return clients, nil }}
-	got, err := hostInventory(context.Background(), d)
+	got, err := service.LoadHostInventory(context.Background(), d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +225,7 @@ func TestHostInventoryCompletedFromTheCluster(t *testing.T) {
 	}
 
 	d.Cluster = func(context.Context) (*kube.Clients, error) { return nil, errors.New("connection refused") }
-	got, err = hostInventory(context.Background(), d)
+	got, err = service.LoadHostInventory(context.Background(), d)
 	if err != nil {
 		t.Fatalf("file inventory with the cluster down: %v", err)
 	}

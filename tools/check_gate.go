@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/mcp-patch/mcp-patch/kube/gate"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // GateIn optionally names the node whose window the gate closes.
@@ -26,7 +27,7 @@ func CheckGate() Tool {
 			" failure new since the baseline, OIDC discovery.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in GateIn, p Progress) (GateOut, error) {
-		s, err := d.readRound()
+		s, err := d.ReadRound()
 		if err != nil {
 			return GateOut{}, err
 		}
@@ -38,12 +39,12 @@ func CheckGate() Tool {
 				return GateOut{}, err
 			}
 		}
-		g, err := evaluateGate(ctx, d, s, in.Node)
+		g, err := service.EvaluateGate(ctx, d, s, in.Node)
 		if err != nil {
 			return GateOut{}, err
 		}
-		out := GateOut{Gate: &g.rep, Result: Result{Reasons: g.reasons, NextAction: "The gate is green."}}
-		if !g.rep.OK {
+		out := GateOut{Gate: &g.Report, Result: Result{Reasons: g.Reasons, NextAction: "The gate is green."}}
+		if !g.Report.OK {
 			out.Status = StatusFailed
 			out.NextAction = "Do not cordon anything until the gate is green (nothing was recorded)."
 		} else if in.Node != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // CloseRoundOut is the committed report.
@@ -23,7 +24,7 @@ func CloseRound() Tool {
 			"lessons, committed with journal and audit log.",
 		Kind: Write, Idempotent: false, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (CloseRoundOut, error) {
-		s, err := d.openRound()
+		s, err := d.OpenRound()
 		if err != nil {
 			return CloseRoundOut{}, err
 		}
@@ -33,7 +34,7 @@ func CloseRound() Tool {
 			if err := s.Finish(round.StepClose, "", "", "closed (resumed)"); err != nil {
 				return CloseRoundOut{}, err
 			}
-			c, err := d.commitRound(ctx, s, "closed")
+			c, err := d.CommitRound(ctx, s, "closed")
 			if err != nil {
 				return CloseRoundOut{}, err
 			}
@@ -41,16 +42,16 @@ func CloseRound() Tool {
 				Result: Result{Reasons: []string{"round " + s.ID + " closed"}, NextAction: "Ask people to review and merge the round's working branch."}}, nil
 		}
 		if !st.Aborted && !st.RoundSteps[round.StepAutoremove].Green() {
-			return CloseRoundOut{}, ruleRefusal(st.Admit(round.StepClose, "", d.now()))
+			return CloseRoundOut{}, service.RuleRefusal(st.Admit(round.StepClose, "", d.Clock()))
 		}
-		docs, err := d.closeDocs(ctx, s)
+		docs, err := d.CloseDocs(ctx, s)
 		if err != nil {
 			return CloseRoundOut{}, err
 		}
 		if _, _, err := s.Journal.WriteReport(); err != nil {
 			return CloseRoundOut{}, err
 		}
-		c, err := d.commitRound(ctx, s, "report and findings")
+		c, err := d.CommitRound(ctx, s, "report and findings")
 		if err != nil {
 			return CloseRoundOut{}, Fail("Fix the intent repository (uncommitted edits?) and call again.", "commit the report: "+err.Error())
 		}
@@ -66,7 +67,7 @@ func CloseRound() Tool {
 		if _, _, err := s.Journal.WriteReport(); err != nil {
 			return CloseRoundOut{}, err
 		}
-		c2, err := d.commitRound(ctx, s, "closed")
+		c2, err := d.CommitRound(ctx, s, "closed")
 		if err != nil {
 			return CloseRoundOut{}, Fail("Call close_round's commit again by hand: git add rounds/ and commit.", "commit the closed round: "+err.Error())
 		}

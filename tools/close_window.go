@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -27,7 +28,7 @@ func CloseWindow() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return GateOut{}, err
 		}
-		s, err := d.openRound()
+		s, err := d.OpenRound()
 		if err != nil {
 			return GateOut{}, err
 		}
@@ -37,26 +38,26 @@ func CloseWindow() Tool {
 		if err := s.Admit(round.StepGate, in.Node); err != nil {
 			return GateOut{}, err
 		}
-		w, err := d.window(ctx, s, 0)
+		w, err := d.Window(ctx, s, 0)
 		if err != nil {
 			return GateOut{}, err
 		}
 		if err := w.HoldLease(ctx, round.StepGate, in.Node); err != nil {
 			return GateOut{}, err
 		}
-		g, err := evaluateGate(ctx, d, s, in.Node)
+		g, err := service.EvaluateGate(ctx, d, s, in.Node)
 		if err != nil {
 			return GateOut{}, err
 		}
-		if err := s.KeepAccepted(g.baseline, g.accepted); err != nil {
+		if err := s.KeepAccepted(g.Baseline, g.Accepted); err != nil {
 			return GateOut{}, err
 		}
-		out := GateOut{Gate: &g.rep}
-		if g.rep.OK {
+		out := GateOut{Gate: &g.Report}
+		if g.Report.OK {
 			if err := s.Check(round.StepGate, in.Node, true, "", "gate green"); err != nil {
 				return out, err
 			}
-			out.Reasons = append([]string{"gate green"}, g.reasons...)
+			out.Reasons = append([]string{"gate green"}, g.Reasons...)
 			out.NextAction = "The next node may start (round_status names it)."
 			if st := s.Journal.Shared().Node(in.Node); st != nil && st.Window == round.WindowClosed {
 				rel, err := w.Release(ctx, in.Node)
@@ -64,7 +65,7 @@ func CloseWindow() Tool {
 				if err != nil {
 					return out, err
 				}
-				if c, err := d.commitRound(ctx, s, "window of "+in.Node+" closed"); err != nil {
+				if c, err := d.CommitRound(ctx, s, "window of "+in.Node+" closed"); err != nil {
 					out.Reasons = append(out.Reasons, "the round record was not committed: "+err.Error())
 				} else {
 					out.Reasons = append(out.Reasons, fmt.Sprintf("window of %s closed; round record committed (%s)", in.Node, short(c)))
@@ -74,7 +75,7 @@ func CloseWindow() Tool {
 		}
 		// Red: wait within the settle time, then stop the round.
 		np, _ := s.NodePlan(in.Node)
-		red := window.DecideRedGate(np.GateRedSince, d.now(), d.Config.Kube.GateSettle.D())
+		red := window.DecideRedGate(np.GateRedSince, d.Clock(), d.Config.Kube.GateSettle.D())
 		if red.First {
 			np.Node, np.GateRedSince = in.Node, red.Since
 			if err := s.SaveNodePlan(np); err != nil {
@@ -82,13 +83,13 @@ func CloseWindow() Tool {
 			}
 		}
 		if red.Settling {
-			out.Result = Result{Status: StatusInProgress, Reasons: g.reasons, NextAction: red.Next()}
+			out.Result = Result{Status: StatusInProgress, Reasons: g.Reasons, NextAction: red.Next()}
 			return out, nil
 		}
-		if err := s.Check(round.StepGate, in.Node, false, "", strings.Join(g.reasons, "; ")); err != nil {
+		if err := s.Check(round.StepGate, in.Node, false, "", strings.Join(g.Reasons, "; ")); err != nil {
 			return out, err
 		}
-		out.Result = Result{Status: StatusFailed, Reasons: g.reasons, NextAction: red.Next()}
+		out.Result = Result{Status: StatusFailed, Reasons: g.Reasons, NextAction: red.Next()}
 		return out, nil
 	})
 }

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -32,7 +33,7 @@ func TestColdStartOpensNothing(t *testing.T) {
 	openIntent, openCluster, openHosts := d.Intent, d.Cluster, d.Hosts
 	d.Intent = func(round string) (*intent.Repo, error) { intents.Add(1); return openIntent(round) }
 	d.Cluster = func(ctx context.Context) (*kube.Clients, error) { clusters.Add(1); return openCluster(ctx) }
-	d.Hosts = func(ctx context.Context) (*HostAccess, error) { hosts.Add(1); return openHosts(ctx) }
+	d.Hosts = func(ctx context.Context) (*service.HostAccess, error) { hosts.Add(1); return openHosts(ctx) }
 
 	cs := connect(t, Builtin(), d, nil)
 	if _, err := cs.ListTools(ctx, nil); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 func TestHostErrorWords(t *testing.T) {
@@ -24,7 +25,7 @@ func TestHostErrorWords(t *testing.T) {
 		{"unreachable", errors.New("dial tcp: connection refused"), false, "reachable over SSH", "install on gpu-1: dial tcp"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := hostError("gpu-1", "install", c.err)
+			err := service.HostError("gpu-1", "install", c.err)
 			var ref *Refusal
 			var f *Failure
 			var next string
@@ -69,14 +70,14 @@ func TestClipDerefDigest(t *testing.T) {
 	if deref(nil) != "?" || deref(&n) != 3 {
 		t.Errorf("deref: %v %v", deref(nil), deref(&n))
 	}
-	d := digestOf("ab", "c")
+	d := service.DigestOf("ab", "c")
 	if !strings.HasPrefix(d, "sha256:") || len(d) != len("sha256:")+64 {
 		t.Fatalf("digest %q", d)
 	}
-	if d == digestOf("a", "bc") || d == digestOf("abc") {
+	if d == service.DigestOf("a", "bc") || d == service.DigestOf("abc") {
 		t.Error("digestOf does not separate its parts")
 	}
-	if d != digestOf("ab", "c") {
+	if d != service.DigestOf("ab", "c") {
 		t.Error("digestOf is not stable")
 	}
 	if orDash("") != "-" || orDash("x") != "x" || oneLine(" a \n b\t") != "a b" {

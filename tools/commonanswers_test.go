@@ -13,6 +13,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // The intent package's errors as the agent reads them: bad input and a
@@ -37,7 +38,7 @@ func TestIntentErrorsAsAnswers(t *testing.T) {
 		{intent.ErrNotRepo, true, "Point --intent-repo", ""},
 		{errors.New("disk full"), false, "", ""},
 	} {
-		got := intentError("record lesson", c.err)
+		got := service.IntentError("record lesson", c.err)
 		var ref *Refusal
 		if errors.As(got, &ref) != c.refused {
 			t.Errorf("%v: %T %v, refusal %v", c.err, got, got, c.refused)
@@ -96,7 +97,7 @@ func TestInspectOfAnUnreachableHost(t *testing.T) {
 // leaves the node cordoned and says why.
 func TestUncordonWithTheClusterDown(t *testing.T) {
 	down := &Deps{Identity: "server-a", Cluster: func(context.Context) (*kube.Clients, error) { return nil, errors.New("connection refused") }}
-	if done, words := down.uncordonIfOurs(context.Background(), wRound, "ours"); done || !strings.HasPrefix(words, "left cordoned: ") || !strings.HasSuffix(words, "connection refused") {
+	if done, words := down.UncordonIfOurs(context.Background(), wRound, "ours"); done || !strings.HasPrefix(words, "left cordoned: ") || !strings.HasSuffix(words, "connection refused") {
 		t.Errorf("cluster down: %v %q", done, words)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // TestResumeStatementAnswersOneStop: an agent asks for two resume
@@ -39,10 +40,10 @@ func TestResumeStatementAnswersOneStop(t *testing.T) {
 	defer store.Close()
 	c := config.DefaultConfig()
 	c.StateDir = t.TempDir()
-	book := NewRoundBook(t.TempDir(), filepath.Join(t.TempDir(), "journals"), clock)
+	book := service.NewRoundBook(t.TempDir(), filepath.Join(t.TempDir(), "journals"), clock)
 	defer book.Close()
 	d := &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Now: clock, Book: book,
-		Approvals: &PolicyApprovals{Verifier: &policy.Verifier{AllowedSigners: allowed, NonceStore: store, Clock: clock},
+		Approvals: &service.PolicyApprovals{Verifier: &policy.Verifier{AllowedSigners: allowed, NonceStore: store, Clock: clock},
 			TTL: 30 * time.Minute, Clock: clock}}
 	j, err := book.Journal("2026-11", true)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // DownloadOut is what was fetched.
@@ -30,8 +31,8 @@ func DownloadUpdates() Tool {
 		// Without an open round this is the pre-download a person runs on
 		// one host before a window: it fills apt's cache and nothing else,
 		// and there is no round to record it in.
-		s := d.maybeRound(true)
-		h, err := d.hosts(ctx)
+		s := d.MaybeRound(true)
+		h, err := d.OpenHosts(ctx)
 		if err != nil {
 			return DownloadOut{}, err
 		}
@@ -42,7 +43,7 @@ func DownloadUpdates() Tool {
 		}
 		dl, err := h.Steps.Download(ctx, in.Node)
 		if err != nil {
-			herr := hostError(in.Node, "download updates", err)
+			herr := service.HostError(in.Node, "download updates", err)
 			addLockFacts(herr, dl)
 			if s == nil {
 				return DownloadOut{Download: &dl}, withReasons(herr, "no round is open: nothing was recorded")

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -35,11 +36,11 @@ func DrainNode() Tool {
 		Target: func(in DrainIn) string { return in.Node },
 		Follow: func(ctx context.Context, d *Deps, s *window.Round, in DrainIn, p Progress) (DrainOut, error) {
 			if in.DryRun {
-				c, err := d.drainCluster(ctx)
+				c, err := d.DrainCluster(ctx)
 				if err != nil {
 					return DrainOut{}, err
 				}
-				o, err := window.DryRunDrain(ctx, c, s.ID, in.Node, d.drainOptions(s), drainProgress(p))
+				o, err := window.DryRunDrain(ctx, c, s.ID, in.Node, d.DrainOptions(s), service.DrainProgress(p))
 				if err != nil {
 					return DrainOut{Drain: o.Drain}, Fail("Read the blocked pods: the real drain would stop there too.", "dry-run drain: "+err.Error())
 				}
@@ -49,7 +50,7 @@ func DrainNode() Tool {
 			if run == nil {
 				return DrainOut{}, errNotInFlight
 			}
-			w, err := d.window(ctx, s, needCluster)
+			w, err := d.Window(ctx, s, service.NeedCluster)
 			if err != nil {
 				return DrainOut{}, err
 			}
@@ -57,10 +58,10 @@ func DrainNode() Tool {
 			// as this server kept it beside the signature (verified again
 			// now), never to the journal's copy: an empty plan stands for
 			// "not known", which needs a fresh approval.
-			opts := d.drainOptions(s)
+			opts := d.DrainOptions(s)
 			opts.Approved = &window.DrainPlan{}
 			if last := run.Last(); last != nil {
-				approved, err := d.approvedDrain(ctx, s.ID, in.Node, last.ApprovalID)
+				approved, err := d.ApprovedDrain(ctx, s.ID, in.Node, last.ApprovalID)
 				if err != nil {
 					return DrainOut{}, Refuse("Ask a person to sign a new request: call drain_node again to get it.", err.Error(), "nothing was evicted")
 				}
@@ -68,18 +69,18 @@ func DrainNode() Tool {
 					opts.Approved = approved
 				}
 			}
-			o, err := w.FollowDrain(ctx, in.Node, opts, drainProgress(p))
+			o, err := w.FollowDrain(ctx, in.Node, opts, service.DrainProgress(p))
 			return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome).Then(CallTo("install_updates", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, s *window.Round, in DrainIn) (window.DrainPlan, error) {
-			if err := d.admitDrain(ctx, s, in.Node); err != nil {
+			if err := d.AdmitDrain(ctx, s, in.Node); err != nil {
 				return window.DrainPlan{}, err
 			}
 			jobs, jobWait, err := window.JobWait(s.Settings)
 			if err != nil {
 				return window.DrainPlan{}, err
 			}
-			w, err := d.window(ctx, s, needCluster)
+			w, err := d.Window(ctx, s, service.NeedCluster)
 			if err != nil {
 				return window.DrainPlan{}, err
 			}
@@ -99,12 +100,12 @@ func DrainNode() Tool {
 			}
 			return plan.WaitFor(holding, jobWait), nil
 		},
-		Do: func(ctx context.Context, d *Deps, s *window.Round, in DrainIn, plan window.DrainPlan, a Approved, p Progress) (DrainOut, error) {
-			w, err := d.window(ctx, s, needCluster)
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in DrainIn, plan window.DrainPlan, a service.Approved, p Progress) (DrainOut, error) {
+			w, err := d.Window(ctx, s, service.NeedCluster)
 			if err != nil {
 				return DrainOut{}, err
 			}
-			o, err := w.StartDrain(ctx, plan, a.grant(), d.drainOptions(s), drainProgress(p))
+			o, err := w.StartDrain(ctx, plan, a.Grant(), d.DrainOptions(s), service.DrainProgress(p))
 			return DrainOut{Drain: o.Drain, Result: outcome(o.Outcome).Then(CallTo("install_updates", "node", in.Node))}, err
 		},
 	})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -33,7 +34,7 @@ func FallbackDrill() Tool {
 	}, Steps[DrillIn, DrillOut, window.FallbackDrillPlan]{
 		Target: func(in DrillIn) string { return in.Node },
 		Follow: func(ctx context.Context, d *Deps, s *window.Round, in DrillIn, p Progress) (DrillOut, error) {
-			w, err := d.window(ctx, s, needHost)
+			w, err := d.Window(ctx, s, service.NeedHost)
 			if err != nil {
 				return DrillOut{}, err
 			}
@@ -48,25 +49,25 @@ func FallbackDrill() Tool {
 			if err := s.Admit(round.StepTrialBoot, in.Node); err != nil {
 				return window.FallbackDrillPlan{}, err
 			}
-			w, err := d.window(ctx, s, needHost)
+			w, err := d.Window(ctx, s, service.NeedHost)
 			if err != nil {
 				return window.FallbackDrillPlan{}, err
 			}
 			np, _ := s.NodePlan(in.Node)
 			insp, err := w.Host.Inspect(ctx, in.Node, steps.InspectInput{TargetKernel: np.TargetKernel})
 			if err != nil {
-				return window.FallbackDrillPlan{}, hostError(in.Node, "inspect before the drill", err)
+				return window.FallbackDrillPlan{}, service.HostError(in.Node, "inspect before the drill", err)
 			}
 			n := s.Journal.Shared().Node(in.Node)
 			plan, err := window.DecideFallbackDrill(in.Node, insp, np.TargetKernel, n != nil && n.Canary, np.DrillPassed, panicSeconds(s))
 			return plan, err
 		},
-		Do: func(ctx context.Context, d *Deps, s *window.Round, in DrillIn, plan window.FallbackDrillPlan, a Approved, p Progress) (DrillOut, error) {
-			w, err := d.window(ctx, s, needHost)
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in DrillIn, plan window.FallbackDrillPlan, a service.Approved, p Progress) (DrillOut, error) {
+			w, err := d.Window(ctx, s, service.NeedHost)
 			if err != nil {
 				return DrillOut{}, err
 			}
-			o, err := w.StartFallbackDrill(ctx, drillBook{d, s}, plan, a.grant())
+			o, err := w.StartFallbackDrill(ctx, drillBook{d, s}, plan, a.Grant())
 			return DrillOut{Result: outcome(o.Outcome), Drill: o.Drill, TrialBoot: o.TrialBoot}, err
 		},
 	})

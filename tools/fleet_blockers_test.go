@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // A node the preflight cannot read is a blocker of the plan: plan_round
@@ -23,7 +25,7 @@ func TestFleetPlanWithAnUnreachableNode(t *testing.T) {
 	if res.Status != StatusFailed || !strings.Contains(reasons(res), "gpu-2: not reachable") {
 		t.Fatalf("plan_round with gpu-2 down: %s %v", res.Status, res.Reasons)
 	}
-	md, err := os.ReadFile(filepath.Join(f.repo, "rounds", fRound, fleetPlanMD))
+	md, err := os.ReadFile(filepath.Join(f.repo, "rounds", fRound, service.FleetPlanMD))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -31,7 +32,7 @@ type FleetCheckOut struct {
 // fleetKernels reads every node's running kernel and compares it with the
 // kernel the round installed there. It writes nothing.
 func fleetKernels(ctx context.Context, d *Deps, s *window.Round, p Progress) (FleetCheckOut, []string, error) {
-	h, err := d.hosts(ctx)
+	h, err := d.OpenHosts(ctx)
 	if err != nil {
 		return FleetCheckOut{}, nil, err
 	}
@@ -69,7 +70,7 @@ func FleetCheck() Tool {
 			" behind. Without a round: every inventory node's kernel and boot id.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (FleetCheckOut, error) {
-		s := d.maybeRound(false)
+		s := d.MaybeRound(false)
 		if s == nil {
 			return fleetKernelsHostOnly(ctx, d, p)
 		}
@@ -95,14 +96,14 @@ func FleetCheck() Tool {
 // It needs no cluster and records nothing. A node that cannot be read
 // fails the check.
 func fleetKernelsHostOnly(ctx context.Context, d *Deps, p Progress) (FleetCheckOut, error) {
-	h, err := d.hosts(ctx)
+	h, err := d.OpenHosts(ctx)
 	if err != nil {
 		return FleetCheckOut{}, err
 	}
 	if h.Inventory == nil {
 		return FleetCheckOut{}, Refuse("Configure ssh.inventory (an inventory file naming the nodes), or open a round, and call again.", "no round is open and no SSH inventory is configured")
 	}
-	nodes, jumps := inventoryNodes(h.Inventory)
+	nodes, jumps := service.InventoryNodes(h.Inventory)
 	var done atomic.Int64
 	results := host.FanOut(ctx, nodes, d.Config.SSH.Concurrency, func(ctx context.Context, node string) (steps.KernelInfo, error) {
 		k, err := h.Steps.Kernel(ctx, node)
@@ -119,7 +120,7 @@ func fleetKernelsHostOnly(ctx context.Context, d *Deps, p Progress) (FleetCheckO
 			if firstBad == "" {
 				firstBad = r.Node
 			}
-			f := hostError(r.Node, "read the kernel", r.Err)
+			f := service.HostError(r.Node, "read the kernel", r.Err)
 			fn.Error = f.Error()
 			hz = append(hz, steps.Hazard{Cause: steps.CauseOf(r.Err), Reason: f.Error()})
 		} else {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // peer is a second server of the same cluster, built by Build like the
@@ -33,7 +34,7 @@ func (f *fleet) peer() *fleet {
 	}
 	// The round's anchor goes with the round (until the cluster holds its
 	// head): without it the peer opens none of the rig's journals.
-	if err := os.CopyFS(AnchorDir(c.StateDir), os.DirFS(AnchorDir(f.d.Config.StateDir))); err != nil {
+	if err := os.CopyFS(service.AnchorDir(c.StateDir), os.DirFS(service.AnchorDir(f.d.Config.StateDir))); err != nil {
 		f.t.Fatalf("copy the rounds' anchors: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

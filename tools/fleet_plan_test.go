@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -29,7 +30,7 @@ func TestFleetPlanRoundWritesAndCommitsThePlan(t *testing.T) {
 	if !st.BaselineTaken || st.Plan == nil {
 		t.Fatalf("baseline taken %v, plan %v", st.BaselineTaken, st.Plan)
 	}
-	for _, name := range []string{fleetPlanFile, fleetPlanMD, window.BaselineFile} {
+	for _, name := range []string{service.FleetPlanFile, service.FleetPlanMD, window.BaselineFile} {
 		if _, err := os.Stat(filepath.Join(f.repo, "rounds", fRound, name)); err != nil {
 			t.Errorf("%s not written: %v", name, err)
 		}
@@ -37,15 +38,15 @@ func TestFleetPlanRoundWritesAndCommitsThePlan(t *testing.T) {
 	if log := gitRun(t, f.repo, "log", "--all", "--format=%s"); !strings.Contains(log, "round "+fRound+": plan") {
 		t.Fatalf("plan not committed:\n%s", log)
 	}
-	md, _ := os.ReadFile(filepath.Join(f.repo, "rounds", fRound, fleetPlanMD))
+	md, _ := os.ReadFile(filepath.Join(f.repo, "rounds", fRound, service.FleetPlanMD))
 	for _, want := range []string{"cp-1", "gpu-1", "gpu-2", fTarget, "inference/ReplicaSet/model-5c"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("plan.md lacks %q:\n%s", want, md)
 		}
 	}
-	before, _ := os.ReadFile(filepath.Join(f.repo, "rounds", fRound, fleetPlanFile))
+	before, _ := os.ReadFile(filepath.Join(f.repo, "rounds", fRound, service.FleetPlanFile))
 	f.must(StatusOK, "plan_round", map[string]any{"round": fRound})
-	after, _ := os.ReadFile(filepath.Join(f.repo, "rounds", fRound, fleetPlanFile))
+	after, _ := os.ReadFile(filepath.Join(f.repo, "rounds", fRound, service.FleetPlanFile))
 	if string(before) != string(after) {
 		t.Fatalf("plan_round again on an unchanged cluster rewrote the plan (-before +after):\n%s", cmp.Diff(string(before), string(after)))
 	}

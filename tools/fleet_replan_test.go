@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // replan_node on the fleet rig: a node whose package set changed after
@@ -18,7 +20,7 @@ func TestFleetReplanSignsOnlyTheChange(t *testing.T) {
 		t.Fatalf("replan before plan_round: %s %v", res.Status, res.Reasons)
 	}
 	f.planned()
-	planFile := filepath.Join(f.repo, "rounds", fRound, fleetPlanFile)
+	planFile := filepath.Join(f.repo, "rounds", fRound, service.FleetPlanFile)
 	signed, _ := os.ReadFile(planFile)
 
 	m := f.must(StatusOK, "replan_node", map[string]any{"node": "gpu-2"})

@@ -39,6 +39,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // The fleet rig is the server as Build wires it — the intent repository
@@ -121,7 +122,7 @@ func (f *fleetHosts) GPUCheck(ctx context.Context, node string, in steps.GPUChec
 	return f.of(node).GPUCheck(ctx, node, in)
 }
 
-var _ HostSteps = (*fleetHosts)(nil)
+var _ service.HostSteps = (*fleetHosts)(nil)
 
 // signer is a person's SSH key, made and used by the real ssh-keygen.
 type signer struct {
@@ -375,7 +376,9 @@ func newFleet(t testing.TB, configure ...func(*config.Config)) *fleet {
 	for _, n := range []string{"cp-1", "gpu-1", "gpu-2"} {
 		f.hosts.nodes[n] = &fakes.Host{Running: fRunning, Target: fTarget, Digest: "sha256:" + strings.Repeat("c", 63) + fmt.Sprint(len(n))}
 	}
-	d.Hosts = func(context.Context) (*HostAccess, error) { return &HostAccess{Steps: f.hosts, Pool: nopPool{}}, nil }
+	d.Hosts = func(context.Context) (*service.HostAccess, error) {
+		return &service.HostAccess{Steps: f.hosts, Pool: nopPool{}}, nil
+	}
 	return f
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -89,7 +90,9 @@ func (r *rollbackHosts) RollbackStatus(ctx context.Context, node, rd string) (st
 func TestFleetRollbackOfARedNode(t *testing.T) {
 	f := newFleet(t)
 	rh := &rollbackHosts{fleetHosts: f.hosts, red: map[string]string{"cp-1": "bond0 has 1 active slave"}, requested: map[string]bool{}}
-	f.d.Hosts = func(context.Context) (*HostAccess, error) { return &HostAccess{Steps: rh, Pool: nopPool{}}, nil }
+	f.d.Hosts = func(context.Context) (*service.HostAccess, error) {
+		return &service.HostAccess{Steps: rh, Pool: nopPool{}}, nil
+	}
 	f.planned()
 	f.preflight("cp-1")
 	if _, res := f.call("rollback_node", map[string]any{"node": "cp-1"}); res.Status != StatusRefused {

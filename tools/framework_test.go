@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -58,26 +59,29 @@ type stepOut struct {
 // fakeApprovals accepts an approval equal to "signed:<digest>" once.
 type fakeApprovals struct{ used map[string]bool }
 
-func (f *fakeApprovals) Request(tool string, p Binding) (string, time.Time, error) {
+func (f *fakeApprovals) Request(tool string, p service.Binding) (string, time.Time, error) {
 	return "request " + tool + " " + p.Node + " " + p.Digest, time.Unix(0, 0), nil
 }
-func (f *fakeApprovals) Verify(_ context.Context, a, tool string, p Binding) (Approved, error) {
+func (f *fakeApprovals) Verify(_ context.Context, a, tool string, p service.Binding) (service.Approved, error) {
 	if a != "signed:"+p.Digest {
-		return Approved{}, errors.New("signature does not match the plan")
+		return service.Approved{}, errors.New("signature does not match the plan")
 	}
 	if f.used[a] {
-		return Approved{}, errors.New("replayed")
+		return service.Approved{}, errors.New("replayed")
 	}
-	return Approved{ID: a, Text: a}, nil
+	return service.Approved{ID: a, Text: a}, nil
 }
-func (f *fakeApprovals) Consume(_ context.Context, a Approved) error { f.used[a.ID] = true; return nil }
+func (f *fakeApprovals) Consume(_ context.Context, a service.Approved) error {
+	f.used[a.ID] = true
+	return nil
+}
 
 // Reverify takes "signed:<digest>", then the signed summary lines, once
 // it was used.
-func (f *fakeApprovals) Reverify(_ context.Context, a, tool string, p Binding) (Approved, error) {
+func (f *fakeApprovals) Reverify(_ context.Context, a, tool string, p service.Binding) (service.Approved, error) {
 	return fakeReverify(f.used, a, p)
 }
-func (f *fakeApprovals) ConsumePart(_ context.Context, a Approved, part string) error {
+func (f *fakeApprovals) ConsumePart(_ context.Context, a service.Approved, part string) error {
 	if f.used[a.ID+"/"+part] {
 		return policy.ErrReplayed
 	}
@@ -85,32 +89,32 @@ func (f *fakeApprovals) ConsumePart(_ context.Context, a Approved, part string) 
 	return nil
 }
 
-func fakeReverify(used map[string]bool, a string, p Binding) (Approved, error) {
+func fakeReverify(used map[string]bool, a string, p service.Binding) (service.Approved, error) {
 	first, rest, _ := strings.Cut(a, "\n")
 	dg, ok := strings.CutPrefix(first, "signed:")
 	switch {
 	case !ok:
-		return Approved{}, errors.New("not signed")
+		return service.Approved{}, errors.New("not signed")
 	case p.Digest != "" && dg != p.Digest:
-		return Approved{}, errors.New("signature does not match the plan")
+		return service.Approved{}, errors.New("signature does not match the plan")
 	case !used[first]:
-		return Approved{}, errors.New("never used")
+		return service.Approved{}, errors.New("never used")
 	}
 	var summary []string
 	if rest != "" {
 		summary = strings.Split(strings.TrimSuffix(rest, "\n"), "\n")
 	}
-	return Approved{ID: first, Digest: dg, Summary: summary, Text: a}, nil
+	return service.Approved{ID: first, Digest: dg, Summary: summary, Text: a}, nil
 }
 func (f *fakeApprovals) Attestation(policy.Kind, policy.AttestationFields, []string) (string, time.Time, error) {
 	return "", time.Time{}, errors.New("not in this fake")
 }
-func (f *fakeApprovals) VerifyAttestation(context.Context, string, policy.Kind, policy.AttestationFields, []string) (Approved, policy.Request, error) {
-	return Approved{}, policy.Request{}, errors.New("not in this fake")
+func (f *fakeApprovals) VerifyAttestation(context.Context, string, policy.Kind, policy.AttestationFields, []string) (service.Approved, policy.Request, error) {
+	return service.Approved{}, policy.Request{}, errors.New("not in this fake")
 }
 
-func (f *fakeApprovals) ReverifyAttestation(context.Context, string, policy.Kind) (Approved, policy.Request, error) {
-	return Approved{}, policy.Request{}, errors.New("not in this fake")
+func (f *fakeApprovals) ReverifyAttestation(context.Context, string, policy.Kind) (service.Approved, policy.Request, error) {
+	return service.Approved{}, policy.Request{}, errors.New("not in this fake")
 }
 
 func stepTool(executed *int, digest *string) Tool {
@@ -121,7 +125,7 @@ func stepTool(executed *int, digest *string) Tool {
 			Plan: func(ctx context.Context, d *Deps, r *window.Round, in stepIn) (testPlan, error) {
 				return testPlan{Node: in.Node, D: *digest, Sum: []string{"do it"}}, nil
 			},
-			Do: func(ctx context.Context, d *Deps, r *window.Round, in stepIn, plan testPlan, a Approved, p Progress) (stepOut, error) {
+			Do: func(ctx context.Context, d *Deps, r *window.Round, in stepIn, plan testPlan, a service.Approved, p Progress) (stepOut, error) {
 				*executed++
 				return stepOut{Did: in.Node}, nil
 			},

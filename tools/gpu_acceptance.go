@@ -7,6 +7,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube/gpucheck"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -30,7 +31,7 @@ func GPUAcceptance() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		s, err := d.openRound()
+		s, err := d.OpenRound()
 		if err != nil {
 			return GPUAcceptanceOut{}, err
 		}
@@ -43,15 +44,15 @@ func GPUAcceptance() Tool {
 		if g == nil {
 			return GPUAcceptanceOut{}, Refuse("Add the gpu section to the gpu-fleet component's settings.yaml.", "the intent has no gpu settings (expected GPUs, model endpoint)")
 		}
-		h, err := d.hosts(ctx)
+		h, err := d.OpenHosts(ctx)
 		if err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		kc, err := d.cluster(ctx)
+		kc, err := d.KubeClients(ctx)
 		if err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		w, err := d.window(ctx, s, needHost)
+		w, err := d.Window(ctx, s, service.NeedHost)
 		if err != nil {
 			return GPUAcceptanceOut{}, err
 		}
@@ -71,7 +72,7 @@ func GPUAcceptance() Tool {
 		if err := s.Begin(round.StepGPUAcceptance, in.Node); err != nil {
 			return GPUAcceptanceOut{}, err
 		}
-		c := window.RunGPUAcceptance(ctx, gpuProbes{d: d, hosts: h, kube: kc.Kube, gpu: g}, in.Node, p)
+		c := window.RunGPUAcceptance(ctx, service.GPUProbes{Service: d, Hosts: h, Kube: kc.Kube, GPU: g}, in.Node, p)
 		out := GPUAcceptanceOut{Host: &c.Host, Smoke: &c.Smoke, Completion: &c.Completion}
 		problems, notes := window.JudgeGPUAcceptance(c)
 		// The boot the host check ran on: promote is held to it.

@@ -22,6 +22,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/apifake"
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // signInProcess makes the rig's person sign in this process (policy.Sign,
@@ -103,7 +104,9 @@ func (f *fleet) fork(t testing.TB) *fleet {
 	for n, h := range f.hosts.nodes {
 		g.hosts.nodes[n] = cloneHost(h)
 	}
-	d.Hosts = func(context.Context) (*HostAccess, error) { return &HostAccess{Steps: g.hosts, Pool: nopPool{}}, nil }
+	d.Hosts = func(context.Context) (*service.HostAccess, error) {
+		return &service.HostAccess{Steps: g.hosts, Pool: nopPool{}}, nil
+	}
 	return g
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -352,7 +353,7 @@ func runHostile(t *testing.T, base *fleet, seq []hostileOp) (res hostileResult) 
 				func(s string) string { return strings.ReplaceAll(s, "sha256:", "sha256:0") },
 			}
 			f.handWriteSignatures(drainDigests)
-			editWhile(fleetPlanFile, edits[op.Pick%len(edits)], tool, node)
+			editWhile(service.FleetPlanFile, edits[op.Pick%len(edits)], tool, node)
 		case "nodes.json edited":
 			editWhile(filepath.Join(window.NodePlansDir, node+".json"), func(s string) string { return strings.ReplaceAll(s, "sha256:", "sha256:0") }, tool, node)
 		case "journal edited":

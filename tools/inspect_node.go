@@ -9,6 +9,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -62,7 +63,7 @@ func inspectNode(record bool) Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return InspectOut{}, err
 		}
-		s := d.maybeRound(record)
+		s := d.MaybeRound(record)
 		rec := recording(s, record)
 		if record && s == nil {
 			return InspectOut{}, RefuseWith(CallTo("inspect_node", "node", in.Node), "Call inspect_node instead: it reads the node and records nothing.",
@@ -71,7 +72,7 @@ func inspectNode(record bool) Tool {
 		if err := rec.Admit(round.StepInspect, in.Node); err != nil {
 			return InspectOut{}, err
 		}
-		h, err := d.hosts(ctx)
+		h, err := d.OpenHosts(ctx)
 		if err != nil {
 			return InspectOut{}, err
 		}
@@ -81,7 +82,7 @@ func inspectNode(record bool) Tool {
 		}
 		insp, err := h.Steps.Inspect(ctx, in.Node, steps.InspectInput{TargetKernel: target})
 		if err != nil {
-			return InspectOut{}, hostFailure(rec, round.StepInspect, in.Node, hostError(in.Node, "inspect", err))
+			return InspectOut{}, service.HostFailure(rec, round.StepInspect, in.Node, service.HostError(in.Node, "inspect", err))
 		}
 		hz := steps.InspectionHazards(insp, target)
 		reasons := blockerReasons(hz)
@@ -136,14 +137,14 @@ func notRecorded(rec *window.Round) []string {
 // inspectAll inspects every node of the SSH inventory with bounded
 // concurrency and answers a table; it needs no cluster and records nothing.
 func inspectAll(ctx context.Context, d *Deps, p Progress) (InspectOut, error) {
-	h, err := d.hosts(ctx)
+	h, err := d.OpenHosts(ctx)
 	if err != nil {
 		return InspectOut{}, err
 	}
 	if h.Inventory == nil {
 		return InspectOut{}, Refuse("Configure ssh.inventory (an inventory file naming the nodes) and call again.", "no SSH inventory is configured: all needs one")
 	}
-	nodes, jumps := inventoryNodes(h.Inventory)
+	nodes, jumps := service.InventoryNodes(h.Inventory)
 	if len(nodes) == 0 {
 		return InspectOut{}, Refuse("Add the nodes to the SSH inventory file and call again.", "the SSH inventory names no node")
 	}
@@ -168,7 +169,7 @@ func inspectAll(ctx context.Context, d *Deps, p Progress) (InspectOut, error) {
 	for _, r := range res {
 		row := r.Value
 		if r.Err != nil {
-			f := hostError(r.Node, "inspect", r.Err)
+			f := service.HostError(r.Node, "inspect", r.Err)
 			row = InspectRow{Node: r.Node, Status: StatusFailed, Blockers: 1, Reason: f.Error()}
 			hz = append(hz, steps.Hazard{Cause: steps.CauseOf(r.Err), Reason: r.Node + ": " + f.Error()})
 		} else if row.Blockers > 0 {

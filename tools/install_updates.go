@@ -5,6 +5,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -34,7 +35,7 @@ func InstallUpdates() Tool {
 			if s.InFlightRun(round.StepInstall, in.Node) == nil {
 				return InstallOut{}, errNotInFlight
 			}
-			w, err := d.window(ctx, s, needHost)
+			w, err := d.Window(ctx, s, service.NeedHost)
 			if err != nil {
 				return InstallOut{}, err
 			}
@@ -48,30 +49,30 @@ func InstallUpdates() Tool {
 				}
 			}
 			np, _ := s.NodePlan(in.Node)
-			w, err := d.window(ctx, s, needHost)
+			w, err := d.Window(ctx, s, service.NeedHost)
 			if err != nil {
 				return window.PackagePlan{}, err
 			}
 			sim, err := w.Host.Simulate(ctx, in.Node)
 			if err != nil {
-				return window.PackagePlan{}, hostError(in.Node, "re-simulate before install", err)
+				return window.PackagePlan{}, service.HostError(in.Node, "re-simulate before install", err)
 			}
 			// The reviewed plan first: a package set that moved since the
 			// plan was signed is shown as a diff against what people
 			// reviewed, and re-planned there (replan_node).
 			live := window.PackagePlan{Node: in.Node, PackageDigest: sim.Plan.Digest, AptLines: sim.Plan.Lines, TargetKernel: sim.Plan.TargetKernel}
-			if err := d.checkReviewed(ctx, s.ID, "install_updates", live); err != nil {
+			if err := d.CheckReviewed(ctx, s.ID, "install_updates", live); err != nil {
 				return window.PackagePlan{}, err
 			}
 			plan, err := window.DecidePackage(in.Node, sim, window.Simulated{PackageDigest: np.PackageDigest, TargetKernel: np.TargetKernel, RunningKernel: np.RunningKernel})
 			return plan, err
 		},
-		Do: func(ctx context.Context, d *Deps, s *window.Round, in InstallIn, plan window.PackagePlan, a Approved, p Progress) (InstallOut, error) {
-			w, err := d.window(ctx, s, needHost)
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in InstallIn, plan window.PackagePlan, a service.Approved, p Progress) (InstallOut, error) {
+			w, err := d.Window(ctx, s, service.NeedHost)
 			if err != nil {
 				return InstallOut{}, err
 			}
-			o, err := w.StartInstall(ctx, plan, a.grant())
+			o, err := w.StartInstall(ctx, plan, a.Grant())
 			return InstallOut{Install: o.Install, Result: outcome(o.Outcome).Then(CallTo("trial_boot", "node", in.Node))}, err
 		},
 	})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/host"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // With ssh.inventory set, the config's ssh.port, ssh.user and ssh.jump still
@@ -24,7 +25,7 @@ func TestHostInventoryKeepsConfigSSHDefaults(t *testing.T) {
 	c := config.DefaultConfig()
 	c.SSH.Inventory, c.SSH.Port, c.SSH.User, c.SSH.Jump = inv, 2222, "ops", "bastion"
 	d := &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	got, err := hostInventory(context.Background(), d)
+	got, err := service.LoadHostInventory(context.Background(), d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,10 +26,10 @@ func roundHooks() *mcptool.Hooks[*Deps] {
 		},
 		Answer: answerCall,
 		Audit: func(ctx context.Context, d *Deps, spec Spec, in any, res *Result) {
-			d.audit(ctx, spec, in, res)
+			audit(ctx, d, spec, in, res)
 		},
 		AfterCall: func(ctx context.Context, d *Deps, spec Spec, res *Result) {
-			d.commitAfterCall(ctx, spec, res)
+			commitAfterCall(ctx, d, spec, res)
 		},
 		Offers: func(d *Deps, spec Spec) bool {
 			return d.Mode != ModeReadOnly || spec.Kind == ReadOnly

@@ -2,12 +2,11 @@ package tools
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/gate"
 	"github.com/mcp-patch/mcp-patch/round"
-	"github.com/mcp-patch/mcp-patch/round/plan/preflight"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -26,7 +25,7 @@ type PlanRoundOut struct {
 	Baseline  *gate.Baseline  `json:"baseline,omitempty"`
 	ETA       *round.Estimate `json:"eta,omitempty"`
 	// Plan is the reviewed plan written to rounds/<id>/plan.md and plan.json.
-	Plan *PlanStatus `json:"plan,omitempty"`
+	Plan *service.PlanStatus `json:"plan,omitempty"`
 }
 
 // PlanRound is the plan_round tool.
@@ -39,77 +38,36 @@ func PlanRound() Tool {
 			" preview): plan.md and plan.json, committed. A blocker stops the round before any cordon.",
 		Kind: Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, in PlanRoundIn, p Progress) (PlanRoundOut, error) {
-		if d.Book == nil {
-			return PlanRoundOut{}, Refuse("Start the server with --intent-repo.", "no intent repository is configured")
-		}
-		if err := window.AdmitPlanRound(in.Round, d.Book.CurrentID()); err != nil {
-			return PlanRoundOut{}, err
-		}
-		r, err := d.intentRepo(in.Round)
+		pr, err := d.PlanOrder(ctx, in.Round, p)
 		if err != nil {
 			return PlanRoundOut{}, err
 		}
-		settings, err := r.RoundSettings()
-		if err != nil {
-			return PlanRoundOut{}, intentError("read the intent's settings", err)
-		}
-		kc, err := d.cluster(ctx)
-		if err != nil {
-			return PlanRoundOut{}, err
-		}
-		p(0, 0, "inventory and placement") // the total is known with the order
-		inv, pl, err := d.inventoryAndPlacement(ctx, kc, settings)
-		if err != nil {
-			return PlanRoundOut{}, err
-		}
-		nodes, rp := preflight.OrderInput(inv, pl)
-		order, err := round.PlanOrder(nodes, rp)
-		if err != nil {
-			return PlanRoundOut{}, Fail("Read the reason; the inventory may be incomplete.", "plan the order: "+err.Error())
-		}
-		var soakHours, deadlineDays int
-		if k := settings.Kernel; k != nil {
-			soakHours, deadlineDays = k.SoakHours, k.ComplianceDeadlineDays.Internal
-		}
-		soak, deadline := window.RoundClocks(soakHours, deadlineDays, d.now())
-		j, err := d.Book.Journal(in.Round, true)
-		if err != nil {
-			return PlanRoundOut{}, err
-		}
-		s := &window.Round{Journal: j, ID: in.Round, Settings: settings, Book: d.Book, Events: d.WindowEvents, Now: d.now, Log: d.Log}
-		due, err := window.DecidePlanOrder(j.State(), d.now())
-		if err != nil {
-			return PlanRoundOut{}, err
-		}
-		if due {
-			if _, err := j.Plan(order, soak, round.Meta{Detail: fmt.Sprintf("%d nodes", len(order.Positions))}); err != nil {
-				return PlanRoundOut{}, ruleRefusal(err)
-			}
-		}
+		kc, s, settings, order, pl, deadline := pr.Clients, pr.Round, pr.Settings, pr.Order, pr.Placement, pr.Deadline
+		j := s.Journal
 		out := PlanRoundOut{Round: in.Round, Order: &order, Placement: &pl}
 		// Progress: baseline, estimate, preflight, then two steps a node
 		// (its preflight, its drain preview), then the commit.
 		total := float64(5 + 2*len(order.Positions))
 		p(1, total, "baseline")
-		if out.Baseline, err = d.takeBaseline(ctx, kc, s); err != nil {
+		if out.Baseline, err = d.TakeBaseline(ctx, kc, s); err != nil {
 			return out, err
 		}
 		p(2, total, "estimate")
 		st := j.State()
-		if est, err := round.ETA(st, st.WindowDurations(), d.now(), deadline, window.ETAConfig(settings)); err == nil {
+		if est, err := round.ETA(st, st.WindowDurations(), d.Clock(), deadline, window.ETAConfig(settings)); err == nil {
 			out.ETA = &est
 		}
 		out.Reasons = append(out.Reasons, window.PlanReasons(out.ETA, deadline, order.Notes)...)
 		p(3, total, "fleet-wide preflight")
-		fl, perr := d.writePlanDocument(ctx, kc, s, preflightInput{round: in.Round, order: order, inv: inv, placement: pl, settings: settings}, p.After(3, total))
+		fl, perr := d.WritePlanDocument(ctx, kc, s, service.PreflightInput{Round: in.Round, Order: order, Inv: pr.Inventory, Placement: pl, Settings: settings}, p.After(3, total))
 		if perr == nil {
-			out.Plan, perr = d.planStatus(ctx, in.Round, nil)
+			out.Plan, perr = d.PlanStatus(ctx, in.Round, nil)
 		}
 		// The commit comes last, after every record of this call (the
 		// blockers' stop and the call's own audit record): the intent
 		// repository is clean once plan_round answers.
 		p(total-1, total, "commit")
-		d.commitRoundLast(ctx, s, "plan", func(c string) string {
+		commitRoundLast(ctx, d, s, "plan", func(c string) string {
 			return "plan committed to the intent repository (" + c + "): rounds/" + in.Round + "/plan.md"
 		}, "plan not committed: ", &out.Reasons)
 		if perr != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/round/plan/preflight"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -40,7 +41,7 @@ func planFacts(target string) plan.Facts {
 func planDeps(t *testing.T, approval string) (*Deps, plan.Fleet) {
 	t.Helper()
 	d := testDeps(t, config.ModeNormal)
-	d.Book = NewRoundBook(t.TempDir(), filepath.Join(t.TempDir(), "journals"), func() time.Time { return time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC) })
+	d.Book = service.NewRoundBook(t.TempDir(), filepath.Join(t.TempDir(), "journals"), func() time.Time { return time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC) })
 	t.Cleanup(func() { d.Book.Close() })
 	j, err := d.Book.Journal(planRound, true)
 	if err != nil {
@@ -60,7 +61,7 @@ func planDeps(t *testing.T, approval string) (*Deps, plan.Fleet) {
 	}
 	f := plan.Build(plan.Input{Round: planRound, Order: preflight.Positions(order), Facts: facts,
 		Intent: plan.Intent{GPUApproval: approval, PanicSeconds: 10}})
-	if err := d.writeFleetPlan(planRound, f); err != nil {
+	if err := d.WriteFleetPlan(planRound, f); err != nil {
 		t.Fatal(err)
 	}
 	return d, f
@@ -77,7 +78,7 @@ func TestTheFirstDrainWaitsForTheSignedPlan(t *testing.T) {
 	d, f := planDeps(t, plan.PerStep)
 	gpu, _ := f.Node("gpu-2")
 	drainPlan := window.DrainPlan{Node: "gpu-2", PreviewDigest: "sha256:pods", Evict: []string{"evict inference/model-1 (replicaset model-5c)"}}
-	err := d.checkReviewed(t.Context(), planRound, "drain_node", drainPlan)
+	err := d.CheckReviewed(t.Context(), planRound, "drain_node", drainPlan)
 	if err == nil || !strings.Contains(err.Error(), "is not signed") {
 		t.Fatalf("drain before the plan is signed: %v", err)
 	}
@@ -92,32 +93,32 @@ func TestTheFirstDrainWaitsForTheSignedPlan(t *testing.T) {
 	if res.Status != StatusOK || !out.Plan.Signed || out.Plan.Signatures != 15 {
 		t.Fatalf("sign_plan: %s %v %+v", res.Status, res.Reasons, out.Plan)
 	}
-	if err := d.checkReviewed(t.Context(), planRound, "drain_node", drainPlan); err != nil {
+	if err := d.CheckReviewed(t.Context(), planRound, "drain_node", drainPlan); err != nil {
 		t.Fatalf("drain after signing: %v", err)
 	}
 	// A drain that now evicts a workload the plan did not list is drift.
 	more := drainPlan
 	more.Evict = append(more.Evict, "evict batch/train-7 (job train)")
-	err = d.checkReviewed(t.Context(), planRound, "drain_node", more)
+	err = d.CheckReviewed(t.Context(), planRound, "drain_node", more)
 	if err == nil || !strings.Contains(err.Error(), "+ evict batch/job/train") || !strings.Contains(err.Error(), "nothing was executed") {
 		t.Fatalf("drifted drain: %v", err)
 	}
 	// Another package set is drift, with a diff against the reviewed lines.
-	err = d.checkReviewed(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:other",
+	err = d.CheckReviewed(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:other",
 		Lines: append([]string{"Inst curl [1] (2)"}, gpu.PackageLines...), TargetKernel: gpu.Target})
 	var ref *Refusal
 	if err == nil || !strings.Contains(err.Error(), "+ Inst curl [1] (2)") || !asRefusal(err, &ref) || !strings.Contains(ref.NextAction, "replan_node") {
 		t.Fatalf("drifted install: %v", err)
 	}
-	if err := d.checkReviewed(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: gpu.PackageDigest, Lines: gpu.PackageLines, TargetKernel: gpu.Target}); err != nil {
+	if err := d.CheckReviewed(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: gpu.PackageDigest, Lines: gpu.PackageLines, TargetKernel: gpu.Target}); err != nil {
 		t.Fatalf("install as reviewed: %v", err)
 	}
 	tb := window.TrialBootPlan{Node: "gpu-2", RunningKernel: gpu.Running, TargetKernel: gpu.Target, OldEntry: gpu.Grub.Old, NewEntry: "gnulinux-advanced-u>gnulinux-6.8.0-51-generic-advanced-OTHER"}
-	if err := d.checkReviewed(t.Context(), planRound, "trial_boot", tb); err == nil || !strings.Contains(err.Error(), "GRUB entry of the target kernel differs") {
+	if err := d.CheckReviewed(t.Context(), planRound, "trial_boot", tb); err == nil || !strings.Contains(err.Error(), "GRUB entry of the target kernel differs") {
 		t.Fatalf("another GRUB entry: %v", err)
 	}
 	// What the plan does not bind is not held to it.
-	if err := d.checkReviewed(t.Context(), planRound, "autoremove", window.AutoremovePlan{}); err != nil {
+	if err := d.CheckReviewed(t.Context(), planRound, "autoremove", window.AutoremovePlan{}); err != nil {
 		t.Fatalf("autoremove: %v", err)
 	}
 }
@@ -143,10 +144,10 @@ func TestReplanSignsOnlyTheChange(t *testing.T) {
 	if diff := cmp.Diff([]plan.Step{plan.StepInstall}, changed); diff != "" {
 		t.Fatalf("changed (-want +got):\n%s", diff)
 	}
-	if err := d.writeFleetPlan(planRound, g); err != nil {
+	if err := d.WriteFleetPlan(planRound, g); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.checkReviewed(t.Context(), planRound, "drain_node", window.DrainPlan{Node: "cp-1"}); err == nil || !strings.Contains(err.Error(), "revision 1) is not signed") {
+	if err := d.CheckReviewed(t.Context(), planRound, "drain_node", window.DrainPlan{Node: "cp-1"}); err == nil || !strings.Contains(err.Error(), "revision 1) is not signed") {
 		t.Fatalf("the re-planned plan is not signed yet: %v", err)
 	}
 	_, res := callSign(t, d, "")
@@ -160,7 +161,7 @@ func TestReplanSignsOnlyTheChange(t *testing.T) {
 	if _, res := callSign(t, d, "signed:"+g.Digest); res.Status != StatusOK {
 		t.Fatalf("sign the re-plan: %v", res.Reasons)
 	}
-	if err := d.checkReviewed(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:more", TargetKernel: "6.8.0-51-generic"}); err != nil {
+	if err := d.CheckReviewed(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:more", TargetKernel: "6.8.0-51-generic"}); err != nil {
 		t.Fatalf("install of the re-planned set: %v", err)
 	}
 }
@@ -182,16 +183,16 @@ func TestWindowApprovalCoversTheReviewedDigestsOnly(t *testing.T) {
 		"trial_boot":      tb,
 		"promote_kernel":  window.PromotePlan{Node: "gpu-2", Kernel: n.Target, NewEntry: n.Grub.New},
 	} {
-		a, ok, _, err := d.windowApproval(t.Context(), planRound, name, p)
+		a, ok, _, err := d.WindowApproval(t.Context(), planRound, name, p)
 		if err != nil || !ok || a.ID != wid {
 			t.Errorf("%s as reviewed: covered=%v id=%q err=%v", name, ok, a.ID, err)
 		}
 	}
-	_, ok, _, err := d.windowApproval(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:drifted"})
+	_, ok, _, err := d.WindowApproval(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:drifted"})
 	if ok || err == nil || !strings.Contains(err.Error(), "differs from") {
 		t.Errorf("drifted install: covered=%v err=%v", ok, err)
 	}
-	if _, ok, _, err := d.windowApproval(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "cp-1", PackageDigest: n.PackageDigest}); ok || err != nil {
+	if _, ok, _, err := d.WindowApproval(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "cp-1", PackageDigest: n.PackageDigest}); ok || err != nil {
 		t.Errorf("a node without a window approval: covered=%v err=%v", ok, err)
 	}
 }
@@ -209,7 +210,7 @@ func windowApproved(t *testing.T, d *Deps, n plan.Node, pods string) string {
 		}
 	}
 	d.Approvals.(*fakeApprovals).used["signed:"+n.Window] = true
-	if err := d.keepProof(planRound, proof{Tool: "approve_window", Node: n.Node, ApprovalID: "w1", Approval: text}); err != nil {
+	if err := d.KeepProof(planRound, service.Proof{Tool: "approve_window", Node: n.Node, ApprovalID: "w1", Approval: text}); err != nil {
 		t.Fatal(err)
 	}
 	return "signed:" + n.Window
@@ -229,10 +230,10 @@ func TestResignedReplanCarriesTheWindowApproval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.writeFleetPlan(planRound, g); err != nil {
+	if err := d.WriteFleetPlan(planRound, g); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := d.windowApproval(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:more"}); err == nil {
+	if _, _, _, err := d.WindowApproval(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:more"}); err == nil {
 		t.Fatal("a window approval of the old revision covers the re-planned install")
 	}
 	if _, res := callSign(t, d, "signed:"+g.Digest); res.Status != StatusOK {
@@ -242,11 +243,11 @@ func TestResignedReplanCarriesTheWindowApproval(t *testing.T) {
 		"install_updates": window.PackagePlan{Node: "gpu-2", PackageDigest: "sha256:more"},
 		"drain_node":      window.DrainPlan{Node: "gpu-2", PreviewDigest: "sha256:pods"},
 	} {
-		if _, ok, _, err := d.windowApproval(t.Context(), planRound, tool, p); !ok || err != nil {
+		if _, ok, _, err := d.WindowApproval(t.Context(), planRound, tool, p); !ok || err != nil {
 			t.Errorf("%s after the re-plan was signed: covered=%v err=%v", tool, ok, err)
 		}
 	}
-	if _, ok, _, err := d.windowApproval(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: n.PackageDigest}); ok || err == nil {
+	if _, ok, _, err := d.WindowApproval(t.Context(), planRound, "install_updates", window.PackagePlan{Node: "gpu-2", PackageDigest: n.PackageDigest}); ok || err == nil {
 		t.Errorf("the old package set is still covered: %v %v", ok, err)
 	}
 }
@@ -261,7 +262,7 @@ func installLike(executed *int, live *window.PackagePlan) Tool {
 			Plan: func(ctx context.Context, d *Deps, r *window.Round, in stepIn) (window.PackagePlan, error) {
 				return *live, nil
 			},
-			Do: func(ctx context.Context, d *Deps, r *window.Round, in stepIn, plan window.PackagePlan, a Approved, p Progress) (stepOut, error) {
+			Do: func(ctx context.Context, d *Deps, r *window.Round, in stepIn, plan window.PackagePlan, a service.Approved, p Progress) (stepOut, error) {
 				*executed++
 				return stepOut{Did: a.ID}, nil
 			},
@@ -322,14 +323,14 @@ func TestCloseWritesAndCommitsTheComponentDocs(t *testing.T) {
 	gitRun(t, dir, "add", "os-layer")
 	gitRun(t, dir, "commit", "-qm", "intent")
 	d.Intent = func(id string) (*intent.Repo, error) { return intent.Open(dir, intent.Options{RoundID: id}) }
-	s, err := d.openRound()
+	s, err := d.OpenRound()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Journal.Lesson("next time check the NVIDIA modules before the window"); err != nil {
 		t.Fatal(err)
 	}
-	notes, err := d.closeDocs(context.Background(), s)
+	notes, err := d.CloseDocs(context.Background(), s)
 	if err != nil {
 		t.Fatalf("closeDocs: %v", err)
 	}
@@ -349,7 +350,7 @@ func TestCloseWritesAndCommitsTheComponentDocs(t *testing.T) {
 		t.Errorf("runbook:\n%s", rb)
 	}
 	// Again: nothing new, nothing to commit, no refusal.
-	if _, err := d.closeDocs(context.Background(), s); err != nil {
+	if _, err := d.CloseDocs(context.Background(), s); err != nil {
 		t.Fatalf("second closeDocs: %v", err)
 	}
 }
@@ -360,12 +361,12 @@ func TestCloseWritesAndCommitsTheComponentDocs(t *testing.T) {
 // unedited bytes were read.
 func TestPlanHeaderOncePerContent(t *testing.T) {
 	d, f := planDeps(t, plan.PerWindow)
-	h, ok, err := d.planHeader(planRound)
+	h, ok, err := d.PlanHeader(planRound)
 	if err != nil || !ok || h.Digest != f.Digest {
 		t.Fatalf("planHeader = %+v, %v, %v; want digest %s", h, ok, err, f.Digest)
 	}
 	h.Summary[0], h.Nodes = "changed by the caller", nil
-	again, ok, err := d.planHeader(planRound)
+	again, ok, err := d.PlanHeader(planRound)
 	if err != nil || !ok || again.Digest != f.Digest || again.Summary[0] == "changed by the caller" || len(again.Nodes) != len(f.Nodes) {
 		t.Fatalf("the kept header changed with the caller's copy: %+v, %v", again, err)
 	}
@@ -374,15 +375,15 @@ func TestPlanHeaderOncePerContent(t *testing.T) {
 	g := plan.Build(plan.Input{Round: planRound, Order: preflight.Positions(round.Order{Positions: []round.Position{
 		{Node: "cp-1", Role: round.RoleControlPlane, Reason: "control plane"},
 	}}), Facts: map[string]plan.Facts{"cp-1": planFacts("6.8.0-51-generic")}, Intent: plan.Intent{GPUApproval: plan.PerWindow, PanicSeconds: 10}})
-	if err := d.writeFleetPlan(planRound, g); err != nil {
+	if err := d.WriteFleetPlan(planRound, g); err != nil {
 		t.Fatal(err)
 	}
-	if h, _, err := d.planHeader(planRound); err != nil || h.Digest != g.Digest || len(h.Nodes) != 1 {
+	if h, _, err := d.PlanHeader(planRound); err != nil || h.Digest != g.Digest || len(h.Nodes) != 1 {
 		t.Fatalf("after a new plan: %+v, %v; want digest %s and 1 node", h, err, g.Digest)
 	}
 
 	// An edited plan: refused, although its unedited bytes are kept.
-	p := filepath.Join(d.Book.Root, "rounds", planRound, fleetPlanFile)
+	p := filepath.Join(d.Book.Root, "rounds", planRound, service.FleetPlanFile)
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
@@ -394,7 +395,7 @@ func TestPlanHeaderOncePerContent(t *testing.T) {
 	if err := os.WriteFile(p, edited, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if h, _, err := d.planHeader(planRound); err == nil {
+	if h, _, err := d.PlanHeader(planRound); err == nil {
 		t.Fatalf("an edited plan was read: %+v", h)
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -35,7 +36,7 @@ func PromoteKernel() Tool {
 			if s.InFlightRun(round.StepPromote, in.Node) == nil {
 				return PromoteOut{}, errNotInFlight
 			}
-			w, err := d.window(ctx, s, 0)
+			w, err := d.Window(ctx, s, 0)
 			if err != nil {
 				return PromoteOut{}, err
 			}
@@ -50,7 +51,7 @@ func PromoteKernel() Tool {
 			}
 			// Decided from the host observed now: the trial kernel running,
 			// on the boot the trial boot proved and the checks ran on.
-			w, err := d.window(ctx, s, needHost)
+			w, err := d.Window(ctx, s, service.NeedHost)
 			if err != nil {
 				return window.PromotePlan{}, err
 			}
@@ -58,12 +59,12 @@ func PromoteKernel() Tool {
 			plan, err := w.PlanPromote(ctx, in.Node, np.TargetKernel)
 			return plan, err
 		},
-		Do: func(ctx context.Context, d *Deps, s *window.Round, in PromoteIn, plan window.PromotePlan, a Approved, p Progress) (PromoteOut, error) {
-			w, err := d.window(ctx, s, needHost)
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in PromoteIn, plan window.PromotePlan, a service.Approved, p Progress) (PromoteOut, error) {
+			w, err := d.Window(ctx, s, service.NeedHost)
 			if err != nil {
 				return PromoteOut{}, err
 			}
-			o, err := w.Promote(ctx, plan, a.grant())
+			o, err := w.Promote(ctx, plan, a.Grant())
 			return PromoteOut{Promote: o.Promote, Result: outcome(o.Outcome).Then(CallTo("close_window", "node", in.Node))}, err
 		},
 	})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // ReadIntentIn selects what to read.
@@ -28,14 +29,14 @@ func ReadIntent() Tool {
 			" as P3, out of scope, open questions). The round must keep the properties.",
 		Kind: ReadOnly, Idempotent: true, OpenWorld: false,
 	}, func(ctx context.Context, d *Deps, in ReadIntentIn, p Progress) (ReadIntentOut, error) {
-		r, err := d.intentRepo("")
+		r, err := d.IntentRepo("")
 		if err != nil {
 			return ReadIntentOut{}, err
 		}
 		if in.Component == "" {
 			cs, err := r.Components()
 			if err != nil {
-				return ReadIntentOut{}, intentError("list components", err)
+				return ReadIntentOut{}, service.IntentError("list components", err)
 			}
 			return ReadIntentOut{Components: cs, Result: Result{
 				Reasons:    []string{fmt.Sprintf("%d components", len(cs))},
@@ -44,7 +45,7 @@ func ReadIntent() Tool {
 		}
 		c, err := r.Component(in.Component)
 		if err != nil {
-			return ReadIntentOut{}, intentError("read component "+in.Component, err)
+			return ReadIntentOut{}, service.IntentError("read component "+in.Component, err)
 		}
 		res := Result{NextAction: "Keep its properties in mind; when the live system contradicts one, record_lesson kind=open_question naming the property."}
 		if len(c.Problems) > 0 {

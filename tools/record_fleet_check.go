@@ -18,7 +18,7 @@ func RecordFleetCheck() Tool {
 		Description: "As fleet_check, recorded in the round: green starts the soak; a node left behind stops the round.",
 		Kind:        Write, Idempotent: true, OpenWorld: true,
 	}, func(ctx context.Context, d *Deps, _ struct{}, p Progress) (FleetCheckOut, error) {
-		s, err := d.openRound()
+		s, err := d.OpenRound()
 		if err != nil {
 			return FleetCheckOut{}, err
 		}
@@ -43,7 +43,7 @@ func RecordFleetCheck() Tool {
 		out.Reasons = []string{fmt.Sprintf("all %d nodes run the round's kernels", len(out.Nodes))}
 		out.NextAction = "Call round_status: it says what remains before close."
 		st := s.Journal.State()
-		if st.Admit(round.StepSoak, "", d.now()) == nil && st.SoakStarted.IsZero() {
+		if st.Admit(round.StepSoak, "", d.Clock()) == nil && st.SoakStarted.IsZero() {
 			if err := s.Begin(round.StepSoak, ""); err != nil {
 				return out, err
 			}

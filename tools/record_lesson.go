@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // RecordLessonIn is one lesson or open question.
@@ -43,15 +44,15 @@ func RecordLesson() Tool {
 		}
 		round := in.Round
 		if round == "" {
-			round = d.currentRoundID()
+			round = d.CurrentRoundID()
 		}
-		r, err := d.intentRepo(round)
+		r, err := d.IntentRepo(round)
 		if err != nil {
 			return RecordLessonOut{}, err
 		}
 		c, err := r.RecordLesson(ctx, intent.LessonInput{Kind: kind, Component: in.Component, Property: in.Property, Text: in.Text, RoundID: round})
 		if err != nil {
-			return RecordLessonOut{}, intentError("record "+in.Kind, err)
+			return RecordLessonOut{}, service.IntentError("record "+in.Kind, err)
 		}
 		res := Result{Reasons: []string{fmt.Sprintf("committed %s on branch %s (%s)", short(c.Hash), c.Branch, strings.Join(c.Files, ", "))},
 			NextAction: "Continue the round; people review the working branch and merge it."}
@@ -60,14 +61,4 @@ func RecordLesson() Tool {
 		}
 		return RecordLessonOut{Commit: &c, Result: res}, nil
 	})
-}
-
-// currentRoundID is the open round, else this month.
-func (d *Deps) currentRoundID() string {
-	if d.CurrentRound != nil {
-		if id := d.CurrentRound(); id != "" {
-			return id
-		}
-	}
-	return d.now().UTC().Format("2006-01")
 }

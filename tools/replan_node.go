@@ -7,6 +7,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/round/plan/preflight"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -18,8 +19,8 @@ type ReplanIn struct {
 // ReplanOut is the new plan revision.
 type ReplanOut struct {
 	Result
-	Changed []plan.Step `json:"changed" jsonschema:"the steps whose digest changed: only they need signing again"`
-	Plan    *PlanStatus `json:"plan,omitempty"`
+	Changed []plan.Step         `json:"changed" jsonschema:"the steps whose digest changed: only they need signing again"`
+	Plan    *service.PlanStatus `json:"plan,omitempty"`
 }
 
 // ReplanNode is the replan_node tool.
@@ -35,11 +36,11 @@ func ReplanNode() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return ReplanOut{}, err
 		}
-		s, err := d.openRound()
+		s, err := d.OpenRound()
 		if err != nil {
 			return ReplanOut{}, err
 		}
-		f, ok, err := d.fleetPlan(s.ID)
+		f, ok, err := d.FleetPlan(s.ID)
 		if err != nil || !ok {
 			return ReplanOut{}, Refuse("Call plan_round: it writes the whole plan.", "round "+s.ID+" has no usable plan document")
 		}
@@ -52,11 +53,11 @@ func ReplanNode() Tool {
 		if err != nil {
 			return ReplanOut{}, err
 		}
-		h, err := d.hosts(ctx)
+		h, err := d.OpenHosts(ctx)
 		if err != nil {
 			return ReplanOut{}, err
 		}
-		kc, err := d.cluster(ctx)
+		kc, err := d.KubeClients(ctx)
 		if err != nil {
 			return ReplanOut{}, err
 		}
@@ -78,10 +79,10 @@ func ReplanNode() Tool {
 			}
 		}
 		pl := plan.Placement{}
-		if inv, pla, err := d.inventoryAndPlacement(ctx, kc, s.Settings); err == nil {
+		if inv, pla, err := d.InventoryAndPlacement(ctx, kc, s.Settings); err == nil {
 			pl = preflight.PlacementOf(pla, inv, map[string][]drain.PodRef{in.Node: evicted}, s.Settings)
 		}
-		it := d.planIntent(s.ID, s.Settings, map[string]plan.Facts{in.Node: facts})
+		it := d.PlanIntent(s.ID, s.Settings, map[string]plan.Facts{in.Node: facts})
 		live := plan.KeepDone(reviewed, plan.BuildNode(reviewed.Position, pos, facts, pl, it), done...)
 		g, changed, err := plan.Replan(f, live)
 		if err != nil {
@@ -90,19 +91,19 @@ func ReplanNode() Tool {
 		out := ReplanOut{Changed: changed}
 		if g.Digest == f.Digest {
 			out.Reasons = []string{in.Node + " matches its reviewed plan: nothing changed"}
-			out.Plan, err = d.planStatus(ctx, s.ID, s.Journal.Shared())
+			out.Plan, err = d.PlanStatus(ctx, s.ID, s.Journal.Shared())
 			return out, err
 		}
-		if err := d.writeFleetPlan(s.ID, g); err != nil {
+		if err := d.WriteFleetPlan(s.ID, g); err != nil {
 			return out, err
 		}
 		out.Reasons = append(out.Reasons, fmt.Sprintf("%s re-planned: revision %d, digest %s", in.Node, g.Revision, g.Digest))
 		for _, b := range live.Blockers {
 			out.Reasons = append(out.Reasons, "blocker: "+b.String())
 		}
-		d.commitRoundLast(ctx, s, "re-plan of "+in.Node, func(c string) string { return "plan committed (" + c + ")" },
+		commitRoundLast(ctx, d, s, "re-plan of "+in.Node, func(c string) string { return "plan committed (" + c + ")" },
 			"plan not committed: ", &out.Reasons)
-		if out.Plan, err = d.planStatus(ctx, s.ID, s.Journal.Shared()); err != nil {
+		if out.Plan, err = d.PlanStatus(ctx, s.ID, s.Journal.Shared()); err != nil {
 			return out, err
 		}
 		out.NextAction = "A person signs only what changed: call sign_plan."

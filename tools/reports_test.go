@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // forgedKernel is the target kernel an agent writes into plan.md.
@@ -47,7 +48,7 @@ func forgeKernel(s string) string { return strings.ReplaceAll(s, fTarget, forged
 // renderedPlanMDOf is plan.md as the server renders it from plan.json.
 func (f *fleet) renderedPlanMDOf() string {
 	f.t.Helper()
-	fp, ok, err := f.d.fleetPlan(fRound)
+	fp, ok, err := f.d.FleetPlan(fRound)
 	if err != nil || !ok {
 		f.t.Fatalf("plan: %v %v", ok, err)
 	}
@@ -73,7 +74,7 @@ func TestSignPlanRefusesAPlanMDThatIsNotThePlan(t *testing.T) {
 	}
 	approval := f.person.sign(t, res.Approval.Request)
 
-	f.edit(fleetPlanMD, forgeKernel)
+	f.edit(service.FleetPlanMD, forgeKernel)
 	_, res = f.call("sign_plan", map[string]any{"approval": approval})
 	why := reasons(res)
 	if res.Status != StatusRefused || !strings.Contains(why, "is not the plan rendered from plan.json: line ") ||
@@ -83,12 +84,12 @@ func TestSignPlanRefusesAPlanMDThatIsNotThePlan(t *testing.T) {
 	if m := f.must(StatusOK, "show_plan", nil); m["plan"].(map[string]any)["signed"] == true {
 		t.Fatal("the plan is signed under a forged plan.md")
 	}
-	if md, _ := os.ReadFile(f.roundFile(fleetPlanMD)); string(md) != f.renderedPlanMDOf() {
+	if md, _ := os.ReadFile(f.roundFile(service.FleetPlanMD)); string(md) != f.renderedPlanMDOf() {
 		t.Fatalf("plan.md was not written again from plan.json:\n%s", md)
 	}
 
 	// Forged again, asked bare: refused as well.
-	f.edit(fleetPlanMD, forgeKernel)
+	f.edit(service.FleetPlanMD, forgeKernel)
 	if _, res := f.call("sign_plan", nil); res.Status != StatusRefused || !strings.Contains(reasons(res), forgedKernel) {
 		t.Fatalf("sign_plan without approval, plan.md forged: %s %v", res.Status, res.Reasons)
 	}
@@ -96,11 +97,11 @@ func TestSignPlanRefusesAPlanMDThatIsNotThePlan(t *testing.T) {
 	if _, res := f.call("sign_plan", map[string]any{"approval": approval}); res.Status != StatusOK {
 		t.Fatalf("sign_plan: %s %v", res.Status, res.Reasons)
 	}
-	if md, ok := f.branchFile(fleetPlanMD); !ok || md != f.renderedPlanMDOf() {
+	if md, ok := f.branchFile(service.FleetPlanMD); !ok || md != f.renderedPlanMDOf() {
 		t.Fatalf("the branch's plan.md is not the render of plan.json (held %v):\n%s", ok, md)
 	}
 	// (The audit log quotes the refusal, forged line and all.)
-	if log := gitRun(t, f.repo, "log", "--all", "--format=%h %s", "-S", forgedKernel, "--", "rounds/"+fRound+"/"+fleetPlanMD); log != "" {
+	if log := gitRun(t, f.repo, "log", "--all", "--format=%h %s", "-S", forgedKernel, "--", "rounds/"+fRound+"/"+service.FleetPlanMD); log != "" {
 		t.Fatalf("commits whose plan.md holds the forged kernel:\n%s", log)
 	}
 }
@@ -124,12 +125,12 @@ func TestServerCommitHoldsItsOwnReports(t *testing.T) {
 	f.restart()
 	f.state() // the journal opens before the edits
 
-	f.edit(fleetPlanMD, forgeKernel)
+	f.edit(service.FleetPlanMD, forgeKernel)
 	if err := os.WriteFile(f.roundFile(round.StateFile), []byte(`{"forged": true}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f.edit(planSignedFile, func(s string) string { return strings.ReplaceAll(s, "alice@example.org", "mallory@example.org") })
-	forgedWindow := filepath.Join(f.repo, "rounds", fRound, windowSignaturesDir, "gpu-2.json")
+	f.edit(service.PlanSignedFile, func(s string) string { return strings.ReplaceAll(s, "alice@example.org", "mallory@example.org") })
+	forgedWindow := filepath.Join(f.repo, "rounds", fRound, service.WindowSignaturesDir, "gpu-2.json")
 	if err := os.MkdirAll(filepath.Dir(forgedWindow), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -153,17 +154,17 @@ func TestServerCommitHoldsItsOwnReports(t *testing.T) {
 			t.Errorf("plan_round's answer does not name %s: %v", name, res.Reasons)
 		}
 	}
-	if md, ok := f.branchFile(fleetPlanMD); !ok || md != f.renderedPlanMDOf() {
+	if md, ok := f.branchFile(service.FleetPlanMD); !ok || md != f.renderedPlanMDOf() {
 		t.Errorf("the branch's plan.md is not the render of plan.json:\n%s", md)
 	}
 	if log := gitRun(t, f.repo, "log", "--all", "--format=%h %s", "--", "rounds/"+fRound+"/"+round.StateFile); log != "" {
 		t.Errorf("commits hold a state.json in the intent repository:\n%s", log)
 	}
-	ps, ok := f.branchFile(planSignedFile)
+	ps, ok := f.branchFile(service.PlanSignedFile)
 	if !ok || strings.Contains(ps, "mallory") || !strings.Contains(ps, "alice@example.org") {
 		t.Errorf("the branch's plan-signatures.json is not the server's (held %v):\n%s", ok, ps)
 	}
-	if _, ok := f.branchFile(windowSignaturesDir + "/gpu-2.json"); ok {
+	if _, ok := f.branchFile(service.WindowSignaturesDir + "/gpu-2.json"); ok {
 		t.Error("the branch holds a window approval the server never kept")
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -33,7 +34,7 @@ func RollbackNode() Tool {
 	}, Steps[RollbackIn, RollbackOut, window.RollbackPlan]{
 		Target: func(in RollbackIn) string { return in.Node },
 		Follow: func(ctx context.Context, d *Deps, s *window.Round, in RollbackIn, p Progress) (RollbackOut, error) {
-			w, rh, err := d.rollbackWindow(ctx, s)
+			w, rh, err := d.RollbackWindow(ctx, s)
 			if err != nil {
 				return RollbackOut{}, err
 			}
@@ -41,7 +42,7 @@ func RollbackNode() Tool {
 				return RollbackOut{}, errNotInFlight
 			}
 			o, err := w.FollowRollback(ctx, rh, in.Node, s.VerifyInput(in.Node, ""), func(ctx context.Context) (bool, string) {
-				return d.uncordonIfOurs(ctx, s.ID, in.Node)
+				return d.UncordonIfOurs(ctx, s.ID, in.Node)
 			})
 			if o.RolledBack {
 				d.Ops.RolledBack(s.ID, in.Node, o.Detail)
@@ -49,24 +50,24 @@ func RollbackNode() Tool {
 			return rollbackOut(o), err
 		},
 		Plan: func(ctx context.Context, d *Deps, s *window.Round, in RollbackIn) (window.RollbackPlan, error) {
-			_, rh, err := d.rollbackWindow(ctx, s)
+			_, rh, err := d.RollbackWindow(ctx, s)
 			if err != nil {
 				return window.RollbackPlan{}, err
 			}
 			np, _ := s.NodePlan(in.Node)
 			insp, err := rh.Inspect(ctx, in.Node, steps.InspectInput{})
 			if err != nil {
-				return window.RollbackPlan{}, hostError(in.Node, "inspect before the rollback", err)
+				return window.RollbackPlan{}, service.HostError(in.Node, "inspect before the rollback", err)
 			}
 			plan, err := window.DecideRollback(in.Node, s.Journal.State(), insp, np.TargetKernel)
 			return plan, err
 		},
-		Do: func(ctx context.Context, d *Deps, s *window.Round, in RollbackIn, plan window.RollbackPlan, a Approved, p Progress) (RollbackOut, error) {
-			w, rh, err := d.rollbackWindow(ctx, s)
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in RollbackIn, plan window.RollbackPlan, a service.Approved, p Progress) (RollbackOut, error) {
+			w, rh, err := d.RollbackWindow(ctx, s)
 			if err != nil {
 				return RollbackOut{}, err
 			}
-			o, err := w.StartRollback(ctx, rh, plan, a.grant())
+			o, err := w.StartRollback(ctx, rh, plan, a.Grant())
 			if err == nil {
 				p(1, 3, "rebooting "+plan.Node+" into "+plan.OldKernel)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -30,7 +31,7 @@ type RoundStatusOut struct {
 	// Maintenance is set when the intent declares maintenance windows.
 	Maintenance *window.MaintenanceView `json:"maintenance,omitempty" jsonschema:"where the round stands against the intent's maintenance windows"`
 	// Plan is the reviewed plan: its digest, signature and signature count.
-	Plan *PlanStatus `json:"plan,omitempty"`
+	Plan *service.PlanStatus `json:"plan,omitempty"`
 }
 
 // RoundStatus is the round_status tool.
@@ -49,40 +50,12 @@ func RoundStatus() Tool {
 			return RoundStatusOut{}, Refuse(fmt.Sprintf("Use a cursor from next_cursor and a limit from 1 to %d.", round.MaxPageNodes),
 				fmt.Sprintf("cursor %d, limit %d are out of range", in.Cursor, in.Limit))
 		}
-		var st *round.State
-		var sess *window.Round
-		if in.Round != "" {
-			if !round.ValidRoundID(in.Round) {
-				return RoundStatusOut{}, Refuse("Use a round id such as 2026-11.", fmt.Sprintf("round id %q is not valid", in.Round))
-			}
-			if d.Book.Holds(in.Round) {
-				// This process's own record, not the file beside it.
-				j, err := d.Book.Journal(in.Round, false)
-				if err != nil {
-					return RoundStatusOut{}, err
-				}
-				st = j.State()
-			} else {
-				s, _, err := round.ReadState(d.Book.Dir(in.Round))
-				if err != nil {
-					return RoundStatusOut{}, Refuse("Name a round that exists under rounds/ in the intent repository.", "round "+in.Round+": "+err.Error())
-				}
-				if d.Book.AnchorDir != "" {
-					if err := round.CheckAnchored(d.Book.Dir(in.Round), d.Book.AnchorDir); err != nil {
-						return RoundStatusOut{}, tamperRefusal(in.Round, err)
-					}
-				}
-				st = s
-			}
-		} else {
-			s, err := d.readRound()
-			if err != nil {
-				return RoundStatusOut{}, err
-			}
-			st, sess = s.Journal.State(), s
+		st, sess, err := d.RoundState(in.Round)
+		if err != nil {
+			return RoundStatusOut{}, err
 		}
-		status := st.Status(d.now())
-		_, mv, restricted, merr := roundMaintenance(sess, d.now())
+		status := st.Status(d.Clock())
+		_, mv, restricted, merr := service.RoundMaintenance(sess, d.Clock())
 		if merr != nil {
 			return RoundStatusOut{}, Refuse("Fix the maintenance section of os-layer/settings.yaml.", merr.Error())
 		}
@@ -105,16 +78,16 @@ func RoundStatus() Tool {
 		if restricted {
 			out.Maintenance = &mv
 		}
-		if nc, why := d.planNextCall(ctx, st, out.NextCall); why != "" {
+		if nc, why := d.PlanNextCall(ctx, st, out.NextCall); why != "" {
 			out.NextCall, out.NextAction = nc, why
 		}
-		if ps, err := d.planStatus(ctx, st.RoundID, st); err == nil && ps != nil {
+		if ps, err := d.PlanStatus(ctx, st.RoundID, st); err == nil && ps != nil {
 			out.Plan = ps
 			out.Reasons = append(out.Reasons, fmt.Sprintf("the plan (revision %d) needs %d signatures (%d with one per step); signed: %v", ps.Revision, ps.Signatures, ps.PerStepSignatures, ps.Signed))
 			out.Reasons = append(out.Reasons, ps.Risks...)
 		}
 		if st.Plan != nil {
-			if est, err := round.ETA(st, st.WindowDurations(), d.now(), time.Time{}, window.ETAConfig(settingsOrZero(sess))); err == nil {
+			if est, err := round.ETA(st, st.WindowDurations(), d.Clock(), time.Time{}, window.ETAConfig(service.SettingsOrZero(sess))); err == nil {
 				if n := len(est.Remaining); n > round.PageNodes && status.NodesShown < status.WindowsTotal {
 					est.Remaining = est.Remaining[:round.PageNodes]
 					est.Notes = append(est.Notes, fmt.Sprintf("remaining lists the next %d of %d nodes to patch", round.PageNodes, n))

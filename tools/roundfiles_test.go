@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // TestSymlinkedAuditLogRefused: rounds/<id>/audit.jsonl replaced by a link
@@ -23,7 +24,7 @@ func TestSymlinkedAuditLogRefused(t *testing.T) {
 	clock := func() time.Time { return now }
 	repo := t.TempDir()
 	anchors := filepath.Join(t.TempDir(), "journals")
-	book := NewRoundBook(repo, anchors, clock)
+	book := service.NewRoundBook(repo, anchors, clock)
 	j, err := book.Journal("2026-11", true)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +52,7 @@ func TestSymlinkedAuditLogRefused(t *testing.T) {
 
 	c := config.DefaultConfig()
 	c.StateDir = t.TempDir()
-	book = NewRoundBook(repo, anchors, clock)
+	book = service.NewRoundBook(repo, anchors, clock)
 	defer book.Close()
 	d := &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Now: clock, Book: book}
 	d.Audit = d.RecordAudit

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // RunVerifyIn names the component.
@@ -36,13 +37,13 @@ func RunVerify() Tool {
 			}
 			timeout = time.Duration(in.TimeoutSeconds) * time.Second
 		}
-		r, err := d.intentRepo("")
+		r, err := d.IntentRepo("")
 		if err != nil {
 			return RunVerifyOut{}, err
 		}
 		v, err := r.RunVerify(ctx, in.Component, timeout, d.VerifyEnv)
 		if err != nil {
-			return RunVerifyOut{}, intentError("run verify.sh of "+in.Component, err)
+			return RunVerifyOut{}, service.IntentError("run verify.sh of "+in.Component, err)
 		}
 		out := RunVerifyOut{Verify: &v}
 		if !v.Passed {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"io/fs"
 	"maps"
 	"math/rand/v2"
@@ -165,12 +166,12 @@ func (f *fleet) scaleWindow(node string, controlPlane bool) map[string]time.Dura
 // and answers how long the commit took.
 func (f *fleet) commitWindow(node string) time.Duration {
 	f.t.Helper()
-	s, err := f.d.openRound()
+	s, err := f.d.OpenRound()
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	t0 := time.Now()
-	if _, err := f.d.commitRound(context.Background(), s, "window of "+node+" closed"); err != nil {
+	if _, err := f.d.CommitRound(context.Background(), s, "window of "+node+" closed"); err != nil {
 		f.t.Fatalf("commit after the window of %s: %v", node, err)
 	}
 	return time.Since(t0)
@@ -464,7 +465,7 @@ func TestRoundAtScaleAppendsFlatPerWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range rf.Files {
-			if n := strings.TrimSuffix(filepath.Base(p), ".json"); strings.Contains(p, "/"+window.NodePlansDir+"/") || strings.Contains(p, "/"+windowSignaturesDir+"/") {
+			if n := strings.TrimSuffix(filepath.Base(p), ".json"); strings.Contains(p, "/"+window.NodePlansDir+"/") || strings.Contains(p, "/"+service.WindowSignaturesDir+"/") {
 				if n != node {
 					t.Errorf("the commit after window %d (%s) names %s, a file of another node", i+1, node, p)
 				}
@@ -763,7 +764,7 @@ func TestTwelveRoundsInOneRepository(t *testing.T) {
 	branch := f.workBranch(rounds[len(rounds)-1].ID)
 	for _, r := range rounds {
 		files := gitRun(t, f.repo, "ls-tree", "--name-only", branch+":rounds/"+r.ID)
-		for _, want := range []string{round.JournalFile, round.AuditFile, round.ReportFile, fleetPlanFile} {
+		for _, want := range []string{round.JournalFile, round.AuditFile, round.ReportFile, service.FleetPlanFile} {
 			if !slices.Contains(strings.Fields(files), want) {
 				t.Errorf("round %s: %s not committed under rounds/%s/: %s", r.ID, want, r.ID, files)
 			}

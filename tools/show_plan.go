@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // ShowPlanIn optionally names a round.
@@ -17,10 +18,10 @@ type ShowPlanIn struct {
 // ShowPlanOut is the reviewed plan.
 type ShowPlanOut struct {
 	Result
-	Plan   *PlanStatus `json:"plan,omitempty"`
-	Nodes  []plan.Node `json:"nodes"`
-	Table  string      `json:"table" jsonschema:"the plan as a readable table"`
-	Detail string      `json:"markdown" jsonschema:"plan.md as committed"`
+	Plan   *service.PlanStatus `json:"plan,omitempty"`
+	Nodes  []plan.Node         `json:"nodes"`
+	Table  string              `json:"table" jsonschema:"the plan as a readable table"`
+	Detail string              `json:"markdown" jsonschema:"plan.md as committed"`
 }
 
 // ShowPlan is the show_plan tool.
@@ -43,14 +44,14 @@ func ShowPlan() Tool {
 		} else if !round.ValidRoundID(id) {
 			return ShowPlanOut{}, Refuse("Use a round id such as 2026-11.", fmt.Sprintf("round id %q is not valid", id))
 		}
-		f, ok, err := d.fleetPlan(id)
+		f, ok, err := d.FleetPlan(id)
 		if err != nil {
 			return ShowPlanOut{}, Refuse("Call plan_round again: it writes the plan afresh.", err.Error())
 		}
 		if !ok {
 			return ShowPlanOut{}, Refuse("Call plan_round: it runs the fleet-wide preflight and writes the plan.", "round "+id+" has no plan document")
 		}
-		st, err := d.planStatus(ctx, id, nil)
+		st, err := d.PlanStatus(ctx, id, nil)
 		if err != nil {
 			return ShowPlanOut{}, err
 		}

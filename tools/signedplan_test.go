@@ -25,7 +25,7 @@ func (r *wrig) signPlan(t *testing.T) plan.Fleet {
 	if !f.Ready() {
 		t.Fatalf("the rig's plan has blockers: %v", f.Blockers)
 	}
-	if err := r.d.writeFleetPlan(wRound, f); err != nil {
+	if err := r.d.WriteFleetPlan(wRound, f); err != nil {
 		t.Fatal(err)
 	}
 	if res := r.approve(t, "sign_plan", nil); res.Status != StatusOK {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // SimulateOut is the package plan.
@@ -32,18 +33,18 @@ func simulateUpgrade(record bool) Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return SimulateOut{}, err
 		}
-		s := d.maybeRound(record)
+		s := d.MaybeRound(record)
 		rec := recording(s, record)
 		if err := rec.Admit(round.StepSimulate, in.Node); err != nil {
 			return SimulateOut{}, err
 		}
-		h, err := d.hosts(ctx)
+		h, err := d.OpenHosts(ctx)
 		if err != nil {
 			return SimulateOut{}, err
 		}
 		sim, err := h.Steps.Simulate(ctx, in.Node)
 		if err != nil {
-			return SimulateOut{}, hostFailure(rec, round.StepSimulate, in.Node, hostError(in.Node, "simulate upgrade", err))
+			return SimulateOut{}, service.HostFailure(rec, round.StepSimulate, in.Node, service.HostError(in.Node, "simulate upgrade", err))
 		}
 		kern, _ := h.Steps.Kernel(ctx, in.Node)
 		hz := steps.SimulationHazards(sim)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // SnapshotOut lists the backup.
@@ -27,7 +28,7 @@ func SnapshotNode() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return SnapshotOut{}, err
 		}
-		s := d.maybeRound(true)
+		s := d.MaybeRound(true)
 		if s == nil {
 			return snapshotHostOnly(ctx, d, in.Node)
 		}
@@ -39,7 +40,7 @@ func SnapshotNode() Tool {
 		if n.Role == round.RoleControlPlane {
 			role = steps.RoleControlPlane
 		}
-		h, err := d.hosts(ctx)
+		h, err := d.OpenHosts(ctx)
 		if err != nil {
 			return SnapshotOut{}, err
 		}
@@ -48,7 +49,7 @@ func SnapshotNode() Tool {
 		}
 		snap, err := h.Steps.Snapshot(ctx, in.Node, s.ID, role, "")
 		if err != nil {
-			return SnapshotOut{Snapshot: &snap}, errors.Join(hostError(in.Node, "snapshot", err), s.Fail(round.StepSnapshot, in.Node, err.Error()))
+			return SnapshotOut{Snapshot: &snap}, errors.Join(service.HostError(in.Node, "snapshot", err), s.Fail(round.StepSnapshot, in.Node, err.Error()))
 		}
 		if err := s.Finish(round.StepSnapshot, in.Node, "", fmt.Sprintf("%d files in %s", len(snap.Files), snap.Dir)); err != nil {
 			return SnapshotOut{}, err
@@ -65,14 +66,14 @@ func SnapshotNode() Tool {
 // on a control-plane node), under a label of today's date. Nothing is
 // recorded.
 func snapshotHostOnly(ctx context.Context, d *Deps, node string) (SnapshotOut, error) {
-	h, err := d.hosts(ctx)
+	h, err := d.OpenHosts(ctx)
 	if err != nil {
 		return SnapshotOut{}, err
 	}
-	label := "host-" + d.now().UTC().Format("20060102")
+	label := "host-" + d.Clock().UTC().Format("20060102")
 	snap, err := h.Steps.Snapshot(ctx, node, label, steps.RoleWorker, "")
 	if err != nil {
-		return SnapshotOut{Snapshot: &snap}, withReasons(hostError(node, "snapshot", err), "no round is open: nothing was recorded")
+		return SnapshotOut{Snapshot: &snap}, withReasons(service.HostError(node, "snapshot", err), "no round is open: nothing was recorded")
 	}
 	return SnapshotOut{Snapshot: &snap, Result: Result{
 		Reasons: []string{fmt.Sprintf("%d files in %s", len(snap.Files), snap.Dir),

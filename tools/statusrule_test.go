@@ -11,6 +11,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
 // A handler that answers ok with a blocker among its reasons is turned
@@ -58,7 +59,7 @@ func TestHostErrorNamesTheCausesNextStep(t *testing.T) {
 		{"a script's refusal", &steps.StepError{Step: "simulate", Node: "solo-1", Status: steps.StatusRefused, Reason: "the upgrade would remove 1 package(s): oldlib"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := hostError("solo-1", "simulate upgrade", c.err)
+			err := service.HostError("solo-1", "simulate upgrade", c.err)
 			var f *Failure
 			if !errors.As(err, &f) {
 				t.Fatalf("%T %v, want a failure", err, err)

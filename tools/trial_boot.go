@@ -5,6 +5,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -35,7 +36,7 @@ func TrialBoot() Tool {
 			if s.InFlightRun(round.StepTrialBoot, in.Node) == nil {
 				return TrialBootOut{}, errNotInFlight
 			}
-			w, err := d.window(ctx, s, needHost)
+			w, err := d.Window(ctx, s, service.NeedHost)
 			if err != nil {
 				return TrialBootOut{}, err
 			}
@@ -49,13 +50,13 @@ func TrialBoot() Tool {
 				}
 			}
 			np, _ := s.NodePlan(in.Node)
-			w, err := d.window(ctx, s, needHost)
+			w, err := d.Window(ctx, s, service.NeedHost)
 			if err != nil {
 				return window.TrialBootPlan{}, err
 			}
 			insp, err := w.Host.Inspect(ctx, in.Node, steps.InspectInput{TargetKernel: np.TargetKernel})
 			if err != nil {
-				return window.TrialBootPlan{}, hostError(in.Node, "inspect before the trial boot", err)
+				return window.TrialBootPlan{}, service.HostError(in.Node, "inspect before the trial boot", err)
 			}
 			if err := window.TrialBootDone(in.Node, s.Journal.StepRun(round.StepTrialBoot, in.Node), insp.Kernel, np.TargetKernel); err != nil {
 				return window.TrialBootPlan{}, err
@@ -64,12 +65,12 @@ func TrialBoot() Tool {
 			plan, err := window.DecideTrialBoot(in.Node, insp, np.TargetKernel, n != nil && n.GPU, panicSeconds(s))
 			return plan, err
 		},
-		Do: func(ctx context.Context, d *Deps, s *window.Round, in TrialBootIn, plan window.TrialBootPlan, a Approved, p Progress) (TrialBootOut, error) {
-			w, err := d.window(ctx, s, needHost)
+		Do: func(ctx context.Context, d *Deps, s *window.Round, in TrialBootIn, plan window.TrialBootPlan, a service.Approved, p Progress) (TrialBootOut, error) {
+			w, err := d.Window(ctx, s, service.NeedHost)
 			if err != nil {
 				return TrialBootOut{}, err
 			}
-			o, err := w.StartTrialBoot(ctx, plan, a.grant(), p)
+			o, err := w.StartTrialBoot(ctx, plan, a.Grant(), p)
 			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome).Then(CallTo("record_verification", "node", in.Node))}, err
 		},
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -33,26 +34,26 @@ import (
 // the server's own files and answers.
 func (f *fleet) handWriteSignatures(drainDigest map[string]string) {
 	f.t.Helper()
-	fp, ok, err := f.d.fleetPlan(fRound)
+	fp, ok, err := f.d.FleetPlan(fRound)
 	if err != nil || !ok {
 		f.t.Fatalf("plan: %v %v", ok, err)
 	}
-	ps := planSignatures{Plan: []planSignature{{Digest: fp.Digest, Revision: fp.Revision, Principal: "alice@example.org",
+	ps := service.PlanSignatures{Plan: []service.PlanSignature{{Digest: fp.Digest, Revision: fp.Revision, Principal: "alice@example.org",
 		ApprovalID: "0123456789abcdef01234567", Time: f.now, Nodes: plan.StepDigests(fp)}}}
-	windows := map[string]windowSignature{}
+	windows := map[string]service.WindowSignature{}
 	for _, n := range fp.Nodes {
-		windows[n.Node] = windowSignature{Node: n.Node, Window: n.Window, Principal: "alice@example.org",
+		windows[n.Node] = service.WindowSignature{Node: n.Node, Window: n.Window, Principal: "alice@example.org",
 			ApprovalID: "89abcdef0123456789abcdef", Tools: window.WindowTools(n, drainDigest[n.Node]), Time: f.now}
 	}
 	b, err := json.MarshalIndent(ps, "", "  ")
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(f.repo, "rounds", fRound, planSignedFile), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(f.repo, "rounds", fRound, service.PlanSignedFile), b, 0o644); err != nil {
 		f.t.Fatal(err)
 	}
 	// And each window's own report, where approve_window writes it.
-	dir := filepath.Join(f.repo, "rounds", fRound, windowSignaturesDir)
+	dir := filepath.Join(f.repo, "rounds", fRound, service.WindowSignaturesDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		f.t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestDrainCarriedOnRefusesAPodThatAppeared(t *testing.T) {
 	// short before it evicted: the state a wait for jobs leaves too.
 	text := "signed:" + dp.Digest()
 	r.d.Approvals.(*syncApprovals).used[text] = true
-	if err := r.d.keepStep(wRound, "drain_node", "drain_node", Approved{ID: text, Text: text}, dp); err != nil {
+	if err := r.d.KeepStep(wRound, "drain_node", "drain_node", service.Approved{ID: text, Text: text}, dp); err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := window.Encode(dp)
@@ -217,10 +218,10 @@ func newDecisionRig(t *testing.T) *decisionRig {
 	t.Cleanup(func() { store.Close() })
 	c := config.DefaultConfig()
 	c.StateDir = t.TempDir()
-	book := NewRoundBook(t.TempDir(), filepath.Join(t.TempDir(), "journals"), clock)
+	book := service.NewRoundBook(t.TempDir(), filepath.Join(t.TempDir(), "journals"), clock)
 	t.Cleanup(func() { book.Close() })
 	d := &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Now: clock, Book: book,
-		Approvals: &PolicyApprovals{Verifier: &policy.Verifier{AllowedSigners: allowed, NonceStore: store, Clock: clock},
+		Approvals: &service.PolicyApprovals{Verifier: &policy.Verifier{AllowedSigners: allowed, NonceStore: store, Clock: clock},
 			TTL: 30 * time.Minute, Clock: clock}}
 	j, err := book.Journal("2026-11", true)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -28,7 +29,7 @@ func UncordonNode() Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return UncordonOut{}, err
 		}
-		s, err := d.openRound()
+		s, err := d.OpenRound()
 		if err != nil {
 			return UncordonOut{}, err
 		}
@@ -38,7 +39,7 @@ func UncordonNode() Tool {
 				return UncordonOut{}, err
 			}
 		}
-		kc, err := d.cluster(ctx)
+		kc, err := d.KubeClients(ctx)
 		if err != nil {
 			return UncordonOut{}, err
 		}
@@ -57,7 +58,7 @@ func UncordonNode() Tool {
 			return UncordonOut{}, Refuse("Leave it: only the person or tool that cordoned the node may uncordon it.",
 				fmt.Sprintf("%s was not cordoned by this server (%s)", in.Node, st.Describe()), "nothing was changed")
 		}
-		w, err := d.window(ctx, s, needHost)
+		w, err := d.Window(ctx, s, service.NeedHost)
 		if err != nil {
 			return UncordonOut{}, err
 		}

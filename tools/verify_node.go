@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -33,9 +34,9 @@ func verifyNode(record bool) Tool {
 		if err := ValidNode(in.Node); err != nil {
 			return VerifyOut{}, err
 		}
-		s := d.maybeRound(record)
+		s := d.MaybeRound(record)
 		if s == nil && record {
-			if _, err := d.openRound(); err != nil {
+			if _, err := d.OpenRound(); err != nil {
 				return VerifyOut{}, err
 			}
 			return VerifyOut{}, RefuseWith(CallTo("verify_node", "node", in.Node), "Call verify_node instead: it checks the node and records nothing.",
@@ -45,7 +46,7 @@ func verifyNode(record bool) Tool {
 		if err := rec.Admit(round.StepVerify, in.Node); err != nil {
 			return VerifyOut{}, err
 		}
-		h, err := d.hosts(ctx)
+		h, err := d.OpenHosts(ctx)
 		if err != nil {
 			return VerifyOut{}, err
 		}
@@ -56,7 +57,7 @@ func verifyNode(record bool) Tool {
 			// at hand.
 			k, err := h.Steps.Kernel(ctx, in.Node)
 			if err != nil {
-				return VerifyOut{}, hostError(in.Node, "verify", err)
+				return VerifyOut{}, service.HostError(in.Node, "verify", err)
 			}
 			vin = hostOnlyVerifyInput(d, k.Kernel)
 		} else {
@@ -68,7 +69,7 @@ func verifyNode(record bool) Tool {
 		}
 		v, err := h.Steps.Verify(ctx, in.Node, vin)
 		if err != nil {
-			return VerifyOut{Verification: &v}, hostFailure(rec, round.StepVerify, in.Node, hostError(in.Node, "verify", err))
+			return VerifyOut{Verification: &v}, service.HostFailure(rec, round.StepVerify, in.Node, service.HostError(in.Node, "verify", err))
 		}
 		out := VerifyOut{Verification: &v}
 		if !v.Passed {

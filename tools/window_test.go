@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -38,26 +39,26 @@ type syncApprovals struct {
 	used map[string]bool
 }
 
-func (f *syncApprovals) Request(tool string, p Binding) (string, time.Time, error) {
+func (f *syncApprovals) Request(tool string, p service.Binding) (string, time.Time, error) {
 	return "request " + tool + " " + p.Node + " " + p.Digest, time.Unix(0, 0), nil
 }
-func (f *syncApprovals) Verify(_ context.Context, a, tool string, p Binding) (Approved, error) {
+func (f *syncApprovals) Verify(_ context.Context, a, tool string, p service.Binding) (service.Approved, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if a != "signed:"+p.Digest {
-		return Approved{}, errors.New("signature does not match the plan")
+		return service.Approved{}, errors.New("signature does not match the plan")
 	}
 	if f.used[a] {
-		return Approved{}, errors.New("replayed")
+		return service.Approved{}, errors.New("replayed")
 	}
-	return Approved{ID: a, Text: a}, nil
+	return service.Approved{ID: a, Text: a}, nil
 }
-func (f *syncApprovals) Reverify(_ context.Context, a, tool string, p Binding) (Approved, error) {
+func (f *syncApprovals) Reverify(_ context.Context, a, tool string, p service.Binding) (service.Approved, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return fakeReverify(f.used, a, p)
 }
-func (f *syncApprovals) ConsumePart(_ context.Context, a Approved, part string) error {
+func (f *syncApprovals) ConsumePart(_ context.Context, a service.Approved, part string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.used[a.ID+"/"+part] {
@@ -66,7 +67,7 @@ func (f *syncApprovals) ConsumePart(_ context.Context, a Approved, part string) 
 	f.used[a.ID+"/"+part] = true
 	return nil
 }
-func (f *syncApprovals) Consume(_ context.Context, a Approved) error {
+func (f *syncApprovals) Consume(_ context.Context, a service.Approved) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.used[a.ID] {
@@ -78,11 +79,11 @@ func (f *syncApprovals) Consume(_ context.Context, a Approved) error {
 func (f *syncApprovals) Attestation(policy.Kind, policy.AttestationFields, []string) (string, time.Time, error) {
 	return "", time.Time{}, errors.New("not in this fake")
 }
-func (f *syncApprovals) VerifyAttestation(context.Context, string, policy.Kind, policy.AttestationFields, []string) (Approved, policy.Request, error) {
-	return Approved{}, policy.Request{}, errors.New("not in this fake")
+func (f *syncApprovals) VerifyAttestation(context.Context, string, policy.Kind, policy.AttestationFields, []string) (service.Approved, policy.Request, error) {
+	return service.Approved{}, policy.Request{}, errors.New("not in this fake")
 }
-func (f *syncApprovals) ReverifyAttestation(context.Context, string, policy.Kind) (Approved, policy.Request, error) {
-	return Approved{}, policy.Request{}, errors.New("not in this fake")
+func (f *syncApprovals) ReverifyAttestation(context.Context, string, policy.Kind) (service.Approved, policy.Request, error) {
+	return service.Approved{}, policy.Request{}, errors.New("not in this fake")
 }
 
 type nopPool struct{}
@@ -115,9 +116,9 @@ func newWRig(t *testing.T) *wrig {
 	clock := func() time.Time { r.mu.Lock(); defer r.mu.Unlock(); return r.now }
 	r.d = &Deps{Config: &c, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Mode: ModeNormal, Now: clock,
 		Approvals: &syncApprovals{used: map[string]bool{}}, Identity: "server-a",
-		Book: NewRoundBook(r.root, filepath.Join(c.StateDir, anchorsDir), clock), Lease: r.lease, Drainer: r.kube,
-		Hosts: func(ctx context.Context) (*HostAccess, error) {
-			return &HostAccess{Steps: r.host, Pool: nopPool{}}, nil
+		Book: service.NewRoundBook(r.root, filepath.Join(c.StateDir, service.AnchorsDir), clock), Lease: r.lease, Drainer: r.kube,
+		Hosts: func(ctx context.Context) (*service.HostAccess, error) {
+			return &service.HostAccess{Steps: r.host, Pool: nopPool{}}, nil
 		}}
 	t.Cleanup(func() { r.d.Book.Close() })
 	j, err := r.d.Book.Journal(wRound, true)
@@ -391,7 +392,7 @@ func TestDrainReentryAfterCrash(t *testing.T) {
 	}
 	text := "signed:" + dp.Digest()
 	r.d.Approvals.(*syncApprovals).used[text] = true
-	if err := r.d.keepStep(wRound, "drain_node", "drain_node", Approved{ID: text, Text: text}, dp); err != nil {
+	if err := r.d.KeepStep(wRound, "drain_node", "drain_node", service.Approved{ID: text, Text: text}, dp); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := window.Encode(dp)

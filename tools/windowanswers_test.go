@@ -108,7 +108,7 @@ func TestWindowAnswersAsToolResults(t *testing.T) {
 func TestRecordStopRecordsThePlansStop(t *testing.T) {
 	r := newWRig(t)
 	plain := errors.New("not a stop")
-	if got := r.d.recordStop(nil, plain); got != plain {
+	if got := r.d.RecordStop(nil, plain); got != plain {
 		t.Fatalf("a plain error: %v", got)
 	}
 	if st := r.journal(t).State(); st.Stop != nil {
@@ -116,7 +116,7 @@ func TestRecordStopRecordsThePlansStop(t *testing.T) {
 	}
 	// A stop the journal's rules refuse to record (an install on a node
 	// not drained) is still answered, saying it is not on record.
-	err := r.d.recordStop(nil, &window.Stop{Step: round.StepInstall, Node: wNode, Reasons: []string{"a held package would be upgraded"}, Next: "Ask a person."})
+	err := r.d.RecordStop(nil, &window.Stop{Step: round.StepInstall, Node: wNode, Reasons: []string{"a held package would be upgraded"}, Next: "Ask a person."})
 	var stopped *window.Stopped
 	if !errors.As(err, &stopped) || stopped.Journal == nil || !strings.Contains(err.Error(), "could not be recorded in the journal") {
 		t.Fatalf("an unrecordable stop answers %v", err)
@@ -126,7 +126,7 @@ func TestRecordStopRecordsThePlansStop(t *testing.T) {
 	}
 
 	r.drained(t)
-	err = r.d.recordStop(nil, &window.Stop{Step: round.StepInstall, Node: wNode, Reasons: []string{"a held package would be upgraded"}, Next: "Ask a person."})
+	err = r.d.RecordStop(nil, &window.Stop{Step: round.StepInstall, Node: wNode, Reasons: []string{"a held package would be upgraded"}, Next: "Ask a person."})
 	if !errors.As(err, &stopped) || stopped.Journal != nil {
 		t.Fatalf("recorded stop answers %v", err)
 	}
@@ -142,7 +142,7 @@ func TestRecordStopRecordsThePlansStop(t *testing.T) {
 	// No round open: the stop is still answered, with why it was not
 	// recorded.
 	d := &Deps{Config: r.d.Config, Log: r.d.Log, Now: r.d.Now}
-	err = d.recordStop(nil, &window.Stop{Step: round.StepInstall, Node: wNode, Reasons: []string{"held"}, Next: "Ask."})
+	err = d.RecordStop(nil, &window.Stop{Step: round.StepInstall, Node: wNode, Reasons: []string{"held"}, Next: "Ask."})
 	if !errors.As(err, &fail) || !strings.Contains(err.Error(), "no intent repository") {
 		t.Fatalf("a stop with no round to record it in: %v", err)
 	}
@@ -159,19 +159,19 @@ func TestServerLeaseHoldsAndReleases(t *testing.T) {
 		c := config.DefaultConfig()
 		d := &Deps{Config: &c, Identity: id, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			Cluster: func(context.Context) (*kube.Clients, error) { return clients, nil }}
-		t.Cleanup(d.closeLease)
+		t.Cleanup(d.CloseLease)
 		return d
 	}
 	ctx := t.Context()
 	a, b := server("server-a"), server("server-b")
-	ka, err := a.leaseKeeper(ctx)
+	ka, err := a.LeaseKeeper(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := a.leaseKeeper(ctx); again != ka || err != nil {
+	if again, err := a.LeaseKeeper(ctx); again != ka || err != nil {
 		t.Fatalf("a second keeper in one process: %p %p %v", again, ka, err)
 	}
-	kb, err := b.leaseKeeper(ctx)
+	kb, err := b.LeaseKeeper(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestServerLeaseHoldsAndReleases(t *testing.T) {
 	if err := kb.Release(ctx, wRound, "gpu-2"); err != nil {
 		t.Fatalf("server-b releasing what it does not hold: %v", err)
 	}
-	if h, held, err := windowlock.Inspect(ctx, kc, a.windowLockConfig()); err != nil || !held || h.Identity != "server-a" {
+	if h, held, err := windowlock.Inspect(ctx, kc, a.WindowLockConfig()); err != nil || !held || h.Identity != "server-a" {
 		t.Fatalf("server-b's release touched server-a's Lease: %+v %v %v", h, held, err)
 	}
 	if err := ka.Release(ctx, wRound, wNode); err != nil {
@@ -210,12 +210,12 @@ func TestServerLeaseHoldsAndReleases(t *testing.T) {
 
 	// Without a cluster there is nothing to hold; a cluster that cannot be
 	// reached is an error, not a Lease held.
-	if k, err := (&Deps{Config: a.Config}).leaseKeeper(ctx); k != nil || err != nil {
+	if k, err := (&Deps{Config: a.Config}).LeaseKeeper(ctx); k != nil || err != nil {
 		t.Fatalf("no cluster: %v %v", k, err)
 	}
 	down := server("server-c")
 	down.Cluster = func(context.Context) (*kube.Clients, error) { return nil, errors.New("connection refused") }
-	if _, err := down.leaseKeeper(ctx); err == nil {
+	if _, err := down.LeaseKeeper(ctx); err == nil {
 		t.Fatal("a Lease from an unreachable cluster")
 	}
 }

@@ -56,7 +56,7 @@ var Project = Layering{
 		{Name: "binaries", Packages: []string{"cmd/...", "scripts/internal/..."}},
 		{Name: "cli", Packages: []string{"cli"}},
 		{Name: "tools", Packages: []string{"tools"}},
-		{Name: "the open round", Packages: []string{"round/window", "round/ops"}},
+		{Name: "the open round", Packages: []string{"round/service", "round/window", "round/ops"}},
 		{Name: "reporting", Packages: []string{"metrics", "notify"}},
 		{Name: "the plan and the book", Packages: []string{"round/plan", "round/plan/...", "round/book"}},
 		{Name: "records", Packages: []string{"round", "intent"}},

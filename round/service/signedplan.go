@@ -1,4 +1,4 @@
-package tools
+package service
 
 import (
 	"context"
@@ -10,14 +10,15 @@ import (
 	"os"
 	"time"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
-// planSignature is a person's signature of one revision of the plan.
-type planSignature struct {
+// PlanSignature is a person's signature of one revision of the plan.
+type PlanSignature struct {
 	Digest     string    `json:"digest"`
 	Revision   int       `json:"revision"`
 	Principal  string    `json:"principal"`
@@ -31,9 +32,9 @@ type planSignature struct {
 	Changed []string `json:"changed,omitempty"`
 }
 
-// windowSignature is a per-window approval: one signature binding every
+// WindowSignature is a per-window approval: one signature binding every
 // step of one node's window to the digests it lists.
-type windowSignature struct {
+type WindowSignature struct {
 	Node       string `json:"node"`
 	Window     string `json:"window_digest"`
 	Principal  string `json:"principal"`
@@ -43,43 +44,43 @@ type windowSignature struct {
 	Time  time.Time         `json:"time"`
 }
 
-// planSignatures is rounds/<id>/plan-signatures.json: the plan's
+// PlanSignatures is rounds/<id>/plan-signatures.json: the plan's
 // signatures, rendered from those the server kept (plansSigned).
-type planSignatures struct {
-	Plan []planSignature `json:"plan"`
+type PlanSignatures struct {
+	Plan []PlanSignature `json:"plan"`
 }
 
-// windowSignaturesDir holds one report per approved window,
+// WindowSignaturesDir holds one report per approved window,
 // rounds/<id>/window-signatures/<node>.json: approve_window writes its
 // node's file, not a fleet-wide one that grows with every window.
-const windowSignaturesDir = "window-signatures"
+const WindowSignaturesDir = "window-signatures"
 
-// saveWindowSignature writes the report of a node's window approval, as
-// the commit renders it from the kept approval (tools/reports.go).
-func (d *Deps) saveWindowSignature(id string, ws windowSignature) error {
-	return d.Book.WriteNodeFile(id, windowSignaturesDir, ws.Node, renderWindowSignature(ws))
+// SaveWindowSignature writes the report of a node's window approval, as
+// the commit renders it from the kept approval (reports.go).
+func (d *Service) SaveWindowSignature(id string, ws WindowSignature) error {
+	return d.Book.WriteNodeFile(id, WindowSignaturesDir, ws.Node, renderWindowSignature(ws))
 }
 
 // windowListed says whether a report (a file the agent can write) lists a
 // window approval of node.
-func (d *Deps) windowListed(id, node string) bool {
-	_, err := d.Book.ReadNodeFile(id, windowSignaturesDir, node)
+func (d *Service) windowListed(id, node string) bool {
+	_, err := d.Book.ReadNodeFile(id, WindowSignaturesDir, node)
 	return err == nil
 }
 
-// signedFor returns the signature of the plan with this digest, if any.
-func (ps planSignatures) signedFor(digest string) (planSignature, bool) {
+// SignedFor returns the signature of the plan with this digest, if any.
+func (ps PlanSignatures) SignedFor(digest string) (PlanSignature, bool) {
 	for i := len(ps.Plan) - 1; i >= 0; i-- {
 		if ps.Plan[i].Digest == digest {
 			return ps.Plan[i], true
 		}
 	}
-	return planSignature{}, false
+	return PlanSignature{}, false
 }
 
-// fleetPlan reads the reviewed plan of a round; ok is false when plan_round
+// FleetPlan reads the reviewed plan of a round; ok is false when plan_round
 // has not written one (a round planned before plans were documents).
-func (d *Deps) fleetPlan(id string) (plan.Fleet, bool, error) {
+func (d *Service) FleetPlan(id string) (plan.Fleet, bool, error) {
 	b, ok, err := d.fleetPlanBytes(id)
 	if err != nil || !ok {
 		return plan.Fleet{}, false, err
@@ -93,8 +94,8 @@ func (d *Deps) fleetPlan(id string) (plan.Fleet, bool, error) {
 
 // fleetPlanBytes reads the round's plan.json; ok is false when there is
 // none.
-func (d *Deps) fleetPlanBytes(id string) ([]byte, bool, error) {
-	b, err := d.Book.ReadFile(id, fleetPlanFile)
+func (d *Service) fleetPlanBytes(id string) ([]byte, bool, error) {
+	b, err := d.Book.ReadFile(id, FleetPlanFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, false, nil
 	}
@@ -104,11 +105,11 @@ func (d *Deps) fleetPlanBytes(id string) ([]byte, bool, error) {
 	return b, true, nil
 }
 
-// fleetPlanShared is fleetPlan decoded (and its digests checked) once per
+// FleetPlanShared is fleetPlan decoded (and its digests checked) once per
 // content: a plan.json whose bytes hash as the last decoded one's gives
 // that plan again, shared, so a step's check does not decode the whole
 // fleet's plan. The caller only reads it.
-func (d *Deps) fleetPlanShared(id string) (plan.Fleet, bool, error) {
+func (d *Service) FleetPlanShared(id string) (plan.Fleet, bool, error) {
 	b, ok, err := d.fleetPlanBytes(id)
 	if err != nil || !ok {
 		return plan.Fleet{}, false, err
@@ -125,13 +126,13 @@ func (d *Deps) fleetPlanShared(id string) (plan.Fleet, bool, error) {
 	return f, true, nil
 }
 
-// planHeader streams the round's plan.json for what a status needs (the
+// PlanHeader streams the round's plan.json for what a status needs (the
 // digests, counts, blockers and each node's approval), never holding the
 // whole plan: a 1000-node plan is megabytes. The plan is decoded (and its
 // digests checked) once per content: a plan.json whose bytes hash as the
 // last decoded one's gives that header again without decoding them.
-func (d *Deps) planHeader(id string) (plan.Header, bool, error) {
-	fh, err := d.Book.OpenFile(id, fleetPlanFile)
+func (d *Service) PlanHeader(id string) (plan.Header, bool, error) {
+	fh, err := d.Book.OpenFile(id, FleetPlanFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return plan.Header{}, false, nil
 	}
@@ -164,8 +165,8 @@ func (d *Deps) planHeader(id string) (plan.Header, bool, error) {
 	return h, true, nil
 }
 
-// writeFleetPlan writes plan.json and plan.md of the round.
-func (d *Deps) writeFleetPlan(id string, f plan.Fleet) error {
+// WriteFleetPlan writes plan.json and plan.md of the round.
+func (d *Service) WriteFleetPlan(id string, f plan.Fleet) error {
 	b, err := f.Encode()
 	if err != nil {
 		return err
@@ -174,21 +175,21 @@ func (d *Deps) writeFleetPlan(id string, f plan.Fleet) error {
 	if err != nil {
 		return err
 	}
-	if err := d.Book.WriteFile(id, fleetPlanFile, b); err != nil {
+	if err := d.Book.WriteFile(id, FleetPlanFile, b); err != nil {
 		return fmt.Errorf("write plan.json: %w", err)
 	}
-	if err := d.Book.WriteFile(id, fleetPlanMD, md); err != nil {
+	if err := d.Book.WriteFile(id, FleetPlanMD, md); err != nil {
 		return fmt.Errorf("write plan.md: %w", err)
 	}
 	return nil
 }
 
-// keptPlanSignatures are the plan signatures this server kept (in its
+// KeptPlanSignatures are the plan signatures this server kept (in its
 // state directory), in the order it kept them.
-func (d *Deps) keptPlanSignatures(id string) (planSignatures, error) {
+func (d *Service) KeptPlanSignatures(id string) (PlanSignatures, error) {
 	ps, err := d.proofs(id)
 	if err != nil {
-		return planSignatures{}, err
+		return PlanSignatures{}, err
 	}
 	return plansSigned(ps), nil
 }
@@ -196,52 +197,52 @@ func (d *Deps) keptPlanSignatures(id string) (planSignatures, error) {
 // listedPlanSignatures reads rounds/<id>/plan-signatures.json as it is in
 // the working copy: only to say, in a refusal, that it lists what the
 // server holds no signature of.
-func (d *Deps) listedPlanSignatures(id string) (planSignatures, error) {
-	var ps planSignatures
-	b, err := d.Book.ReadFile(id, planSignedFile)
+func (d *Service) listedPlanSignatures(id string) (PlanSignatures, error) {
+	var ps PlanSignatures
+	b, err := d.Book.ReadFile(id, PlanSignedFile)
 	if err != nil {
 		return ps, err
 	}
 	if err := json.Unmarshal(b, &ps); err != nil {
-		return ps, fmt.Errorf("read %s: %w", planSignedFile, err)
+		return ps, fmt.Errorf("read %s: %w", PlanSignedFile, err)
 	}
 	return ps, nil
 }
 
-// writePlanSignatures writes rounds/<id>/plan-signatures.json, the report
+// WritePlanSignatures writes rounds/<id>/plan-signatures.json, the report
 // of the kept plan signatures ps, as the commit renders it.
-func (d *Deps) writePlanSignatures(id string, ps planSignatures) error {
-	return d.Book.WriteFile(id, planSignedFile, renderPlanSignatures(ps))
+func (d *Service) WritePlanSignatures(id string, ps PlanSignatures) error {
+	return d.Book.WriteFile(id, PlanSignedFile, renderPlanSignatures(ps))
 }
 
-// checkReviewed is the plan's rule before every destructive window step
+// CheckReviewed is the plan's rule before every destructive window step
 // (window.CheckReviewed): the round's plan signed before the first cordon
 // and the step's live plan its node's reviewed plan. A round without a
 // signed plan, or a server without an intent repository to keep one,
 // runs no destructive window step.
-func (d *Deps) checkReviewed(ctx context.Context, roundID, tool string, p window.Plan) error {
+func (d *Service) CheckReviewed(ctx context.Context, roundID, tool string, p window.Plan) error {
 	if _, ok := window.ReviewedStep(tool); !ok {
 		return nil
 	}
 	if d.Book == nil {
-		return Refuse("Start the server with --intent-repo: rounds and their signed plans are kept in the intent repository.",
+		return answer.Refuse("Start the server with --intent-repo: rounds and their signed plans are kept in the intent repository.",
 			"no intent repository is configured: a round without a signed plan runs no destructive window step", "nothing was executed")
 	}
-	return fromWindow(window.CheckReviewed(ctx, planFiles{d}, roundID, tool, p))
+	return FromWindow(window.CheckReviewed(ctx, planFiles{d}, roundID, tool, p))
 }
 
 // planFiles is the round's plan and its kept signatures as the
 // signed-plan rule reads them (window.PlanFiles).
-type planFiles struct{ d *Deps }
+type planFiles struct{ d *Service }
 
 var _ window.PlanFiles = planFiles{}
 
 func (pf planFiles) ReviewedPlan(roundID string) (plan.Fleet, bool, error) {
-	return pf.d.fleetPlanShared(roundID)
+	return pf.d.FleetPlanShared(roundID)
 }
 
 func (pf planFiles) LatestPlanSignature(ctx context.Context, roundID string) (window.PlanSignature, bool, error) {
-	sp, ok, err := pf.d.planProof(ctx, roundID)
+	sp, ok, err := pf.d.PlanProof(ctx, roundID)
 	if err != nil || !ok {
 		return window.PlanSignature{}, false, err
 	}
@@ -253,52 +254,52 @@ func (pf planFiles) ListsPlanSignature(roundID, digest string) bool {
 	if err != nil {
 		return false
 	}
-	_, listed := ps.signedFor(digest)
+	_, listed := ps.SignedFor(digest)
 	return listed
 }
 
-// planProof is the round's latest plan signature that this server kept
+// PlanProof is the round's latest plan signature that this server kept
 // when sign_plan verified it, verified again now.
-func (d *Deps) planProof(ctx context.Context, roundID string) (standing, bool, error) {
-	return d.latestProof(ctx, roundID, "sign_plan", window.FleetTarget)
+func (d *Service) PlanProof(ctx context.Context, roundID string) (standing, bool, error) {
+	return d.LatestProof(ctx, roundID, "sign_plan", window.FleetTarget)
 }
 
-// signedPlan returns the round's reviewed plan (shared: the caller only
+// SignedPlan returns the round's reviewed plan (shared: the caller only
 // reads it) and the signature it was acted on under, once the signed-plan
 // rule admits it (window.SignedPlan); else the rule's refusal.
 // plan-signatures.json is not asked: it is a report.
-func (d *Deps) signedPlan(ctx context.Context, roundID string) (plan.Fleet, window.PlanSignature, error) {
+func (d *Service) SignedPlan(ctx context.Context, roundID string) (plan.Fleet, window.PlanSignature, error) {
 	f, sig, err := window.SignedPlan(ctx, planFiles{d}, roundID)
-	return f, sig, fromWindow(err)
+	return f, sig, FromWindow(err)
 }
 
-// windowApproval returns the per-window approval that covers this tool's
+// WindowApproval returns the per-window approval that covers this tool's
 // live plan, if the node has one: the signature kept when approve_window
 // verified it, verified again now, as window.DecideWindowCover admits it
 // under the signed plan. note says why a window approval the node seems
 // to have did not cover the step (the call then needs its own signature).
-func (d *Deps) windowApproval(ctx context.Context, roundID, tool string, p window.Plan) (a Approved, ok bool, note string, err error) {
+func (d *Service) WindowApproval(ctx context.Context, roundID, tool string, p window.Plan) (a Approved, ok bool, note string, err error) {
 	if _, ok := window.ReviewedStep(tool); !ok || d.Book == nil {
 		return Approved{}, false, "", nil
 	}
 	node := p.Target()
-	wp, ok, err := d.latestProof(ctx, roundID, "approve_window", node)
+	wp, ok, err := d.LatestProof(ctx, roundID, "approve_window", node)
 	if err != nil {
-		return Approved{}, false, "", Refuse("Call approve_window again: a person signs the window anew.", err.Error(), "nothing was executed")
+		return Approved{}, false, "", answer.Refuse("Call approve_window again: a person signs the window anew.", err.Error(), "nothing was executed")
 	}
 	if !ok {
 		if d.windowListed(roundID, node) {
-			note = "rounds/" + roundID + "/" + windowSignaturesDir + "/" + node + ".json lists a window approval of " + node + ", but the server holds no signature of it that verifies: that file is a report for people, never an approval"
+			note = "rounds/" + roundID + "/" + WindowSignaturesDir + "/" + node + ".json lists a window approval of " + node + ", but the server holds no signature of it that verifies: that file is a report for people, never an approval"
 		}
 		return Approved{}, false, note, nil
 	}
-	f, sig, err := d.signedPlan(ctx, roundID)
+	f, sig, err := d.SignedPlan(ctx, roundID)
 	if err != nil {
 		return Approved{}, false, "", err
 	}
-	digest, ok, note, err := window.DecideWindowCover(f, sig, window.KeptWindowApproval{Digest: wp.Digest, Tools: windowToolsOf(wp.Summary), Index: wp.index}, tool, p)
+	digest, ok, note, err := window.DecideWindowCover(f, sig, window.KeptWindowApproval{Digest: wp.Digest, Tools: WindowToolsOf(wp.Summary), Index: wp.index}, tool, p)
 	if err != nil || !ok {
-		return Approved{}, false, note, fromWindow(err)
+		return Approved{}, false, note, FromWindow(err)
 	}
 	a = wp.Approved
 	a.Digest = digest
@@ -309,17 +310,17 @@ func (d *Deps) windowApproval(ctx context.Context, roundID, tool string, p windo
 // updates.
 const osLayer = "os-layer"
 
-// closeDocs writes the round's entry into os-layer/changelog.md and
+// CloseDocs writes the round's entry into os-layer/changelog.md and
 // proposes runbook.md edits for the lessons that change a step, and
 // commits both on the round's working branch. close_round refuses while
 // they are missing or uncommitted. A round without a plan document has
 // no kernels to report and is not held to it.
-func (d *Deps) closeDocs(ctx context.Context, s *window.Round) ([]string, error) {
-	f, ok, err := d.fleetPlan(s.ID)
+func (d *Service) CloseDocs(ctx context.Context, s *window.Round) ([]string, error) {
+	f, ok, err := d.FleetPlan(s.ID)
 	if err != nil || !ok {
 		return nil, err
 	}
-	r, err := d.intentRepo(s.ID)
+	r, err := d.IntentRepo(s.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +332,7 @@ func (d *Deps) closeDocs(ctx context.Context, s *window.Round) ([]string, error)
 			}
 		}
 	}
-	c := window.Closing(s.Journal.State(), d.now(), ownLessons)
+	c := window.Closing(s.Journal.State(), d.Clock(), ownLessons)
 	root, err := os.OpenRoot(r.Root())
 	if err != nil {
 		return nil, fmt.Errorf("open the intent repository: %w", err)
@@ -373,7 +374,7 @@ func (d *Deps) closeDocs(ctx context.Context, s *window.Round) ([]string, error)
 	switch {
 	case errors.Is(err, intent.ErrNoChange):
 	case err != nil:
-		return nil, Fail("Commit or undo the edits to os-layer's changelog.md and runbook.md on the working branch, then call close_round again.",
+		return nil, answer.Fail("Commit or undo the edits to os-layer's changelog.md and runbook.md on the working branch, then call close_round again.",
 			"close_round refuses while the component docs are missing or uncommitted: "+err.Error())
 	default:
 		notes = append(notes, "component docs committed ("+short(cm.Hash)+")")
@@ -402,21 +403,21 @@ type PlanStatus struct {
 	signedAt        time.Time `json:"-"`
 }
 
-func (d *Deps) planStatus(ctx context.Context, id string, st0 *round.State) (*PlanStatus, error) {
-	f, ok, err := d.planHeader(id)
+func (d *Service) PlanStatus(ctx context.Context, id string, st0 *round.State) (*PlanStatus, error) {
+	f, ok, err := d.PlanHeader(id)
 	if err != nil || !ok {
 		return nil, err
 	}
 	st := &PlanStatus{Digest: f.Digest, Revision: f.Revision, Signatures: f.Signatures, PerStepSignatures: f.PerStepSignatures,
-		Summary: f.Summary, Risks: f.Risks, Files: []string{"rounds/" + id + "/" + fleetPlanMD, "rounds/" + id + "/" + fleetPlanFile}}
+		Summary: f.Summary, Risks: f.Risks, Files: []string{"rounds/" + id + "/" + FleetPlanMD, "rounds/" + id + "/" + FleetPlanFile}}
 	// Signed is what the kept signatures prove, verified again now; the
 	// report in plan-signatures.json is not asked.
-	if sp, ok, err := d.planProof(ctx, id); err == nil && ok && sp.Digest == f.Digest {
-		st.Signed, st.SignedBy, st.signedAt = true, sp.Principal, sp.proof.Time
+	if sp, ok, err := d.PlanProof(ctx, id); err == nil && ok && sp.Digest == f.Digest {
+		st.Signed, st.SignedBy, st.signedAt = true, sp.Principal, sp.Proof.Time
 	}
 	// One read of the kept signatures for the whole fleet; each node's
 	// latest window approval verified again.
-	windows := map[string]proof{}
+	windows := map[string]Proof{}
 	if ps, err := d.proofs(id); err == nil {
 		for _, p := range ps {
 			if p.Tool == "approve_window" && p.Step == "" {
@@ -451,50 +452,48 @@ func (d *Deps) planStatus(ctx context.Context, id string, st0 *round.State) (*Pl
 	return st, nil
 }
 
-// requestApproval answers approval_required for a request that binds p.
-func (d *Deps) requestApproval(tool string, p Binding) error {
+// RequestApproval answers approval_required for a request that binds p.
+func (d *Service) RequestApproval(tool string, p Binding) error {
 	text, exp, err := d.Approvals.Request(tool, p)
 	if err != nil {
 		return fmt.Errorf("build approval request: %w", err)
 	}
-	return &needApproval{ApprovalNeeded: ApprovalNeeded{Request: text, Summary: p.Summary,
-		Command:    "mcp-patch approve request.txt   (save the request text as request.txt; prints the approval to hand back)",
-		AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 request.txt && cat request.txt request.txt.sig   (hand back the whole output)",
-		ExpiresAt:  exp.UTC().Format(time.RFC3339)}}
+	return &NeedApproval{Request: text, Summary: p.Summary, Expires: exp}
 }
 
-// planNextCall puts the plan's own calls before a window step that would
+// PlanNextCall puts the plan's own calls before a window step that would
 // be refused without them (window.DecidePlanNextCall).
-func (d *Deps) planNextCall(ctx context.Context, st *round.State, nc *Call) (*Call, string) {
+func (d *Service) PlanNextCall(ctx context.Context, st *round.State, nc *answer.Call) (*answer.Call, string) {
 	if nc == nil || st.Stop != nil || st.Closed || st.Aborted || d.Book == nil {
 		return nc, ""
 	}
-	h, ok, err := d.planHeader(st.RoundID)
+	h, ok, err := d.PlanHeader(st.RoundID)
 	if err != nil {
 		return nc, ""
 	}
 	signed := func() string {
-		sp, ok, err := d.planProof(ctx, st.RoundID)
+		sp, ok, err := d.PlanProof(ctx, st.RoundID)
 		if err != nil || !ok {
 			return ""
 		}
 		return sp.Digest
 	}
 	windowDigest := func(node string) string {
-		wp, ok, err := d.latestProof(ctx, st.RoundID, "approve_window", node)
+		wp, ok, err := d.LatestProof(ctx, st.RoundID, "approve_window", node)
 		if err != nil || !ok {
 			return ""
 		}
 		return wp.Digest
 	}
-	pc, ok := window.DecidePlanNextCall(st.RoundID, h, ok, signed, windowDigest, nc.Tool, callNode(nc))
+	callNode, _ := nc.Arguments["node"].(string)
+	pc, ok := window.DecidePlanNextCall(st.RoundID, h, ok, signed, windowDigest, nc.Tool, callNode)
 	switch {
 	case !ok:
 		return nc, ""
 	case pc.Tool == "plan_round":
-		return CallTo("plan_round", "round", st.RoundID), pc.Why
+		return answer.CallTo("plan_round", "round", st.RoundID), pc.Why
 	case pc.Node != "":
-		return CallTo(pc.Tool, "node", pc.Node), pc.Why
+		return answer.CallTo(pc.Tool, "node", pc.Node), pc.Why
 	}
-	return CallTo(pc.Tool), pc.Why
+	return answer.CallTo(pc.Tool), pc.Why
 }

@@ -1,10 +1,11 @@
-package tools
+package service
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 
+	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/round/book"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 )
@@ -26,7 +27,7 @@ func (n reportNames) reasons(id string) []string { return n.Reasons(id) }
 // guardedFiles is the book's GuardedFiles for a commit of round id, with
 // the round's plan.json and the signature reports rendered from the kept
 // signatures. It runs under the journal's lock (Journal.Hold).
-func (d *Deps) guardedFiles(id string) (RoundFiles, reportNames, error) {
+func (d *Service) guardedFiles(id string) (RoundFiles, reportNames, error) {
 	planJSON, r := d.reportSources(id)
 	files, names, err := d.Book.GuardedFiles(id, planJSON, r, d.Log)
 	return files, reportNames{names}, err
@@ -36,7 +37,7 @@ func (d *Deps) guardedFiles(id string) (RoundFiles, reportNames, error) {
 // plan.json (nil when it has none; empty when it cannot be read, as one
 // that does not decode: no render of it is committed) and the signature
 // reports rendered from the kept signatures.
-func (d *Deps) reportSources(id string) ([]byte, book.Renders) {
+func (d *Service) reportSources(id string) ([]byte, book.Renders) {
 	planJSON, ok, err := d.fleetPlanBytes(id)
 	switch {
 	case err != nil:
@@ -55,7 +56,7 @@ func (d *Deps) reportSources(id string) ([]byte, book.Renders) {
 	// Each signature rewrote the report with every one so far.
 	sigs := plansSigned(proofs)
 	for i := range sigs.Plan {
-		r.PlanSignatures = append(r.PlanSignatures, renderPlanSignatures(planSignatures{Plan: sigs.Plan[:i+1]}))
+		r.PlanSignatures = append(r.PlanSignatures, renderPlanSignatures(PlanSignatures{Plan: sigs.Plan[:i+1]}))
 	}
 	r.WindowSignatures = map[string][][]byte{}
 	for node, ws := range windowsApproved(proofs) {
@@ -66,19 +67,20 @@ func (d *Deps) reportSources(id string) ([]byte, book.Renders) {
 	return planJSON, r
 }
 
-// commitAfterCall commits the record of every round this server holds
+// CommitAfterCall commits the record of every round this server holds
 // for writing at the end of a call of a tool that is not read-only,
 // after the call's audit record and its own commit: nothing the call
 // wrote into the intent repository (a journal record, its audit record, a
 // node file) stays uncommitted once it answers. A call that wrote nothing
-// finds nothing to commit. A commit that fails is said in the reasons.
-func (d *Deps) commitAfterCall(ctx context.Context, spec Spec, res *Result) {
-	if spec.Kind == ReadOnly || d.Mode == ModeReadOnly || d.Book == nil || d.Book.ReadOnly {
-		return
+// finds nothing to commit. why names the call in the commit message; the
+// answer says each commit that failed, in the words of a tool's reasons.
+func (d *Service) CommitAfterCall(ctx context.Context, why string) []string {
+	if d.Mode == config.ModeReadOnly || d.Book == nil || d.Book.ReadOnly {
+		return nil
 	}
 	ids := d.Book.Held()
 	if len(ids) == 0 {
-		return
+		return nil
 	}
 	// The notices and Events the call's records started land in the
 	// journal first (bounded, as every commit of the round).
@@ -87,20 +89,22 @@ func (d *Deps) commitAfterCall(ctx context.Context, spec Spec, res *Result) {
 	if err := d.Ops.Settle(sctx); err != nil {
 		d.Log.Warn("committing the round before its notifications settled; their outcomes go into the next commit", "err", err)
 	}
+	var reasons []string
 	for _, id := range ids {
-		if err := d.commitHeld(ctx, id, fmt.Sprintf("%s (%s)", spec.Name, res.Status)); err != nil {
-			res.Reasons = append(res.Reasons, "the record of round "+id+" is not committed: "+err.Error())
+		if err := d.commitHeld(ctx, id, why); err != nil {
+			reasons = append(reasons, "the record of round "+id+" is not committed: "+err.Error())
 		}
 	}
+	return reasons
 }
 
 // commitHeld commits round id's record, its journal held by this server.
-func (d *Deps) commitHeld(ctx context.Context, id, why string) error {
+func (d *Service) commitHeld(ctx context.Context, id, why string) error {
 	j, err := d.Book.Journal(id, false)
 	if err != nil {
 		return err
 	}
-	repo, err := d.intentRepo(id)
+	repo, err := d.IntentRepo(id)
 	if err != nil {
 		return err
 	}
@@ -112,21 +116,21 @@ func (d *Deps) commitHeld(ctx context.Context, id, why string) error {
 // planMarkdown renders plan.md from the plan.
 func planMarkdown(f plan.Fleet) ([]byte, error) { return book.PlanMarkdown(f) }
 
-// checkPlanMD is sign_plan's rule that what people read is what they
+// CheckPlanMD is sign_plan's rule that what people read is what they
 // sign (book.CheckPlanMD).
-func (d *Deps) checkPlanMD(id string, f plan.Fleet) error {
+func (d *Service) CheckPlanMD(id string, f plan.Fleet) error {
 	return bookRefusal(d.Book.CheckPlanMD(id, f))
 }
 
 // plansSigned are the plan signatures this server kept, in the order it
 // kept them: each sign_plan proof carries the signature it recorded.
-func plansSigned(ps []proof) planSignatures {
-	var out planSignatures
+func plansSigned(ps []Proof) PlanSignatures {
+	var out PlanSignatures
 	for _, p := range ps {
 		if p.Tool != "sign_plan" || p.Step != "" || len(p.Plan) == 0 {
 			continue
 		}
-		var sig planSignature
+		var sig PlanSignature
 		if err := json.Unmarshal(p.Plan, &sig); err != nil {
 			continue
 		}
@@ -137,13 +141,13 @@ func plansSigned(ps []proof) planSignatures {
 
 // windowsApproved are, per node, the window approvals this server kept,
 // in the order it kept them.
-func windowsApproved(ps []proof) map[string][]windowSignature {
-	out := map[string][]windowSignature{}
+func windowsApproved(ps []Proof) map[string][]WindowSignature {
+	out := map[string][]WindowSignature{}
 	for _, p := range ps {
 		if p.Tool != "approve_window" || p.Step != "" || len(p.Plan) == 0 {
 			continue
 		}
-		var ws windowSignature
+		var ws WindowSignature
 		if err := json.Unmarshal(p.Plan, &ws); err != nil || ws.Node != p.Node {
 			continue
 		}
@@ -153,7 +157,7 @@ func windowsApproved(ps []proof) map[string][]windowSignature {
 }
 
 // renderPlanSignatures is plan-signatures.json's bytes.
-func renderPlanSignatures(ps planSignatures) []byte {
+func renderPlanSignatures(ps PlanSignatures) []byte {
 	b, err := json.MarshalIndent(ps, "", "  ")
 	if err != nil {
 		panic(fmt.Sprintf("encode plan signatures: %v", err)) // strings, ints and times only
@@ -162,7 +166,7 @@ func renderPlanSignatures(ps planSignatures) []byte {
 }
 
 // renderWindowSignature is window-signatures/<node>.json's bytes.
-func renderWindowSignature(ws windowSignature) []byte {
+func renderWindowSignature(ws WindowSignature) []byte {
 	b, err := json.MarshalIndent(ws, "", "  ")
 	if err != nil {
 		panic(fmt.Sprintf("encode window signature: %v", err)) // strings and times only

@@ -1,4 +1,4 @@
-package tools
+package service
 
 import (
 	"context"
@@ -39,7 +39,7 @@ func (p *PolicyApprovals) Verify(ctx context.Context, approval, tool string, pla
 	return Approved{ID: v.ApprovalID, Principal: v.Principal, Fingerprint: v.KeyFingerprint, LabOnly: v.LabOnly, Text: approval, verified: v}, nil
 }
 
-// Reverify checks a kept approval again (policy.Verifier.Reverify): the
+// reverify checks a kept approval again (policy.Verifier.Reverify): the
 // signature against allowed_signers now and its binding to tool, node,
 // round and digest; it must have been used while valid.
 func (p *PolicyApprovals) Reverify(ctx context.Context, approval, tool string, plan Binding) (Approved, error) {

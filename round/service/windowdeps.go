@@ -1,12 +1,15 @@
-package tools
+package service
 
 import (
+	"github.com/mcp-patch/mcp-patch/answer"
+
 	"context"
 	"errors"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
@@ -15,38 +18,38 @@ import (
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
-// need says what of the world a window step uses.
-type need int
+// Need says what of the world a window step uses.
+type Need int
 
 const (
-	needHost need = 1 << iota
-	needCluster
+	NeedHost Need = 1 << iota
+	NeedCluster
 )
 
-// window builds the round's window machinery for one call: the journal's
+// Window builds the round's window machinery for one call: the journal's
 // recorder, and the hosts and the cluster when the step needs them.
-func (d *Deps) window(ctx context.Context, s *window.Round, n need) (*window.Window, error) {
+func (d *Service) Window(ctx context.Context, s *window.Round, n Need) (*window.Window, error) {
 	bounds := window.DefaultBounds(d.drainTimeout(s), d.Config.SSH.RebootTimeout.D())
 	if _, wait, err := window.JobWait(s.Settings); err == nil {
 		bounds.Drain += wait // a drain may wait that long for jobs before it evicts
 	}
-	w := &window.Window{Round: s.ID, Rec: &window.Recorder{J: s.Journal, Events: d.WindowEvents, Now: d.now},
-		Bounds: bounds, Now: d.now, Log: d.Log}
-	if n&needHost != 0 {
-		h, err := d.hosts(ctx)
+	w := &window.Window{Round: s.ID, Rec: &window.Recorder{J: s.Journal, Events: d.WindowEvents, Now: d.Clock},
+		Bounds: bounds, Now: d.Clock, Log: d.Log}
+	if n&NeedHost != 0 {
+		h, err := d.OpenHosts(ctx)
 		if err != nil {
 			return nil, err
 		}
 		w.Host, w.Forget = h.Steps, h.Pool.Forget
 	}
-	if n&needCluster != 0 {
-		c, err := d.drainCluster(ctx)
+	if n&NeedCluster != 0 {
+		c, err := d.DrainCluster(ctx)
 		if err != nil {
 			return nil, err
 		}
 		w.Cluster = c
 	}
-	k, err := d.leaseKeeper(ctx)
+	k, err := d.LeaseKeeper(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -63,18 +66,18 @@ func (d *Deps) window(ctx context.Context, s *window.Round, n need) (*window.Win
 // Lease and the node's Alertmanager silence; window.WindowEnded and
 // Window.Release), journaled; nothing when rec ended no window. The
 // reasons say what happened.
-func (d *Deps) releaseEnded(ctx context.Context, s *window.Round, rec round.Record) ([]string, error) {
+func (d *Service) releaseEnded(ctx context.Context, s *window.Round, rec round.Record) ([]string, error) {
 	node := window.WindowEnded(rec, s.Journal.Shared())
 	if node == "" {
 		return nil, nil
 	}
-	w, err := d.window(ctx, s, 0)
+	w, err := d.Window(ctx, s, 0)
 	if err != nil {
 		// No cluster now: stop renewing the Lease so it lapses, say so,
 		// and still remove the silence.
-		w = &window.Window{Round: s.ID, Rec: &window.Recorder{J: s.Journal, Events: d.WindowEvents, Now: d.now},
-			Lease: noClusterLease{err}, Now: d.now, Log: d.Log}
-		d.closeLease()
+		w = &window.Window{Round: s.ID, Rec: &window.Recorder{J: s.Journal, Events: d.WindowEvents, Now: d.Clock},
+			Lease: noClusterLease{err}, Now: d.Clock, Log: d.Log}
+		d.CloseLease()
 		if d.Ops != nil {
 			w.Silencer = d.Ops
 		}
@@ -82,37 +85,34 @@ func (d *Deps) releaseEnded(ctx context.Context, s *window.Round, rec round.Reco
 	return w.Release(ctx, node)
 }
 
-// fromWindow words the window package's answers as tool results. Of
+// FromWindow words the window package's answers as tool results. Of
 // errors joined together, the first that is an answer (refusal, failure)
 // is the answer and the others become reasons, so no error is dropped.
-func fromWindow(err error) error {
-	if ae, ok := err.(*approvedErr); ok {
-		return &approvedErr{err: fromWindow(ae.err), id: ae.id}
-	}
+func FromWindow(err error) error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var answer error
+		var first error
 		var rest []string
 		for _, e := range j.Unwrap() {
 			if e == nil {
 				continue
 			}
-			a := fromWindow(e)
-			var ref *Refusal
-			var fail *Failure
-			if answer == nil && (errors.As(a, &ref) || errors.As(a, &fail)) {
-				answer = a
+			a := FromWindow(e)
+			var ref *answer.Refusal
+			var fail *answer.Failure
+			if first == nil && (errors.As(a, &ref) || errors.As(a, &fail)) {
+				first = a
 				continue
 			}
 			rest = append(rest, e.Error())
 		}
-		switch a := answer.(type) {
-		case *Refusal:
-			return &Refusal{Reasons: append(append([]string{}, a.Reasons...), rest...), NextAction: a.NextAction}
-		case *Failure:
-			return &Failure{Reasons: append(append([]string{}, a.Reasons...), rest...), NextAction: a.NextAction}
+		switch a := first.(type) {
+		case *answer.Refusal:
+			return &answer.Refusal{Reasons: append(append([]string{}, a.Reasons...), rest...), NextAction: a.NextAction}
+		case *answer.Failure:
+			return &answer.Failure{Reasons: append(append([]string{}, a.Reasons...), rest...), NextAction: a.NextAction}
 		}
 		if errors.Is(err, window.ErrNeedApproval) {
-			return Refuse("Ask a person to sign a fresh request: call again without the approval to get it.", rest...)
+			return answer.Refuse("Ask a person to sign a fresh request: call again without the approval to get it.", rest...)
 		}
 		return err
 	}
@@ -132,40 +132,40 @@ func fromOne(err error) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &ref):
-		return Refuse(ref.Next, ref.Reasons...)
+		return answer.Refuse(ref.Next, ref.Reasons...)
 	case errors.As(err, &stop):
-		return Fail(stop.Next, stop.Reasons...)
+		return answer.Fail(stop.Next, stop.Reasons...)
 	case errors.As(err, &unc):
-		return Fail(unc.Next, unc.Reasons...)
+		return answer.Fail(unc.Next, unc.Reasons...)
 	case errors.As(err, &he):
-		f := hostError(he.Node, he.Action, he.Err)
-		var tf *Failure
+		f := HostError(he.Node, he.Action, he.Err)
+		var tf *answer.Failure
 		if he.Next != "" && errors.As(f, &tf) {
 			tf.NextAction = he.Next
 		}
 		return f
 	case errors.As(err, &rule):
-		return ruleRefusal(err)
+		return RuleRefusal(err)
 	case errors.As(err, &dstop):
-		return Fail(dstop.Next, append(dstop.Reasons, "(not recorded: a decision to stop must go through Recorder.StopWith)")...)
+		return answer.Fail(dstop.Next, append(dstop.Reasons, "(not recorded: a decision to stop must go through Recorder.StopWith)")...)
 	case errors.Is(err, window.ErrNeedApproval):
-		return Refuse("Ask a person to sign a fresh request: call again without the approval to get it.", err.Error())
+		return answer.Refuse("Ask a person to sign a fresh request: call again without the approval to get it.", err.Error())
 	}
 	return err
 }
 
-// recordStop records a decision that stops the round (a Plan found the
+// RecordStop records a decision that stops the round (a Plan found the
 // step unsafe) in the call's round s (nil: the open round, opened now):
 // Plan itself writes nothing, the chokepoint records.
-func (d *Deps) recordStop(s *window.Round, err error) error {
+func (d *Service) RecordStop(s *window.Round, err error) error {
 	var st *window.Stop
 	if !errors.As(err, &st) {
 		return err
 	}
 	if s == nil {
 		var serr error
-		if s, serr = d.openRound(); serr != nil {
-			return errors.Join(Fail(st.Next, st.Reasons...), serr)
+		if s, serr = d.OpenRound(); serr != nil {
+			return errors.Join(answer.Fail(st.Next, st.Reasons...), serr)
 		}
 	}
 	return s.Rec().StopWith(st.Step, st.Node, st.Next, st.Reasons...)
@@ -178,68 +178,68 @@ func (d *Deps) recordStop(s *window.Round, err error) error {
 // reported (the window's next step stops under the window_lease rule). A
 // read-only server takes no Lease. It answers the node whose window is
 // open, "" when none is.
-func (d *Deps) RetakeWindowLease(ctx context.Context) (string, error) {
-	if d.Mode == ModeReadOnly || d.Book == nil || d.Book.CurrentID() == "" {
+func (d *Service) RetakeWindowLease(ctx context.Context) (string, error) {
+	if d.Mode == config.ModeReadOnly || d.Book == nil || d.Book.CurrentID() == "" {
 		return "", nil
 	}
 	// Read first: a server that starts with no window open opens no
 	// journal for writing (and so writes nothing) until a call needs it.
-	v, err := d.readRound()
+	v, err := d.ReadRound()
 	if err != nil {
 		return "", err
 	}
 	if v.Journal.Shared().Current == "" {
 		return "", nil
 	}
-	s, err := d.openRound()
+	s, err := d.OpenRound()
 	if err != nil {
 		return "", err
 	}
-	k, err := d.leaseKeeper(ctx)
+	k, err := d.LeaseKeeper(ctx)
 	if err != nil {
 		return "", err
 	}
-	w := &window.Window{Round: s.ID, Rec: s.Rec(), Now: d.now, Log: d.Log}
+	w := &window.Window{Round: s.ID, Rec: s.Rec(), Now: d.Clock, Log: d.Log}
 	if k != nil {
 		w.Lease, w.Keeper = k.Lease, k
 	}
 	return w.Retake(ctx)
 }
 
-// rollbackWindow is the window machinery of round s and the host steps a
+// RollbackWindow is the window machinery of round s and the host steps a
 // rollback needs. A rollback holds no Lease: the round is stopped at the
 // node, and no other window may open.
-func (d *Deps) rollbackWindow(ctx context.Context, s *window.Round) (*window.Window, window.RollbackHost, error) {
+func (d *Service) RollbackWindow(ctx context.Context, s *window.Round) (*window.Window, window.RollbackHost, error) {
 	w := &window.Window{Round: s.ID, Rec: s.Rec(), Bounds: window.DefaultBounds(d.drainTimeout(s), d.Config.SSH.RebootTimeout.D()),
-		Now: d.now, Log: d.Log}
-	h, err := d.hosts(ctx)
+		Now: d.Clock, Log: d.Log}
+	h, err := d.OpenHosts(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	rh, ok := h.Steps.(window.RollbackHost)
 	if !ok {
-		return nil, nil, Refuse("Run the server with real host steps.", "these host steps cannot roll a node back")
+		return nil, nil, answer.Refuse("Run the server with real host steps.", "these host steps cannot roll a node back")
 	}
 	return w, rh, nil
 }
 
-// drainCluster is the cluster's drain: d.Drainer when set (tests), else
+// DrainCluster is the cluster's drain: d.Drainer when set (tests), else
 // the API server's.
-func (d *Deps) drainCluster(ctx context.Context) (window.Cluster, error) {
+func (d *Service) DrainCluster(ctx context.Context) (window.Cluster, error) {
 	if d.Drainer != nil {
 		return d.Drainer, nil
 	}
-	kc, err := d.cluster(ctx)
+	kc, err := d.KubeClients(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return drain.Cluster{Kube: kc.Kube}, nil
 }
 
-// admitDrain is what must hold before a node's window opens: the standing
+// AdmitDrain is what must hold before a node's window opens: the standing
 // rules (unless the drain is already in flight), the maintenance window, a
 // green simulate_upgrade, and etcd's health before a control-plane node.
-func (d *Deps) admitDrain(ctx context.Context, s *window.Round, node string) error {
+func (d *Service) AdmitDrain(ctx context.Context, s *window.Round, node string) error {
 	if s.InFlightRun(round.StepDrain, node) == nil {
 		if err := s.Admit(round.StepDrain, node); err != nil {
 			return err
@@ -249,7 +249,7 @@ func (d *Deps) admitDrain(ctx context.Context, s *window.Round, node string) err
 		return err
 	}
 	if r := s.StepRun(round.StepSimulate, node); r == nil || !r.Green() {
-		return Refuse("Run simulate_upgrade (and download_updates, snapshot_node) on this node first.",
+		return answer.Refuse("Run simulate_upgrade (and download_updates, snapshot_node) on this node first.",
 			"no green simulate_upgrade for "+node+" this round: a drain without a checked package plan is not sure")
 	}
 	return d.etcdBeforeControlPlane(ctx, s, node)
@@ -257,44 +257,44 @@ func (d *Deps) admitDrain(ctx context.Context, s *window.Round, node string) err
 
 // drainTimeout is the round's drain timeout: the intent's, else the
 // server's.
-func (d *Deps) drainTimeout(s *window.Round) time.Duration {
+func (d *Service) drainTimeout(s *window.Round) time.Duration {
 	return s.DrainTimeout(d.Config.Kube.DrainTimeout.D())
 }
 
-// drainOptions are the round's drain options over the server's defaults.
-func (d *Deps) drainOptions(s *window.Round) window.DrainOptions {
+// DrainOptions are the round's drain options over the server's defaults.
+func (d *Service) DrainOptions(s *window.Round) window.DrainOptions {
 	return s.DrainOptions(window.DrainDefaults{Identity: d.Identity, Timeout: d.Config.Kube.DrainTimeout.D(),
 		EvictRetry: d.Config.Kube.EvictRetry.D(), Log: d.Log})
 }
 
-func drainProgress(p Progress) func(done, total int, msg string) {
+func DrainProgress(p Progress) func(done, total int, msg string) {
 	return func(done, total int, msg string) { p(float64(done), float64(total), msg) }
 }
 
-// gpuProbes are GPU acceptance's checks as the intent's gpu settings
+// GPUProbes are GPU acceptance's checks as the intent's gpu settings
 // configure them: the host step, the smoke pod and the model endpoint.
-type gpuProbes struct {
-	d     *Deps
-	hosts *HostAccess
-	kube  kubernetes.Interface
-	gpu   *intent.GPUSettings
+type GPUProbes struct {
+	Service *Service
+	Hosts   *HostAccess
+	Kube    kubernetes.Interface
+	GPU     *intent.GPUSettings
 }
 
-func (g gpuProbes) HostGPU(ctx context.Context, node string) (steps.GPUCheck, error) {
+func (g GPUProbes) HostGPU(ctx context.Context, node string) (steps.GPUCheck, error) {
 	fm := ""
-	if g.gpu.FabricManagerRequired {
+	if g.GPU.FabricManagerRequired {
 		fm = "required"
 	}
-	return g.hosts.Steps.GPUCheck(ctx, node, steps.GPUCheckInput{ExpectedGPUs: g.gpu.ExpectedGPUsPerServer, FabricManager: fm})
+	return g.Hosts.Steps.GPUCheck(ctx, node, steps.GPUCheckInput{ExpectedGPUs: g.GPU.ExpectedGPUsPerServer, FabricManager: fm})
 }
 
-func (g gpuProbes) SmokePod(ctx context.Context, node string) (gpucheck.SmokeResult, error) {
-	return gpucheck.SmokePod(ctx, g.kube, node, gpucheck.SmokeOptions{Image: g.d.Config.Kube.SmokeImage, Timeout: 5 * time.Minute,
-		PollInterval: 250 * time.Millisecond, Logger: g.d.Log})
+func (g GPUProbes) SmokePod(ctx context.Context, node string) (gpucheck.SmokeResult, error) {
+	return gpucheck.SmokePod(ctx, g.Kube, node, gpucheck.SmokeOptions{Image: g.Service.Config.Kube.SmokeImage, Timeout: 5 * time.Minute,
+		PollInterval: 250 * time.Millisecond, Logger: g.Service.Log})
 }
 
-func (g gpuProbes) Completion(ctx context.Context) (gpucheck.CompletionResult, error) {
-	me := g.gpu.ModelEndpoint
+func (g GPUProbes) Completion(ctx context.Context) (gpucheck.CompletionResult, error) {
+	me := g.GPU.ModelEndpoint
 	base, api := gpucheck.SplitModelURL(me.URL)
 	return gpucheck.Complete(ctx, gpucheck.CompletionRequest{Endpoint: base, API: api, Model: me.Model, Prompt: me.Prompt,
 		MaxTokens: me.MaxTokens, Timeout: time.Duration(max(me.TimeoutSeconds, 1)) * time.Second})

@@ -1,4 +1,4 @@
-package tools
+package service
 
 import (
 	"time"
@@ -8,10 +8,10 @@ import (
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
-// roundMaintenance is where the open round stands against the intent's
+// RoundMaintenance is where the open round stands against the intent's
 // maintenance windows now (window.Maintenance); ok is false without a
 // round or without a maintenance section (work may start at any time).
-func roundMaintenance(s *window.Round, now time.Time) (maintenance.Schedule, window.MaintenanceView, bool, error) {
+func RoundMaintenance(s *window.Round, now time.Time) (maintenance.Schedule, window.MaintenanceView, bool, error) {
 	if s == nil {
 		return maintenance.Schedule{}, window.MaintenanceView{}, false, nil
 	}
@@ -20,14 +20,14 @@ func roundMaintenance(s *window.Round, now time.Time) (maintenance.Schedule, win
 
 // admitMaintenance is the maintenance rule before node's window opens
 // (window.AdmitMaintenance): a refusal waits, it does not stop the round.
-func (d *Deps) admitMaintenance(s *window.Round, node string) error {
+func (d *Service) admitMaintenance(s *window.Round, node string) error {
 	if s == nil {
 		return nil
 	}
-	return fromWindow(window.AdmitMaintenance(s.Settings.Maintenance, s.Journal.Shared().WindowDurations(), d.now(), node))
+	return FromWindow(window.AdmitMaintenance(s.Settings.Maintenance, s.Journal.Shared().WindowDurations(), d.Clock(), node))
 }
 
-func settingsOrZero(s *window.Round) intent.Settings {
+func SettingsOrZero(s *window.Round) intent.Settings {
 	if s == nil {
 		return intent.Settings{}
 	}

@@ -1,4 +1,4 @@
-package tools
+package service
 
 import (
 	"context"
@@ -15,13 +15,13 @@ type leaseKeeping struct {
 	keeper *window.LeaseKeeper
 }
 
-// leaseKeeper is the process's keeper of the window Lease
+// LeaseKeeper is the process's keeper of the window Lease
 // (window.LeaseKeeper: a window step runs bound to it, and a lost Lease
 // stops the step), renewing it between the window's calls as long as the
 // process runs; nil without a cluster (nothing to hold). Its Lease is
 // d.Lease when set (tests), else the Lease on the cluster, timed by
 // kube.lease_renew and kube.lease_duration.
-func (d *Deps) leaseKeeper(ctx context.Context) (*window.LeaseKeeper, error) {
+func (d *Service) LeaseKeeper(ctx context.Context) (*window.LeaseKeeper, error) {
 	d.keeper.mu.Lock()
 	defer d.keeper.mu.Unlock()
 	if d.keeper.keeper != nil {
@@ -32,11 +32,11 @@ func (d *Deps) leaseKeeper(ctx context.Context) (*window.LeaseKeeper, error) {
 		if d.Cluster == nil {
 			return nil, nil
 		}
-		kc, err := d.cluster(ctx)
+		kc, err := d.KubeClients(ctx)
 		if err != nil {
 			return nil, err
 		}
-		lease = &windowlock.Lease{Kube: kc.Kube, Config: d.windowLockConfig()}
+		lease = &windowlock.Lease{Kube: kc.Kube, Config: d.WindowLockConfig()}
 	}
 	d.keeper.keeper = &window.LeaseKeeper{Lease: lease, BetweenSteps: true, Log: d.Log,
 		Timing: window.LeaseTiming{Renew: d.Config.Kube.LeaseRenew.D(), Duration: d.Config.Kube.LeaseDuration.D()}}
@@ -44,22 +44,22 @@ func (d *Deps) leaseKeeper(ctx context.Context) (*window.LeaseKeeper, error) {
 }
 
 // keptLease is the keeper when one was made, without making one.
-func (d *Deps) keptLease() *window.LeaseKeeper {
+func (d *Service) keptLease() *window.LeaseKeeper {
 	d.keeper.mu.Lock()
 	defer d.keeper.mu.Unlock()
 	return d.keeper.keeper
 }
 
-// closeLease stops renewing the window Lease without releasing it (the
+// CloseLease stops renewing the window Lease without releasing it (the
 // process ends: the Lease lapses, and the same identity takes it again
 // when it starts).
-func (d *Deps) closeLease() {
+func (d *Service) CloseLease() {
 	if k := d.keptLease(); k != nil {
 		k.Close()
 	}
 }
 
-func (d *Deps) windowLockConfig() windowlock.Config {
+func (d *Service) WindowLockConfig() windowlock.Config {
 	return windowlock.Config{Namespace: d.Config.Kube.LeaseNamespace, Identity: d.Identity, LeaseDuration: d.Config.Kube.LeaseDuration.D()}
 }
 

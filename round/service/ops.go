@@ -1,4 +1,4 @@
-package tools
+package service
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // wireOps builds the notifier (webhooks from the config), the metrics and
 // the node Event recorder, hooks them to every journal the book opens, and
 // returns what stops them (the worker, then the notifier, bounded).
-func wireOps(ctx context.Context, d *Deps) (func(), error) {
+func wireOps(ctx context.Context, d *Service) (func(), error) {
 	hooks, err := notify.Hooks(d.Config.Notify, d.Getenv)
 	if err != nil {
 		return nil, err
@@ -30,7 +30,7 @@ func wireOps(ctx context.Context, d *Deps) (func(), error) {
 	n := notify.New(hooks, notify.Options{
 		Log: d.Log, Now: d.Now,
 		Observe: func(dl notify.Delivery) { m.Notified(dl.Hook, string(dl.Kind), dl.Sent) },
-		Record:  d.recordNotification,
+		Record:  d.RecordNotification,
 	})
 	var (
 		mu  sync.Mutex
@@ -91,8 +91,8 @@ func wireOps(ctx context.Context, d *Deps) (func(), error) {
 	}, nil
 }
 
-// recordNotification keeps a delivery's outcome in its round's journal.
-func (d *Deps) recordNotification(dl notify.Delivery) error {
+// RecordNotification keeps a delivery's outcome in its round's journal.
+func (d *Service) RecordNotification(dl notify.Delivery) error {
 	if d.Book == nil || dl.Round == "" {
 		return nil
 	}

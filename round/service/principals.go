@@ -1,27 +1,28 @@
-package tools
+package service
 
 import (
 	"strings"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
-// principalRule is whom the intent lets sign one kind of destructive step
-// (os-layer settings.yaml, approvals.principals): one of names, by their
+// PrincipalRule is whom the intent lets sign one kind of destructive step
+// (os-layer settings.yaml, approvals.principals): one of Names, by their
 // allowed_signers principal. No names: anyone allowed_signers admits.
-type principalRule struct {
-	names []string
-	// kind is the settings' name of the kind (intent.StepsControlPlane …).
-	kind string
+type PrincipalRule struct {
+	Names []string
+	// Kind is the settings' name of the kind (intent.StepsControlPlane …).
+	Kind string
 }
 
-// words say the rule as the refusal and the request show it.
-func (r principalRule) words() string {
+// Words say the rule as the refusal and the request show it.
+func (r PrincipalRule) Words() string {
 	what := map[string]string{intent.StepsControlPlane: "control-plane steps", intent.StepsGPUServers: "GPU-server steps",
-		intent.StepsOtherNodes: "steps on other nodes", intent.StepsFleet: "fleet-wide steps"}[r.kind]
-	return "the intent's approvals.principals." + r.kind + " lets only " + strings.Join(r.names, ", ") + " sign " + what
+		intent.StepsOtherNodes: "steps on other nodes", intent.StepsFleet: "fleet-wide steps"}[r.Kind]
+	return "the intent's approvals.principals." + r.Kind + " lets only " + strings.Join(r.Names, ", ") + " sign " + what
 }
 
 // stepKind is the kind of step on target, by the node's role in round j.
@@ -42,36 +43,36 @@ func stepKind(j *round.Journal, target string) (string, bool) {
 	return intent.StepsOtherNodes, true
 }
 
-// stepPrincipals is the rule for a destructive step on target (a node, or
+// StepPrincipals is the rule for a destructive step on target (a node, or
 // window.FleetTarget) in round roundID. A server without an intent
 // repository or a round book has no rule. Settings it cannot read, and a
 // node the round does not list while the intent names principals, are
 // refusals: who may sign is never guessed.
-func (d *Deps) stepPrincipals(roundID, target string) (principalRule, error) {
+func (d *Service) StepPrincipals(roundID, target string) (PrincipalRule, error) {
 	if d.Intent == nil || d.Book == nil {
-		return principalRule{}, nil
+		return PrincipalRule{}, nil
 	}
-	r, err := d.intentRepo(roundID)
+	r, err := d.IntentRepo(roundID)
 	if err != nil {
-		return principalRule{}, err
+		return PrincipalRule{}, err
 	}
 	st, err := r.RoundSettings()
 	if err != nil {
-		return principalRule{}, Refuse("Fix the intent's settings.yaml as the error says, then call again.",
+		return PrincipalRule{}, answer.Refuse("Fix the intent's settings.yaml as the error says, then call again.",
 			"the intent's settings cannot be read, so who may sign this step is unknown: "+err.Error(), "nothing was executed")
 	}
 	if st.Approvals == nil || st.Approvals.Principals == nil {
-		return principalRule{}, nil
+		return PrincipalRule{}, nil
 	}
 	j, err := d.Book.Journal(roundID, false)
 	if err != nil {
-		return principalRule{}, err
+		return PrincipalRule{}, err
 	}
 	kind, ok := stepKind(j, target)
 	if !ok {
-		return principalRule{}, Refuse("Plan the round again: this node is not in it.",
+		return PrincipalRule{}, answer.Refuse("Plan the round again: this node is not in it.",
 			target+" is not in round "+roundID+", so which principals the intent lets sign its steps is unknown", "nothing was executed")
 	}
 	names, _ := st.Approvals.Principals.For(kind)
-	return principalRule{names: names, kind: kind}, nil
+	return PrincipalRule{Names: names, Kind: kind}, nil
 }

@@ -1,4 +1,4 @@
-package tools
+package service
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/gate"
@@ -15,7 +16,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
-func (d *Deps) gateConfig(ctx context.Context, s *window.Round) (gate.Config, error) {
+func (d *Service) GateConfig(ctx context.Context, s *window.Round) (gate.Config, error) {
 	cfg := gate.Config{}
 	if s.Settings.StackHealth != nil {
 		cfg.Health.CriticalNamespaces = s.Settings.StackHealth.CriticalNamespaces
@@ -31,7 +32,7 @@ func (d *Deps) gateConfig(ctx context.Context, s *window.Round) (gate.Config, er
 	if k := d.Config.Kube; len(k.EtcdEndpoints) > 0 {
 		ec := &gate.EtcdConfig{Endpoints: k.EtcdEndpoints, CAFile: k.EtcdCA, CertFile: k.EtcdCert, KeyFile: k.EtcdKey}
 		if k.EtcdTunnel {
-			h, err := d.hosts(ctx)
+			h, err := d.OpenHosts(ctx)
 			if err != nil {
 				return cfg, err
 			}
@@ -53,7 +54,7 @@ func (d *Deps) gateConfig(ctx context.Context, s *window.Round) (gate.Config, er
 		}
 		cfg.OIDC.CAPEM = pem
 	}
-	cfg.FailingVerify = d.failingVerify(ctx)
+	cfg.FailingVerify = d.FailingVerify(ctx)
 	alerts, err := d.alertsConfig(s)
 	if err != nil {
 		return cfg, err
@@ -62,8 +63,8 @@ func (d *Deps) gateConfig(ctx context.Context, s *window.Round) (gate.Config, er
 	return cfg, nil
 }
 
-// failingVerify runs every component's verify.sh and names those failing.
-func (d *Deps) failingVerify(ctx context.Context) []string {
+// FailingVerify runs every component's verify.sh and names those failing.
+func (d *Service) FailingVerify(ctx context.Context) []string {
 	if d.Intent == nil {
 		return nil
 	}
@@ -92,56 +93,56 @@ func (d *Deps) failingVerify(ctx context.Context) []string {
 	return failing
 }
 
-// gateRun is one evaluation of the gate: the report, its reasons, and the
+// GateRun is one evaluation of the gate: the report, its reasons, and the
 // restarts the node's deliberate reboot explains (not yet kept).
-type gateRun struct {
-	rep      gate.Report
-	reasons  []string
-	accepted []string
-	baseline *gate.Baseline
+type GateRun struct {
+	Report   gate.Report
+	Reasons  []string
+	Accepted []string
+	Baseline *gate.Baseline
 }
 
-// evaluateGate evaluates the gate for node ("" for the cluster only). It
+// EvaluateGate evaluates the gate for node ("" for the cluster only). It
 // writes nothing.
-func evaluateGate(ctx context.Context, d *Deps, s *window.Round, node string) (gateRun, error) {
-	kc, err := d.cluster(ctx)
+func EvaluateGate(ctx context.Context, d *Service, s *window.Round, node string) (GateRun, error) {
+	kc, err := d.KubeClients(ctx)
 	if err != nil {
-		return gateRun{}, err
+		return GateRun{}, err
 	}
-	cfg, err := d.gateConfig(ctx, s)
+	cfg, err := d.GateConfig(ctx, s)
 	if err != nil {
-		return gateRun{}, err
+		return GateRun{}, err
 	}
-	var g gateRun
+	var g GateRun
 	if node != "" && cfg.Baseline != nil {
 		if r := s.StepRun(round.StepTrialBoot, node); r != nil && r.Green() {
-			if g.accepted, err = gate.AcceptRebootRestarts(ctx, kc.Kube, cfg.Baseline, node); err != nil {
-				return gateRun{}, Fail("Check the API server and call again.", err.Error())
+			if g.Accepted, err = gate.AcceptRebootRestarts(ctx, kc.Kube, cfg.Baseline, node); err != nil {
+				return GateRun{}, answer.Fail("Check the API server and call again.", err.Error())
 			}
-			g.baseline = cfg.Baseline
+			g.Baseline = cfg.Baseline
 		}
 	}
-	g.rep, g.reasons = gate.Judge(gate.Evaluate(ctx, kc.Kube, kc.Dynamic, cfg), g.accepted)
+	g.Report, g.Reasons = gate.Judge(gate.Evaluate(ctx, kc.Kube, kc.Dynamic, cfg), g.Accepted)
 	return g, nil
 }
 
-// takeBaseline takes the round's health baseline once, before its first
+// TakeBaseline takes the round's health baseline once, before its first
 // window (window.Round.TakeBaseline); nil when the round has one already.
-func (d *Deps) takeBaseline(ctx context.Context, kc *kube.Clients, s *window.Round) (*gate.Baseline, error) {
+func (d *Service) TakeBaseline(ctx context.Context, kc *kube.Clients, s *window.Round) (*gate.Baseline, error) {
 	hc := gate.HealthConfig{}
 	if sh := s.Settings.StackHealth; sh != nil {
 		hc.CriticalNamespaces = sh.CriticalNamespaces
 	}
 	return s.TakeBaseline(ctx, func(ctx context.Context) (gate.Baseline, error) {
-		return gate.TakeBaseline(ctx, kc.Kube, hc, d.failingVerify(ctx))
+		return gate.TakeBaseline(ctx, kc.Kube, hc, d.FailingVerify(ctx))
 	})
 }
 
 // etcdBeforeControlPlane reads etcd's health before the window of a
 // control-plane node (window.Round.EtcdBeforeWindow).
-func (d *Deps) etcdBeforeControlPlane(ctx context.Context, s *window.Round, node string) error {
+func (d *Service) etcdBeforeControlPlane(ctx context.Context, s *window.Round, node string) error {
 	return s.EtcdBeforeWindow(ctx, node, func(ctx context.Context) *gate.Check {
-		cfg, err := d.gateConfig(ctx, s)
+		cfg, err := d.GateConfig(ctx, s)
 		if err != nil || cfg.Etcd == nil {
 			return nil
 		}

@@ -1,9 +1,10 @@
-package tools
+package service
 
 import (
 	"context"
 	"net"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube"
@@ -52,10 +53,10 @@ type HostInventory interface {
 
 var _ HostInventory = (*host.MapInventory)(nil)
 
-// inventoryNodes are the nodes of the SSH inventory that are patch
+// InventoryNodes are the nodes of the SSH inventory that are patch
 // targets: every node but those that other nodes reach through (jump
 // hosts), which are named apart.
-func inventoryNodes(inv HostInventory) (nodes, jumps []string) {
+func InventoryNodes(inv HostInventory) (nodes, jumps []string) {
 	all := inv.Nodes()
 	isJump := map[string]bool{}
 	for _, n := range all {
@@ -73,25 +74,25 @@ func inventoryNodes(inv HostInventory) (nodes, jumps []string) {
 	return nodes, jumps
 }
 
-func (d *Deps) cluster(ctx context.Context) (*kube.Clients, error) {
+func (d *Service) KubeClients(ctx context.Context) (*kube.Clients, error) {
 	if d.Cluster == nil {
-		return nil, Refuse("Start the server with --kubeconfig (or KUBECONFIG) pointing at the cluster.", "no Kubernetes cluster is configured")
+		return nil, answer.Refuse("Start the server with --kubeconfig (or KUBECONFIG) pointing at the cluster.", "no Kubernetes cluster is configured")
 	}
 	c, err := d.Cluster(ctx)
 	if err != nil {
-		return nil, Fail("Check the kubeconfig, the context name and that the API server is up; then call again.",
+		return nil, answer.Fail("Check the kubeconfig, the context name and that the API server is up; then call again.",
 			"connect to the Kubernetes API: "+err.Error())
 	}
 	return c, nil
 }
 
-func (d *Deps) hosts(ctx context.Context) (*HostAccess, error) {
+func (d *Service) OpenHosts(ctx context.Context) (*HostAccess, error) {
 	if d.Hosts == nil {
-		return nil, Refuse("Configure ssh.known_hosts and a key (ssh-agent or ssh.key_files) and restart the server.", "no SSH access is configured")
+		return nil, answer.Refuse("Configure ssh.known_hosts and a key (ssh-agent or ssh.key_files) and restart the server.", "no SSH access is configured")
 	}
 	h, err := d.Hosts(ctx)
 	if err != nil {
-		return nil, Fail("Fix the SSH configuration (known_hosts, keys, inventory) and call again.", "set up SSH access: "+err.Error())
+		return nil, answer.Fail("Fix the SSH configuration (known_hosts, keys, inventory) and call again.", "set up SSH access: "+err.Error())
 	}
 	return h, nil
 }

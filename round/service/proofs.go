@@ -1,4 +1,4 @@
-package tools
+package service
 
 import (
 	"context"
@@ -14,37 +14,37 @@ import (
 // directory by the book (round/book/proofs.go); every decision that rests
 // on an earlier approval verifies its signature again (reverify).
 
-// proof is one kept approval.
-type proof = book.Proof
+// Proof is one kept approval.
+type Proof = book.Proof
 
 // proofStore is where this server keeps its proofs.
-func (d *Deps) proofStore() book.Proofs {
-	s := book.Proofs{Now: d.now}
+func (d *Service) proofStore() book.Proofs {
+	s := book.Proofs{Now: d.Clock}
 	if d.Config != nil && d.Config.StateDir != "" {
 		s.Dir = book.ProofsDir(d.Config.StateDir)
 	}
 	return s
 }
 
-// keepProof keeps the signed bytes of an approval about to be used,
+// KeepProof keeps the signed bytes of an approval about to be used,
 // before the approval is consumed and the step acts.
-func (d *Deps) keepProof(roundID string, p proof) error { return d.proofStore().Keep(roundID, p) }
+func (d *Service) KeepProof(roundID string, p Proof) error { return d.proofStore().Keep(roundID, p) }
 
 // proofs are the round's kept approvals in the order they were kept.
-func (d *Deps) proofs(roundID string) ([]proof, error) { return d.proofStore().All(roundID) }
+func (d *Service) proofs(roundID string) ([]Proof, error) { return d.proofStore().All(roundID) }
 
 // standing is a kept approval whose signature verified again just now.
 type standing struct {
 	Approved
 	index int // its place among the round's proofs
-	proof proof
+	Proof Proof
 }
 
 // reverify checks a kept approval again: its signature against
 // allowed_signers now, its binding to tool, node and round (and digest,
 // when not empty: otherwise whatever digest it signed, in the answer's
 // Digest), and that it was consumed while valid.
-func (d *Deps) reverify(ctx context.Context, roundID string, p proof, tool, node, digest string) (Approved, error) {
+func (d *Service) reverify(ctx context.Context, roundID string, p Proof, tool, node, digest string) (Approved, error) {
 	if d.Approvals == nil {
 		return Approved{}, errors.New("no allowed_signers file is configured")
 	}
@@ -52,26 +52,26 @@ func (d *Deps) reverify(ctx context.Context, roundID string, p proof, tool, node
 }
 
 // reverifier is reverify for round roundID, as the book takes it.
-func (d *Deps) reverifier(roundID string) book.Reverify[Approved] {
-	return func(ctx context.Context, p proof, tool, node, digest string) (Approved, error) {
+func (d *Service) reverifier(roundID string) book.Reverify[Approved] {
+	return func(ctx context.Context, p Proof, tool, node, digest string) (Approved, error) {
 		return d.reverify(ctx, roundID, p, tool, node, digest)
 	}
 }
 
-// latestProof is the last kept approval of tool on node that verifies
+// LatestProof is the last kept approval of tool on node that verifies
 // again (book.Latest).
-func (d *Deps) latestProof(ctx context.Context, roundID, tool, node string) (standing, bool, error) {
+func (d *Service) LatestProof(ctx context.Context, roundID, tool, node string) (standing, bool, error) {
 	ps, err := d.proofs(roundID)
 	if err != nil {
 		return standing{}, false, err
 	}
 	s, ok, err := book.Latest(ctx, ps, tool, node, d.reverifier(roundID))
-	return standing{Approved: s.Approved, index: s.Index, proof: s.Proof}, ok, err
+	return standing{Approved: s.Approved, index: s.Index, Proof: s.Proof}, ok, err
 }
 
-// windowToolsOf reads what a window approval binds from the summary the
+// WindowToolsOf reads what a window approval binds from the summary the
 // person signed ("<tool> bound to <digest>" lines, DecideWindowApproval).
-func windowToolsOf(summary []string) map[string]string {
+func WindowToolsOf(summary []string) map[string]string {
 	out := map[string]string{}
 	for _, l := range summary {
 		tool, dg, ok := strings.Cut(l, " bound to ")
@@ -82,10 +82,10 @@ func windowToolsOf(summary []string) map[string]string {
 	return out
 }
 
-// approvedDrain is the approved plan of the drain in flight on node, from
+// ApprovedDrain is the approved plan of the drain in flight on node, from
 // the kept signature of its approval (approvalID, as the journal names
 // it), verified again; nil when this server keeps none for it.
-func (d *Deps) approvedDrain(ctx context.Context, roundID, node, approvalID string) (*window.DrainPlan, error) {
+func (d *Service) ApprovedDrain(ctx context.Context, roundID, node, approvalID string) (*window.DrainPlan, error) {
 	ps, err := d.proofs(roundID)
 	if err != nil {
 		return nil, err
@@ -94,10 +94,10 @@ func (d *Deps) approvedDrain(ctx context.Context, roundID, node, approvalID stri
 		var dp window.DrainPlan
 		return dp, json.Unmarshal(raw, &dp) == nil && dp.Node == node
 	}
-	binds := func(p proof, a Approved, dp window.DrainPlan) bool {
+	binds := func(p Proof, a Approved, dp window.DrainPlan) bool {
 		bound := a.Digest
 		if p.Tool == "approve_window" {
-			bound = windowToolsOf(a.Summary)["drain_node"]
+			bound = WindowToolsOf(a.Summary)["drain_node"]
 		}
 		return bound == dp.PreviewDigest
 	}

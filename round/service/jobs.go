@@ -1,4 +1,4 @@
-package tools
+package service
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // drain.wait_for_jobs.selector that picks no pod anywhere in the cluster,
 // an alerts.selector that no alerting rule of Prometheus can match, or
 // one that cannot be checked (Alertmanager has no rules). Read-only.
-func (d *Deps) selectorRisks(ctx context.Context, kc *kube.Clients, st intent.Settings, jobs labels.Selector) []string {
+func (d *Service) selectorRisks(ctx context.Context, kc *kube.Clients, st intent.Settings, jobs labels.Selector) []string {
 	var out []string
 	if jobs != nil && !jobs.Empty() {
 		ok, err := drain.AnyPodMatches(ctx, kc.Kube, jobs)

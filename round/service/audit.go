@@ -1,4 +1,4 @@
-package tools
+package service
 
 import (
 	"context"
@@ -23,9 +23,9 @@ var spillMu sync.Mutex
 // tool changes nothing in the intent repository, not even its audit log.
 // A --read-only process writes nothing anywhere: its calls (all reads)
 // are audited on the structured log instead.
-func (d *Deps) RecordAudit(ctx context.Context, rec AuditRecord) {
+func (d *Service) RecordAudit(ctx context.Context, rec AuditRecord) {
 	decision := round.Allowed
-	if rec.Status == StatusRefused || rec.Status == StatusApprovalRequired {
+	if rec.Status == "refused" || rec.Status == "approval_required" {
 		decision = round.Refused
 	}
 	if d.Mode == config.ModeReadOnly {
@@ -37,7 +37,7 @@ func (d *Deps) RecordAudit(ctx context.Context, rec AuditRecord) {
 			slog.String("status", string(rec.Status)), slog.String("decision", string(decision)))
 		return
 	}
-	if d.Book != nil && !d.Book.ReadOnly && rec.Kind != ReadOnly.String() {
+	if d.Book != nil && !d.Book.ReadOnly && rec.Kind != "read-only" {
 		if id := d.Book.CurrentID(); id != "" {
 			if j, err := d.Book.Journal(id, false); err == nil {
 				if _, err := j.Audit(round.AuditEntry{Tool: rec.Tool, Node: rec.Node, Digest: rec.ArgsDigest, Args: rec.Args,

@@ -1,10 +1,11 @@
-package tools
+package service
 
 import (
 	"fmt"
 	"os"
 	"strings"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/kube/alerts"
 	"github.com/mcp-patch/mcp-patch/kube/gate"
 	"github.com/mcp-patch/mcp-patch/round"
@@ -13,7 +14,7 @@ import (
 
 // alertSource is where the gate reads alerts; ok is false when neither
 // URL is configured (the alert check is then not made).
-func (d *Deps) alertSource() (alerts.Source, bool, error) {
+func (d *Service) alertSource() (alerts.Source, bool, error) {
 	k := d.Config.Kube
 	if k.PrometheusURL == "" && k.AlertmanagerURL == "" {
 		return alerts.Source{}, false, nil
@@ -31,14 +32,14 @@ func (d *Deps) alertSource() (alerts.Source, bool, error) {
 
 // alertsConfig is the gate's alert check for the open round: the intent's
 // rules and the open window (whose own alerts are expected).
-func (d *Deps) alertsConfig(s *window.Round) (*gate.AlertsConfig, error) {
+func (d *Service) alertsConfig(s *window.Round) (*gate.AlertsConfig, error) {
 	src, ok, err := d.alertSource()
 	if err != nil || !ok {
 		return nil, err
 	}
 	rules, err := s.Settings.Alerts.Rules()
 	if err != nil {
-		return nil, Refuse("Fix the alerts section of os-layer/settings.yaml.", err.Error())
+		return nil, answer.Refuse("Fix the alerts section of os-layer/settings.yaml.", err.Error())
 	}
 	cfg := &gate.AlertsConfig{Source: src, Rules: rules}
 	if s != nil {

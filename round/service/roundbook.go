@@ -1,10 +1,11 @@
-package tools
+package service
 
 import (
 	"crypto/sha256"
 	"errors"
 	"time"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/book"
 	"github.com/mcp-patch/mcp-patch/round/plan"
@@ -23,8 +24,8 @@ func NewRoundBook(root, anchorDir string, clock func() time.Time) *RoundBook {
 	return &RoundBook{book.New(root, anchorDir, clock)}
 }
 
-// anchorsDir is where the rounds' anchors live under the state directory.
-const anchorsDir = book.AnchorsDir
+// AnchorsDir is where the rounds' anchors live under the state directory.
+const AnchorsDir = book.AnchorsDir
 
 // AnchorDir is where a server whose state directory is stateDir anchors
 // its rounds' journals.
@@ -68,9 +69,9 @@ func (b *RoundBook) sharedPlan(id string, sum [sha256.Size]byte) (plan.Fleet, bo
 
 func (b *RoundBook) keepPlan(id string, sum [sha256.Size]byte, f plan.Fleet) { b.KeepPlan(id, sum, f) }
 
-// tamperRefusal answers a round whose journal does not reproduce its
+// TamperRefusal answers a round whose journal does not reproduce its
 // anchor (book.TamperRefusal).
-func tamperRefusal(id string, err error) error { return bookRefusal(book.TamperRefusal(id, err)) }
+func TamperRefusal(id string, err error) error { return bookRefusal(book.TamperRefusal(id, err)) }
 
 // bookRefusal words the book's refusal as the tools': one vocabulary.
 func bookRefusal(err error) error {
@@ -79,7 +80,7 @@ func bookRefusal(err error) error {
 		return err
 	}
 	if r.NextTool != "" {
-		return RefuseWith(CallTo(r.NextTool, r.NextArgs...), r.Next, r.Reasons...)
+		return answer.RefuseWith(answer.CallTo(r.NextTool, r.NextArgs...), r.Next, r.Reasons...)
 	}
-	return Refuse(r.Next, r.Reasons...)
+	return answer.Refuse(r.Next, r.Reasons...)
 }
