@@ -1,6 +1,6 @@
 // Package answer is the vocabulary every layer answers a call with, below
 // the MCP surface: a refusal (nothing was done), a failure (a step ran and
-// failed), the next call to make and the blocker reasons the status rule
+// failed), a pending wait (nothing done yet, look again), the next call to make and the blocker reasons the status rule
 // reads. The round's layers return these errors; tools renders them as a
 // tool result and adds nothing of its own.
 package answer
@@ -61,6 +61,17 @@ func (f *Failure) Error() string { return strings.Join(f.Reasons, "; ") }
 
 // Fail builds a Failure.
 func Fail(next string, reasons ...string) error { return &Failure{Reasons: reasons, NextAction: next} }
+
+// Pending is an error that says the call did nothing yet because it waits
+// on something outside the round that lets go by itself (another party
+// holding the node): the same call later looks again. It is no failure.
+type Pending struct {
+	Reasons    []string
+	NextAction string
+	NextCall   *Call
+}
+
+func (p *Pending) Error() string { return strings.Join(p.Reasons, "; ") }
 
 // BlockerPrefix starts a reason that is a blocker: something that stops
 // the round, or this step on this host, as things stand (a removal, an

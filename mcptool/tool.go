@@ -132,8 +132,8 @@ type Tool[D any] interface {
 }
 
 // Handler is a tool's typed handler. A returned error becomes the result:
-// *answer.Refusal → refused, *answer.Failure → failed, anything else →
-// failed.
+// *answer.Refusal → refused, *answer.Failure → failed, *answer.Pending →
+// in_progress, anything else → failed.
 type Handler[D, In, Out any] func(ctx context.Context, d D, in In, p Progress) (Out, error)
 
 type typedTool[D, In, Out any, PO interface {
@@ -209,7 +209,10 @@ func (t *typedTool[D, In, Out, PO]) run(ctx context.Context, d D, in In, args ma
 	if err != nil {
 		var ref *answer.Refusal
 		var fail *answer.Failure
+		var pend *answer.Pending
 		switch {
+		case errors.As(err, &pend):
+			res.Status, res.Reasons, res.NextAction, res.NextCall = StatusInProgress, pend.Reasons, pend.NextAction, pend.NextCall
 		case errors.As(err, &ref):
 			res.Status, res.Reasons, res.NextAction, res.NextCall = StatusRefused, ref.Reasons, ref.NextAction, ref.NextCall
 		case errors.As(err, &fail):

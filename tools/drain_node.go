@@ -84,6 +84,9 @@ func DrainNode() Tool {
 			if err != nil {
 				return window.DrainPlan{}, err
 			}
+			if err := w.OthersLetGo(ctx, in.Node); err != nil {
+				return window.DrainPlan{}, err // waiting costs no signature
+			}
 			pv, err := w.Cluster.PreviewDrain(ctx, in.Node, s.DrainPolicy())
 			if err != nil {
 				return window.DrainPlan{}, Fail("Check the node name and the API server.", "preview drain: "+err.Error())

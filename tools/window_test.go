@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
+	"github.com/mcp-patch/mcp-patch/kube/actors"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
@@ -463,5 +464,38 @@ func TestReadOnlyToolsWriteNothing(t *testing.T) {
 	}
 	if bytes.Equal(plan, planFile()) || bytes.Equal(journal, r.journalBytes(t)) {
 		t.Fatal("record_simulation recorded nothing")
+	}
+}
+
+type heldBy struct{ hs []actors.Holder }
+
+func (h *heldBy) Holders(context.Context, string) ([]actors.Holder, error) { return h.hs, nil }
+
+// drain_node while kured reboots another node: in progress before any
+// signature is asked for, nothing cordoned or recorded, the holder named;
+// once kured lets go, the signed call drains; a person's cordon stops the round under
+// other_actor.
+func TestDrainNodeWaitsForAnotherActor(t *testing.T) {
+	r := newWRig(t)
+	h := &heldBy{hs: []actors.Holder{{Actor: actors.Kured, Who: "gpu-09", Since: r.now.Add(-time.Minute), Verdict: actors.Wait,
+		What: "kured holds its reboot lock for node gpu-09"}}}
+	r.d.Others = h
+	_, res := r.call(t, "drain_node", map[string]any{"node": wNode})
+	if res.Status != StatusInProgress || !strings.Contains(strings.Join(res.Reasons, "\n"), "kured (gpu-09) holds it") ||
+		res.NextCall == nil || res.NextCall.Tool != "drain_node" {
+		t.Fatalf("drain while kured holds a node: %s %v %+v", res.Status, res.Reasons, res.NextCall)
+	}
+	if len(r.kube.Cordoned) != 0 || r.journal(t).State().Node(wNode).Steps[round.StepDrain].Last() != nil {
+		t.Fatalf("cordoned %v or journaled a drain while waiting", r.kube.Cordoned)
+	}
+	h.hs = nil
+	r.drained(t)
+
+	r2 := newWRig(t)
+	r2.d.Others = &heldBy{hs: []actors.Holder{{Actor: actors.Person, Who: "cordon", Verdict: actors.Stop, What: `a person cordoned the node: "PSU swap"`}}}
+	_, res = r2.call(t, "drain_node", map[string]any{"node": wNode})
+	st := r2.journal(t).State()
+	if res.Status != StatusFailed || st.Stop == nil || !strings.Contains(st.Stop.Reason, string(round.RuleOtherActor)) || !strings.Contains(st.Stop.Reason, "PSU swap") {
+		t.Fatalf("drain over a person's cordon: %s %v, stop %+v", res.Status, res.Reasons, st.Stop)
 	}
 }

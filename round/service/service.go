@@ -58,6 +58,10 @@ type Service struct {
 	Lease window.Lease
 	// Drainer, when set, replaces the cluster's drain (tests).
 	Drainer window.Cluster
+	// Others, when set, replaces who else maintains a node (tests); with a
+	// cluster of its own the server reads kube/actors (others.go).
+	Others window.Others
+	others othersKeeping
 	// WindowEvents, when set, receives every window transition once it is
 	// journaled (notifications, metrics, Kubernetes Events hang here).
 	WindowEvents func(window.Event)

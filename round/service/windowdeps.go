@@ -48,6 +48,9 @@ func (d *Service) Window(ctx context.Context, s *window.Round, n Need) (*window.
 			return nil, err
 		}
 		w.Cluster = c
+		if err := d.watchOthers(ctx, s, w); err != nil {
+			return nil, err
+		}
 	}
 	k, err := d.LeaseKeeper(ctx)
 	if err != nil {
@@ -63,7 +66,8 @@ func (d *Service) Window(ctx context.Context, s *window.Round, n Need) (*window.
 }
 
 // releaseEnded lets go of what the window that rec ended held (the window
-// Lease and the node's Alertmanager silence; window.WindowEnded and
+// Lease, the node's Alertmanager silence and this server's NodeMaintenance
+// request; window.WindowEnded and
 // Window.Release), journaled; nothing when rec ended no window. The
 // reasons say what happened.
 func (d *Service) releaseEnded(ctx context.Context, s *window.Round, rec round.Record) ([]string, error) {
@@ -81,6 +85,11 @@ func (d *Service) releaseEnded(ctx context.Context, s *window.Round, rec round.R
 		if d.Ops != nil {
 			w.Silencer = d.Ops
 		}
+	} else if werr := d.watchOthers(ctx, s, w); werr != nil {
+		// The NodeMaintenance request cannot be reached now: the rest is
+		// let go of, and the reasons say what was not.
+		reasons, rerr := w.Release(ctx, node)
+		return append(reasons, "the NodeMaintenance request for "+node+" could not be looked at (a person deletes it): "+werr.Error()), rerr
 	}
 	return w.Release(ctx, node)
 }
@@ -128,9 +137,16 @@ func fromOne(err error) error {
 		rule  *round.RuleError
 		dstop *window.Stop
 	)
+	var wait *window.Waiting
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &wait):
+		reasons := []string{"nothing was cordoned: another party holds " + wait.Node + "; the round waits for it, at most until " + wait.Until.UTC().Format(time.RFC3339) + ", then stops for a person"}
+		for _, h := range wait.Holders {
+			reasons = append(reasons, h.String())
+		}
+		return &answer.Pending{Reasons: reasons, NextAction: "Call the same tool again in a minute: it looks again and cordons once nobody else holds the node."}
 	case errors.As(err, &ref):
 		return answer.Refuse(ref.Next, ref.Reasons...)
 	case errors.As(err, &stop):

@@ -66,6 +66,20 @@ func DecideOthers(hs []actors.Holder, now time.Time, bound time.Duration) (Other
 
 const othersNext = "Stop: another party maintains this node. A person finds out who (the reasons name them), lets them finish or agrees with them, and removes only what they made (the round never lifts a cordon or taint it did not make); then signs resume or abort."
 
+// OthersLetGo is othersLetGo under the window's bound: the drain's plan
+// asks it before a person is asked to sign (a wait costs no signature),
+// and the drain asks it again just before the cordon.
+func (w *Window) OthersLetGo(ctx context.Context, node string) error {
+	return w.othersLetGo(ctx, node, w.othersBound())
+}
+
+func (w *Window) othersBound() time.Duration {
+	if w.OthersWait > 0 {
+		return w.OthersWait
+	}
+	return 30 * time.Minute
+}
+
 // othersLetGo checks, before the cordon, that nobody else maintains node:
 // nil when nobody does; *Waiting while a holder that lets go by itself
 // holds it within bound; a journaled stop under rule other_actor

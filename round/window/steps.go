@@ -409,10 +409,7 @@ func (w *Window) StartDrain(ctx context.Context, p DrainPlan, a Approval, o Drai
 		return DrainOutcome{}, err
 	}
 	defer done()
-	bound := w.OthersWait
-	if bound <= 0 {
-		bound = 30 * time.Minute
-	}
+	bound := w.othersBound()
 	err = w.othersLetGo(ctx, p.Node, bound)
 	if err == nil {
 		err = w.requestMaintenance(ctx, p.Node, bound)
