@@ -34,7 +34,7 @@ func TestComponentsOfTheExampleRepo(t *testing.T) {
 		{"admission-webhook", []string{"P1", "P2", "P3", "P4"}, 0, 1, 6, []string{}},
 		{"control-plane", []string{"P1", "P2", "P3", "P4", "P5"}, 0, 1, 6, []string{}},
 		{"gpu-fleet", []string{"P1", "P2", "P3", "P4", "P5", "P6", "P7"}, 0, 2, 6, []string{}},
-		{"os-layer", []string{"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10"}, 1, 2, 6, []string{}},
+		{"os-layer", []string{"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11"}, 1, 2, 6, []string{}},
 		{"postgres", []string{"P1", "P2", "P3", "P4"}, 0, 0, 6, []string{}},
 	}
 	if diff := cmp.Diff(want, lines); diff != "" {
@@ -67,7 +67,7 @@ func TestOSLayerComponent(t *testing.T) {
 		"P3": "Each node's checks are green before the next", "P4": "The old kernel stays one reboot away",
 		"P5": "A full-upgrade removes nothing", "P6": "Cluster packages are held",
 		"P7": "A fleet-wide kernel-consistency check closes the round", "P8": "Autoremove waits for the soak",
-		"P9": "Security fixes land within the compliance deadline", "P10": "Every step leaves a record",
+		"P9": "Security fixes land within the compliance deadline", "P10": "Every step leaves a record", "P11": "Others that maintain a node are respected",
 	}
 	if diff := cmp.Diff(wantTitles, titles); diff != "" {
 		t.Errorf("property titles (-want +got):\n%s", diff)
