@@ -115,6 +115,13 @@ func viewOf(p corev1.Pod, validation bool) DriverPodView {
 	if p.Status.StartTime != nil {
 		v.Started = p.Status.StartTime.Time
 	}
+	for _, cs := range p.Status.ContainerStatuses {
+		// A pod lives on across its node's reboot; its containers start
+		// again, and the latest start says which boot it serves.
+		if r := cs.State.Running; r != nil && r.StartedAt.After(v.Started) {
+			v.Started = r.StartedAt.Time
+		}
+	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 			v.Ready = true

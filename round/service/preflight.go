@@ -3,9 +3,12 @@ package service
 import (
 	"context"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/driverimage"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/round/plan/preflight"
@@ -44,10 +47,39 @@ func (d *Service) Preflight(ctx context.Context, kc *kube.Clients, in PreflightI
 		return plan.Fleet{}, err
 	}
 	drains := preflight.ClusterDrains{Client: kc.Kube, Policy: preflight.DrainPolicy(in.Settings), Jobs: jobs, JobWait: jobWait}
-	return preflight.Run(ctx, preflight.Input{Round: in.Round, Order: in.Order, Inventory: in.Inv, Placement: in.Placement,
+	pin := preflight.Input{Round: in.Round, Order: in.Order, Inventory: in.Inv, Placement: in.Placement,
 		Settings: in.Settings, Revision: in.Revision, Components: d.planComponents(in.Round),
-		Risks: d.selectorRisks(ctx, kc, in.Settings, jobs), HostConcurrency: d.Config.SSH.Concurrency, DrainConcurrency: kubeConcurrency},
-		h.Steps, drains, preflight.Progress(p))
+		Risks: d.selectorRisks(ctx, kc, in.Settings, jobs), HostConcurrency: d.Config.SSH.Concurrency, DrainConcurrency: kubeConcurrency}
+	if pin.DriverContainer, pin.DriverImage, err = driverContainer(ctx, kc, in.Settings); err != nil {
+		return plan.Fleet{}, err
+	}
+	return preflight.Run(ctx, pin, h.Steps, drains, preflight.Progress(p))
+}
+
+// driverContainer names the GPU servers the intent's gpu.driver_container
+// selects and, for precompiled drivers, how a target kernel's image is
+// looked up in its registry (kube/driverimage).
+func driverContainer(ctx context.Context, kc *kube.Clients, st intent.Settings) (map[string]bool, func(context.Context, string) driverimage.Result, error) {
+	if st.GPU == nil || st.GPU.DriverContainer == nil {
+		return nil, nil, nil
+	}
+	dc := st.GPU.DriverContainer
+	l, err := kc.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: dc.NodeLabel})
+	if err != nil {
+		return nil, nil, answer.Fail("Check the API server and call again.", "list the driver-container GPU servers ("+dc.NodeLabel+"): "+err.Error())
+	}
+	nodes := map[string]bool{}
+	for _, n := range l.Items {
+		nodes[n.Name] = true
+	}
+	if !dc.Precompiled {
+		return nodes, nil, nil
+	}
+	im := driverimage.Image{Registry: dc.Registry, Repository: dc.Repository}
+	check := func(ctx context.Context, kernel string) driverimage.Result {
+		return driverimage.Checker{}.Check(ctx, im, driverimage.Tag(st.GPU.DriverBranch, kernel, dc.OSTag))
+	}
+	return nodes, check, nil
 }
 
 // PlanIntent is what the intent says that shapes the plan of round

@@ -1,14 +1,16 @@
 package service
 
 import (
-	"github.com/mcp-patch/mcp-patch/answer"
-
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/intent"
@@ -307,6 +309,31 @@ func (g GPUProbes) HostGPU(ctx context.Context, node string) (steps.GPUCheck, er
 func (g GPUProbes) SmokePod(ctx context.Context, node string) (gpucheck.SmokeResult, error) {
 	return gpucheck.SmokePod(ctx, g.Kube, node, gpucheck.SmokeOptions{Image: g.Service.Config.Kube.SmokeImage, Timeout: 5 * time.Minute,
 		PollInterval: 250 * time.Millisecond, Logger: g.Service.Log})
+}
+
+// DriverPod waits, bounded by gpu.driver_container.ready_timeout_seconds,
+// for the node's driver pod on the kernel the node runs now (as its
+// kubelet reports it), where the intent says the GPU Operator's driver
+// container provides the driver; it does not apply elsewhere.
+func (g GPUProbes) DriverPod(ctx context.Context, node string) (gpucheck.DriverPodResult, bool, error) {
+	dc := g.GPU.DriverContainer
+	if dc == nil {
+		return gpucheck.DriverPodResult{}, false, nil
+	}
+	sel, err := labels.Parse(dc.NodeLabel)
+	if err != nil {
+		return gpucheck.DriverPodResult{}, true, fmt.Errorf("gpu.driver_container.node_label %q: %w", dc.NodeLabel, err)
+	}
+	n, err := g.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return gpucheck.DriverPodResult{}, true, fmt.Errorf("read node %s: %w", node, err)
+	}
+	if !sel.Matches(labels.Set(n.Labels)) {
+		return gpucheck.DriverPodResult{}, false, nil
+	}
+	res, err := gpucheck.WaitDriverPod(ctx, g.Kube, node, gpucheck.DriverPodOptions{Namespace: dc.Namespace, PodLabel: dc.PodLabel,
+		ValidatorLabel: dc.ValidatorLabel, Kernel: n.Status.NodeInfo.KernelVersion, Timeout: time.Duration(dc.ReadyTimeoutSeconds) * time.Second})
+	return res, true, err
 }
 
 func (g GPUProbes) Completion(ctx context.Context) (gpucheck.CompletionResult, error) {

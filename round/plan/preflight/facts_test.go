@@ -10,6 +10,9 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host"
 	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/kube/driverimage"
+	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 )
 
@@ -115,4 +118,43 @@ type hostsByNode map[string]hostRead
 func (h hostsByNode) Preflight(_ context.Context, node string) (steps.Simulation, steps.Inspection, error) {
 	r := h[node]
 	return r.sim, r.insp, r.err
+}
+
+type noDrains struct{}
+
+func (noDrains) DrainFacts(context.Context, string) (plan.DrainFacts, []drain.PodRef) {
+	return plan.DrainFacts{}, nil
+}
+
+// The driver-container GPU servers get the image check of their target
+// kernel (asked once per kernel), the others none; a missing image is
+// the plan's blocker on each of them.
+func TestRunChecksTheDriverImageOncePerKernel(t *testing.T) {
+	sim := steps.Simulation{Plan: steps.BuildPlan("Inst linux-image-6.8.0-51-generic (6.8.0-51.52 noble [amd64])\n")}
+	hosts := hostsByNode{"gpu-1": {sim: sim, insp: steps.Inspection{Kernel: "6.8.0-48-generic"}},
+		"gpu-2": {sim: sim, insp: steps.Inspection{Kernel: "6.8.0-48-generic"}},
+		"gpu-3": {sim: sim, insp: steps.Inspection{Kernel: "6.8.0-48-generic"}}}
+	var asked []string
+	in := Input{Round: "2026-12", Order: round.Order{Positions: []round.Position{{Node: "gpu-1", GPU: true}, {Node: "gpu-2", GPU: true}, {Node: "gpu-3", GPU: true}}},
+		DriverContainer: map[string]bool{"gpu-1": true, "gpu-2": true},
+		DriverImage: func(_ context.Context, kernel string) driverimage.Result {
+			asked = append(asked, kernel)
+			return driverimage.Result{Ref: "nvcr.io/nvidia/driver:550-" + kernel + "-ubuntu22.04", Verdict: driverimage.Absent, Reason: "not listed"}
+		}}
+	fl, err := Run(t.Context(), in, hosts, noDrains{}, func(float64, float64, string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(asked) != 1 || asked[0] != "6.8.0-51-generic" {
+		t.Fatalf("image checks %v, want one for the target kernel", asked)
+	}
+	var on []string
+	for _, b := range fl.Blockers {
+		if strings.Contains(b.Cause, "no precompiled driver image for the target kernel 6.8.0-51-generic") {
+			on = append(on, b.Node)
+		}
+	}
+	if strings.Join(on, ",") != "gpu-1,gpu-2" {
+		t.Fatalf("driver image blockers on %v, want gpu-1 and gpu-2 (all: %v)", on, fl.Blockers)
+	}
 }

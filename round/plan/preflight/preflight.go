@@ -26,6 +26,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
+	"github.com/mcp-patch/mcp-patch/kube/driverimage"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 )
@@ -197,6 +198,12 @@ type Input struct {
 	// HostConcurrency and DrainConcurrency bound the fan-out over the
 	// hosts and over the API server; below 1 is 1.
 	HostConcurrency, DrainConcurrency int
+	// DriverContainer names the GPU servers whose driver is the GPU
+	// Operator's driver container (the intent's gpu.driver_container
+	// selects them); DriverImage answers, per target kernel, whether its
+	// precompiled image exists (nil where the driver is built at boot).
+	DriverContainer map[string]bool
+	DriverImage     func(ctx context.Context, kernel string) driverimage.Result
 }
 
 // Progress is told after each node read and each drain previewed.
@@ -229,9 +236,21 @@ func Run(ctx context.Context, in Input, hosts Hosts, drains Drains, p Progress) 
 	}
 	facts := map[string]plan.Facts{}
 	evicted := map[string][]drain.PodRef{}
+	images := map[string]driverimage.Result{}
 	for _, r := range kubeRes {
 		f := hostFacts[r.Node]
 		f.Drain = r.Value.facts
+		if in.DriverContainer[r.Node] && f.Target != "" {
+			f.DriverContainer = &plan.DriverContainerFacts{Precompiled: in.DriverImage != nil}
+			if in.DriverImage != nil {
+				res, ok := images[f.Target]
+				if !ok {
+					res = in.DriverImage(ctx, f.Target)
+					images[f.Target] = res
+				}
+				f.DriverContainer.Image, f.DriverContainer.ImageVerdict, f.DriverContainer.ImageReason = res.Ref, string(res.Verdict), res.Reason
+			}
+		}
 		facts[r.Node] = f
 		evicted[r.Node] = r.Value.pods
 	}
