@@ -36,6 +36,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/apifake"
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/actors"
 	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
@@ -369,7 +370,7 @@ func newFleet(t testing.TB, configure ...func(*config.Config)) *fleet {
 	)
 	apifake.Behave(f.kube)
 	f.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{kube.CNPGClusters: "ClusterList"})
+		map[schema.GroupVersionResource]string{kube.CNPGClusters: "ClusterList", actors.NodeMaintenances: "NodeMaintenanceList"})
 	clients := &kube.Clients{Kube: f.kube, Dynamic: f.dyn, Host: "https://api.test:6443"}
 	d.Cluster = func(context.Context) (*kube.Clients, error) { return clients, nil }
 	f.hosts = &fleetHosts{nodes: map[string]*fakes.Host{}}

@@ -22,6 +22,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/apifake"
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/actors"
 	"github.com/mcp-patch/mcp-patch/round/service"
 )
 
@@ -97,7 +98,7 @@ func (f *fleet) fork(t testing.TB) *fleet {
 	g.kube = fake.NewClientset(objs...)
 	apifake.Behave(g.kube)
 	g.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{kube.CNPGClusters: "ClusterList"})
+		map[schema.GroupVersionResource]string{kube.CNPGClusters: "ClusterList", actors.NodeMaintenances: "NodeMaintenanceList"})
 	clients := &kube.Clients{Kube: g.kube, Dynamic: g.dyn, Host: "https://api.test:6443"}
 	d.Cluster = func(context.Context) (*kube.Clients, error) { return clients, nil }
 	g.hosts = &fleetHosts{nodes: map[string]*fakes.Host{}}

@@ -8,7 +8,8 @@ import (
 )
 
 // requirePrincipals adds approvals.principals to the os-layer settings of
-// the rig's intent (lines indented under it) and commits it.
+// the rig's intent (lines indented under it, first in the section) and
+// commits it.
 func (f *fleet) requirePrincipals(lines ...string) {
 	f.t.Helper()
 	p := filepath.Join(f.repo, "os-layer", "settings.yaml")
@@ -19,10 +20,11 @@ func (f *fleet) requirePrincipals(lines ...string) {
 	if !strings.Contains(string(b), "\napprovals:\n") {
 		f.t.Fatal("the example os-layer settings have no approvals section")
 	}
-	b = append(b, "  principals:\n"...)
+	section := "\napprovals:\n  principals:\n"
 	for _, l := range lines {
-		b = append(b, "    "+l+"\n"...)
+		section += "    " + l + "\n"
 	}
+	b = []byte(strings.Replace(string(b), "\napprovals:\n", section, 1))
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		f.t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/apifake"
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/actors"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
@@ -83,7 +84,7 @@ func newScaleFleet(tb testing.TB, n int) (*fleet, []string) {
 	f.kube = fake.NewSimpleClientset(objs...) //nolint:staticcheck // see above
 	apifake.Behave(f.kube)
 	f.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{kube.CNPGClusters: "ClusterList"})
+		map[schema.GroupVersionResource]string{kube.CNPGClusters: "ClusterList", actors.NodeMaintenances: "NodeMaintenanceList"})
 	clients := &kube.Clients{Kube: f.kube, Dynamic: f.dyn, Host: "https://api.test:6443"}
 	f.d.Cluster = func(context.Context) (*kube.Clients, error) { return clients, nil }
 	return f, names
