@@ -149,6 +149,9 @@ type Repo struct {
 	opts Options
 	log  *slog.Logger
 	mu   sync.Mutex
+	// splitMin, when set, is the index size from which commits write it
+	// split (splitindex.go; default splitIndexMinEntries, < 0 never).
+	splitMin int
 }
 
 var (
