@@ -879,6 +879,12 @@ func writeTree(s storer.EncodedObjectStorer, base *object.Tree, changes map[stri
 	if err := (&object.Tree{Entries: list}).Encode(obj); err != nil {
 		return plumbing.ZeroHash, err
 	}
+	// A folder whose files are named but unchanged keeps its tree: go-git
+	// would compress and write the object again (a round's folder of a
+	// file a node, every commit).
+	if s.HasEncodedObject(obj.Hash()) == nil {
+		return obj.Hash(), nil
+	}
 	return s.SetEncodedObject(obj)
 }
 
