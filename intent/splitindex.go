@@ -2,7 +2,7 @@ package intent
 
 import (
 	"bytes"
-	"crypto/sha1" //nolint:gosec // git's index checksum is SHA-1
+	"crypto/sha1" // git's index checksum
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -34,10 +34,11 @@ import (
 // so everything here reads the index through readIndex or gitStorage.
 
 // splitIndexMinEntries is the size from which the index is written split
-// (a round of a dozen nodes reaches it): a smaller one is cheap to write
-// whole (a split file holds up to reshareAt entries), and stays readable
-// by tools that do not read a split index (go-git, libgit2).
-const splitIndexMinEntries = 64
+// (an intent repository with a round in it reaches it): a smaller one is
+// as cheap to write whole (a split file holds up to reshareAt entries),
+// and stays readable by tools that do not read a split index (go-git,
+// libgit2).
+const splitIndexMinEntries = 32
 
 // sharedIndexExpiry is how long a shared index no longer linked is kept
 // (a git command that read the index just before may still open it; git
@@ -139,7 +140,7 @@ func decodeSplitIndex(data []byte) (*splitIndex, error) {
 		return nil, bad("no index header")
 	}
 	body, sum := data[:len(data)-20], data[len(data)-20:]
-	if got := sha1.Sum(body); !bytes.Equal(got[:], sum) && !bytes.Equal(sum, make([]byte, 20)) { //nolint:gosec // git's checksum
+	if got := sha1.Sum(body); !bytes.Equal(got[:], sum) && !bytes.Equal(sum, make([]byte, 20)) {
 		return nil, bad("checksum mismatch")
 	}
 	s := &splitIndex{version: binary.BigEndian.Uint32(body[4:8])}
@@ -461,7 +462,7 @@ func encodeIndex(entries []*index.Entry, exts ...[]byte) ([]byte, error) {
 	for _, x := range exts {
 		b = append(b, x...)
 	}
-	sum := sha1.Sum(b) //nolint:gosec // git's checksum
+	sum := sha1.Sum(b)
 	return append(b, sum[:]...), nil
 }
 
@@ -475,11 +476,12 @@ func sameEntry(a, b *index.Entry) bool {
 }
 
 // reshareAt is how many entries the split file may hold before the shared
-// index is written again: writing the split file costs every commit its
-// entries, writing the shared one costs all of them once, so the bound
-// grows as the square root of the index (a few dozen for thousands).
+// index is written again. The split file costs every commit its entries
+// (a round commits some 20 times a window and adds about 3 files), the
+// shared one costs all of them once; their sum is least for a bound near
+// the square root of half the index (8 for 128 entries, 36 for 2,700).
 func reshareAt(shared int) int {
-	return max(32, int(math.Sqrt(float64(shared))))
+	return max(8, int(math.Sqrt(float64(shared)/2)))
 }
 
 // encode answers the bytes of .git/index for f.idx and, when a new shared
