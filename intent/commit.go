@@ -702,7 +702,13 @@ func (r *Repo) refreshIndex(ix *indexFile, changes map[string]object.TreeEntry, 
 	// The cached-tree extension would be stale for the touched folders;
 	// git rebuilds it on the next commit.
 	idx.Cache = nil
-	return lock.commit(ix)
+	if err := lock.commit(ix); err != nil {
+		return err
+	}
+	if ix.written != nil {
+		r.shared = *ix.written
+	}
+	return nil
 }
 
 // openGit opens the working copy's repository, its index read as git
@@ -737,7 +743,7 @@ func (r *Repo) Git() (*git.Repository, error) {
 
 // readIndex reads the index, split from r's size on.
 func (r *Repo) readIndex(gitDir string) (*indexFile, error) {
-	f, err := readIndex(gitDir)
+	f, err := readIndex(gitDir, &r.shared)
 	if err != nil {
 		return nil, err
 	}

@@ -152,6 +152,9 @@ type Repo struct {
 	// splitMin, when set, is the index size from which commits write it
 	// split (splitindex.go; default splitIndexMinEntries, < 0 never).
 	splitMin int
+	// shared is the shared index last read or written (splitindex.go),
+	// under mu.
+	shared sharedIndexCache
 }
 
 var (

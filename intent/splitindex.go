@@ -54,11 +54,23 @@ type indexFile struct {
 	// splitMin is the size from which writes split (splitIndexMinEntries
 	// unless a test lowers it; 0 or less never splits).
 	splitMin int
+	// written is the shared index encode wrote, for the cache.
+	written *sharedIndexCache
+}
+
+// sharedIndexCache keeps the last shared index read or written: it is
+// named by its checksum and never changes, and decoding its thousands of
+// entries at every commit cost more than the rest of the index's work.
+// Its entries are read, never changed (mergeSplitIndex copies them).
+type sharedIndexCache struct {
+	hash plumbing.Hash
+	idx  *index.Index
 }
 
 // readIndex reads gitDir's index, whole or split; a repository without
-// one has an empty index, as for go-git.
-func readIndex(gitDir string) (*indexFile, error) {
+// one has an empty index, as for go-git. cache, when not nil, keeps the
+// shared index between calls.
+func readIndex(gitDir string, cache *sharedIndexCache) (*indexFile, error) {
 	f := &indexFile{idx: &index.Index{Version: 2}, splitMin: splitIndexMinEntries}
 	data, err := os.ReadFile(filepath.Join(gitDir, "index"))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -87,9 +99,14 @@ func readIndex(gitDir string) (*indexFile, error) {
 		f.idx = &index.Index{Version: split.version, Entries: split.entries}
 		return f, nil
 	}
-	shared, err := readSharedIndex(gitDir, split.sharedHash)
-	if err != nil {
+	var shared *index.Index
+	if cache != nil && cache.idx != nil && cache.hash == split.sharedHash {
+		shared = cache.idx
+	} else if shared, err = readSharedIndex(gitDir, split.sharedHash); err != nil {
 		return nil, err
+	}
+	if cache != nil {
+		cache.hash, cache.idx = split.sharedHash, shared
 	}
 	merged, err := mergeSplitIndex(shared.Entries, split)
 	if err != nil {
@@ -555,7 +572,13 @@ func (f *indexFile) encode() (main, shared []byte, sharedHash plumbing.Hash, err
 			return nil, nil, plumbing.ZeroHash, err
 		}
 		copy(sharedHash[:], shared[len(shared)-20:])
-		base, baseHash = &index.Index{Version: 2, Entries: sorted}, sharedHash
+		kept := make([]*index.Entry, len(sorted))
+		for i, e := range sorted {
+			c := *e
+			kept[i] = &c
+		}
+		base, baseHash = &index.Index{Version: 2, Entries: kept}, sharedHash
+		f.written = &sharedIndexCache{hash: sharedHash, idx: base}
 		diff()
 	}
 	link := append([]byte("link"), 0, 0, 0, 0)
@@ -612,7 +635,7 @@ type gitStorage struct {
 }
 
 func (s gitStorage) Index() (*index.Index, error) {
-	f, err := readIndex(s.Filesystem().Root())
+	f, err := readIndex(s.Filesystem().Root(), nil)
 	if err != nil {
 		return nil, err
 	}
