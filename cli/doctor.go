@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	gogit "github.com/go-git/go-git/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/mcp-patch/mcp-patch/config"
@@ -221,7 +220,9 @@ func intentCheck(c *config.Config) check {
 	if err != nil {
 		return failf(what, "%v; point intent_repo at a git working copy of the intent repository", err)
 	}
-	repo, err := gogit.PlainOpenWithOptions(r.Root(), &gogit.PlainOpenOptions{DetectDotGit: true})
+	// Through intent: a large round's index is split, which go-git alone
+	// does not read.
+	repo, err := r.Git()
 	if err != nil {
 		return failf(what, "%s: %v", r.Root(), err)
 	}

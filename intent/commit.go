@@ -1,7 +1,6 @@
 package intent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -378,15 +377,11 @@ func (r *Repo) commitLocked(ctx context.Context, plan commitPlan) (Commit, *git.
 	}
 	branchRef := plumbing.NewBranchReferenceName(branch)
 
-	repo, err := git.PlainOpenWithOptions(r.root, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+	repo, gitDir, err := r.openGit()
 	if err != nil {
-		return Commit{}, nil, fmt.Errorf("%w: %w", ErrNotRepo, err)
+		return Commit{}, nil, err
 	}
-	fsStorage, ok := repo.Storer.(*filesystem.Storage)
-	if !ok {
-		return Commit{}, nil, fmt.Errorf("%w: unexpected storage", ErrNotRepo)
-	}
-	lock, err := lockIndex(fsStorage.Filesystem().Root())
+	lock, err := lockIndex(gitDir)
 	if err != nil {
 		return Commit{}, nil, err
 	}
@@ -425,10 +420,11 @@ func (r *Repo) commitLocked(ctx context.Context, plan commitPlan) (Commit, *git.
 		return Commit{}, nil, fmt.Errorf("read tree of %s: %w", baseHash, err)
 	}
 
-	idx, err := repo.Storer.Index()
+	ix, err := r.readIndex(gitDir)
 	if err != nil {
-		return Commit{}, nil, fmt.Errorf("read index: %w", err)
+		return Commit{}, nil, err
 	}
+	idx := ix.idx
 	wt, err := repo.Worktree()
 	if err != nil {
 		return Commit{}, nil, fmt.Errorf("%w: %w", ErrNotRepo, err)
@@ -505,9 +501,10 @@ func (r *Repo) commitLocked(ctx context.Context, plan commitPlan) (Commit, *git.
 		if err := wt.Checkout(&git.CheckoutOptions{Branch: branchRef}); err != nil {
 			return Commit{}, nil, fmt.Errorf("check out %s: %w", branch, err)
 		}
-		if idx, err = repo.Storer.Index(); err != nil {
-			return Commit{}, nil, fmt.Errorf("read index after checkout: %w", err)
+		if ix, err = r.readIndex(gitDir); err != nil {
+			return Commit{}, nil, fmt.Errorf("after checkout: %w", err)
 		}
+		idx = ix.idx
 	}
 	r.log.InfoContext(ctx, "on working branch", "branch", branch, "move", int(move))
 
@@ -531,7 +528,7 @@ func (r *Repo) commitLocked(ctx context.Context, plan commitPlan) (Commit, *git.
 		Author: r.opts.AuthorName + " <" + r.opts.AuthorEmail + ">", When: when.Format(time.RFC3339),
 		Files: files, Parent: baseHash.String(), CreatedBranch: move == moveCreate, SwitchedBranch: move != moveNone}
 
-	if err := r.refreshIndex(idx, changes, lock); err != nil {
+	if err := r.refreshIndex(ix, changes, lock); err != nil {
 		return out, nil, fmt.Errorf("commit %s is made on %s, but the index was not refreshed (git status will show the touched files as changed until `git reset -q -- %s`): %w",
 			newHash, branch, strings.Join(files, " "), err)
 	}
@@ -678,8 +675,10 @@ func atomicWrite(root *os.Root, p string, data []byte, mode fs.FileMode) error {
 
 // refreshIndex points the touched paths' index entries at the new blobs,
 // leaving every other entry as it was, and writes the index the way git
-// does: into index.lock (which we hold), then renamed over index.
-func (r *Repo) refreshIndex(idx *index.Index, changes map[string]object.TreeEntry, lock *indexLock) error {
+// does: into index.lock (which we hold), then renamed over index; a large
+// one split (splitindex.go), so that a commit writes what it changed.
+func (r *Repo) refreshIndex(ix *indexFile, changes map[string]object.TreeEntry, lock *indexLock) error {
+	idx := ix.idx
 	for p, te := range changes {
 		e, err := idx.Entry(p)
 		if errors.Is(err, index.ErrEntryNotFound) {
@@ -703,7 +702,55 @@ func (r *Repo) refreshIndex(idx *index.Index, changes map[string]object.TreeEntr
 	// The cached-tree extension would be stale for the touched folders;
 	// git rebuilds it on the next commit.
 	idx.Cache = nil
-	return lock.commit(idx)
+	if err := lock.commit(ix); err != nil {
+		return err
+	}
+	if ix.written != nil {
+		r.shared = *ix.written
+	}
+	return nil
+}
+
+// openGit opens the working copy's repository, its index read as git
+// reads it (gitStorage), and answers its git folder.
+func (r *Repo) openGit() (*git.Repository, string, error) {
+	plain, err := git.PlainOpenWithOptions(r.root, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrNotRepo, err)
+	}
+	fsStorage, ok := plain.Storer.(*filesystem.Storage)
+	if !ok {
+		return nil, "", fmt.Errorf("%w: unexpected storage", ErrNotRepo)
+	}
+	wt, err := plain.Worktree()
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrNotRepo, err)
+	}
+	repo, err := git.Open(gitStorage{fsStorage}, wt.Filesystem)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrNotRepo, err)
+	}
+	return repo, fsStorage.Filesystem().Root(), nil
+}
+
+// Git opens the working copy's repository with go-git, its index read as
+// git reads it (a large round's index is split, which go-git alone does
+// not read): for a status, never for a write.
+func (r *Repo) Git() (*git.Repository, error) {
+	repo, _, err := r.openGit()
+	return repo, err
+}
+
+// readIndex reads the index, split from r's size on.
+func (r *Repo) readIndex(gitDir string) (*indexFile, error) {
+	f, err := readIndex(gitDir, &r.shared)
+	if err != nil {
+		return nil, err
+	}
+	if r.splitMin != 0 {
+		f.splitMin = r.splitMin
+	}
+	return f, nil
 }
 
 // indexLock is git's index.lock, held for the whole write so that a git
@@ -726,12 +773,17 @@ func lockIndex(gitDir string) (*indexLock, error) {
 	return &indexLock{path: p, index: filepath.Join(gitDir, "index"), f: f}, nil
 }
 
-func (l *indexLock) commit(idx *index.Index) error {
-	var buf bytes.Buffer
-	if err := index.NewEncoder(&buf).Encode(idx); err != nil {
+func (l *indexLock) commit(ix *indexFile) error {
+	data, shared, sharedHash, err := ix.encode()
+	if err != nil {
 		return fmt.Errorf("encode index: %w", err)
 	}
-	if _, err := l.f.Write(buf.Bytes()); err != nil {
+	if shared != nil {
+		if err := writeShared(filepath.Dir(l.index), shared, sharedHash); err != nil {
+			return fmt.Errorf("write shared index: %w", err)
+		}
+	}
+	if _, err := l.f.Write(data); err != nil {
 		return err
 	}
 	if err := l.f.Sync(); err != nil {
@@ -832,6 +884,12 @@ func writeTree(s storer.EncodedObjectStorer, base *object.Tree, changes map[stri
 	obj := s.NewEncodedObject()
 	if err := (&object.Tree{Entries: list}).Encode(obj); err != nil {
 		return plumbing.ZeroHash, err
+	}
+	// A folder whose files are named but unchanged keeps its tree: go-git
+	// would compress and write the object again (a round's folder of a
+	// file a node, every commit).
+	if s.HasEncodedObject(obj.Hash()) == nil {
+		return obj.Hash(), nil
 	}
 	return s.SetEncodedObject(obj)
 }

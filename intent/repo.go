@@ -149,6 +149,12 @@ type Repo struct {
 	opts Options
 	log  *slog.Logger
 	mu   sync.Mutex
+	// splitMin, when set, is the index size from which commits write it
+	// split (splitindex.go; default splitIndexMinEntries, < 0 never).
+	splitMin int
+	// shared is the shared index last read or written (splitindex.go),
+	// under mu.
+	shared sharedIndexCache
 }
 
 var (

@@ -453,6 +453,14 @@ func TestRoundAtScaleAppendsFlatPerWindow(t *testing.T) {
 	var named []int
 	var snapshots, journalGrew int64
 	gitDir := filepath.Join(f.repo, ".git")
+	// Each call leaves the working copy clean as git reads it, once the
+	// index is written split too (intent/splitindex.go; git's own status
+	// may write the split index back, which the next commit reads).
+	f.between = func(node, tool string) {
+		if st := gitRun(t, f.repo, "status", "--porcelain"); st != "" {
+			t.Errorf("after %s on %s the working copy is not clean:\n%s", tool, node, st)
+		}
+	}
 	for i, node := range names[:10] {
 		j0, a0 := size(round.JournalFile), size(round.AuditFile)
 		w0, r0 := writtenBytes(t), dirBytes(t, gitDir)
@@ -571,6 +579,9 @@ func TestRoundAtScaleAppendsFlatPerWindow(t *testing.T) {
 		if n > 20 {
 			t.Errorf("the commit after window %d names %d files, more than the round's top-level files, the window's node files and its segments: %v", i+1, n, named)
 		}
+	}
+	if shared, _ := filepath.Glob(filepath.Join(gitDir, "sharedindex.*")); len(shared) == 0 {
+		t.Errorf("ten windows' commits never wrote the index split (%d entries)", strings.Count(gitRun(t, f.repo, "ls-files"), "\n"))
 	}
 	t.Logf("files each window's commit named: %v", named)
 	t.Logf("bytes of logs each window's commit stored: %v", logsStored)
