@@ -14,6 +14,14 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-patch/mcp-patch/answer"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/mcpcheck"
+)
+
+// The shared MCP checks (internal/testsupport/mcpcheck).
+var (
+	call      = mcpcheck.Call
+	topKeys   = mcpcheck.TopKeys
+	toStrings = mcpcheck.Strings
 )
 
 // server is the value handed to the test tools: the kinds it refuses and
@@ -141,37 +149,6 @@ func connect(t *testing.T, reg *Registry[*server], d *server, opts *mcp.ClientOp
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs, &wire
-}
-
-func call(t *testing.T, cs *mcp.ClientSession, name string, args any) (*mcp.CallToolResult, map[string]any) {
-	t.Helper()
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		t.Fatalf("call %s: protocol error %v", name, err)
-	}
-	if len(res.Content) != 1 {
-		t.Fatalf("call %s: %d content blocks, want exactly 1", name, len(res.Content))
-	}
-	var m map[string]any
-	if err := json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &m); err != nil {
-		t.Fatalf("call %s: content is not the JSON output: %v", name, err)
-	}
-	sc, _ := json.Marshal(res.StructuredContent)
-	var sm map[string]any
-	_ = json.Unmarshal(sc, &sm)
-	if diff := cmp.Diff(sm, m); diff != "" {
-		t.Fatalf("call %s: text content differs from structured content (-structured +text):\n%s", name, diff)
-	}
-	return res, m
-}
-
-func toStrings(v any) []string {
-	xs, _ := v.([]any)
-	var out []string
-	for _, x := range xs {
-		out = append(out, x.(string))
-	}
-	return out
 }
 
 // A handler's error becomes the result: a refusal refused, a failure, a
@@ -312,28 +289,6 @@ func TestContractFieldsComeFirst(t *testing.T) {
 			t.Errorf("%s structuredContent keys (-want +got):\n%s", tc.tool, diff)
 		}
 	}
-}
-
-// topKeys returns the top-level keys of a JSON object in their order.
-func topKeys(t *testing.T, b []byte) []string {
-	t.Helper()
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	if _, err := dec.Token(); err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys = append(keys, k.(string))
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return keys
 }
 
 // An approval the Answer hook asks for is not an error result, and its

@@ -10,28 +10,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// topKeys returns the top-level keys of a JSON object in their order.
-func topKeys(t *testing.T, b []byte) []string {
-	t.Helper()
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	if _, err := dec.Token(); err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys = append(keys, k.(string))
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return keys
-}
-
 // The contract comes first in both the text and the structured content,
 // whatever order the payload declares: a client that sorts or cuts long
 // results still shows status and next step.

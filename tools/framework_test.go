@@ -14,9 +14,17 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/mcpcheck"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
+)
+
+// The shared MCP checks (internal/testsupport/mcpcheck).
+var (
+	call      = mcpcheck.Call
+	topKeys   = mcpcheck.TopKeys
+	toStrings = mcpcheck.Strings
 )
 
 type echoIn struct {
@@ -157,28 +165,6 @@ func connect(t *testing.T, reg *Registry, d *Deps, opts *mcp.ClientOptions) *mcp
 	return cs
 }
 
-func call(t *testing.T, cs *mcp.ClientSession, name string, args any) (*mcp.CallToolResult, map[string]any) {
-	t.Helper()
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		t.Fatalf("call %s: protocol error %v", name, err)
-	}
-	if len(res.Content) != 1 {
-		t.Fatalf("call %s: %d content blocks, want exactly 1", name, len(res.Content))
-	}
-	var m map[string]any
-	if err := json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &m); err != nil {
-		t.Fatalf("call %s: content is not the JSON output: %v", name, err)
-	}
-	sc, _ := json.Marshal(res.StructuredContent)
-	var sm map[string]any
-	_ = json.Unmarshal(sc, &sm)
-	if diff := cmp.Diff(sm, m); diff != "" {
-		t.Fatalf("call %s: text content differs from structured content (-structured +text):\n%s", name, diff)
-	}
-	return res, m
-}
-
 // A node name the schema or ValidNode refuses is a refused result, never
 // a protocol error (the framework's own results are tested in mcptool).
 func TestNodeNamesRefused(t *testing.T) {
@@ -293,13 +279,4 @@ func readHints(t *testing.T, b []byte) (readOnly, destructive, idempotent, openW
 		t.Fatalf("annotations %s: %v", b, err)
 	}
 	return m["readOnlyHint"], m["destructiveHint"], m["idempotentHint"], m["openWorldHint"]
-}
-
-func toStrings(v any) []string {
-	xs, _ := v.([]any)
-	var out []string
-	for _, x := range xs {
-		out = append(out, x.(string))
-	}
-	return out
 }
