@@ -122,7 +122,6 @@ func stepTool(h *Hooks[*server]) Tool[*server] {
 
 func connect(t *testing.T, reg *Registry[*server], d *server, opts *mcp.ClientOptions) (*mcp.ClientSession, *[]byte) {
 	t.Helper()
-	ctx := context.Background()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 	reg.Register(srv, d)
 	// What the server puts on the wire, before any client decodes it into
@@ -137,17 +136,7 @@ func connect(t *testing.T, reg *Registry[*server], d *server, opts *mcp.ClientOp
 			return res, err
 		}
 	})
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := srv.Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, opts).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
+	cs := mcpcheck.Connect(t, srv, opts)
 	return cs, &wire
 }
 

@@ -149,20 +149,7 @@ func testDeps(t testing.TB, mode config.Mode) *Deps {
 
 func connect(t *testing.T, reg *Registry, d *Deps, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
-	ctx := context.Background()
-	srv := NewServer(reg, d, "test")
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := srv.Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, opts).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs
+	return mcpcheck.Connect(t, NewServer(reg, d, "test"), opts)
 }
 
 // A node name the schema or ValidNode refuses is a refused result, never
