@@ -38,6 +38,11 @@ func (s *State) Clone() *State {
 	c.Notifications = slices.Clone(s.Notifications)
 	c.Rollbacks = slices.Clone(s.Rollbacks)
 	c.Releases = slices.Clone(s.Releases)
+	c.Waits = slices.Clone(s.Waits)
+	if s.KuredLock != nil {
+		k := *s.KuredLock
+		c.KuredLock = &k
+	}
 	return &c
 }
 
@@ -97,5 +102,8 @@ func (s *State) successor(rec Record) *State {
 	c.Releases = slices.Clip(s.Releases)
 	// A rollback's end changes its entry in place.
 	c.Rollbacks = slices.Clone(s.Rollbacks)
+	// Waits are replaced, never written in place (applyOtherActors);
+	// KuredLock is replaced whole.
+	c.Waits = slices.Clip(s.Waits)
 	return &c
 }

@@ -621,6 +621,17 @@ func (j *Journal) Released(node, detail string) (Record, error) {
 	return j.appendLocked(Record{Kind: KindReleased, Node: node, Detail: detail})
 }
 
+// OtherActors records what the round saw of, or did to, another party
+// (round.KindOtherActors; rec's Event, Node, Holders, Until and Detail).
+// Allowed at any time, after close or abort too; it does not make the
+// committed findings stale.
+func (j *Journal) OtherActors(rec Record) (Record, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appendLocked(Record{Kind: KindOtherActors, Event: rec.Event, Node: rec.Node, Holders: rec.Holders,
+		Until: rec.Until, Detail: rec.Detail})
+}
+
 // StartRollback records that rollback_node begins on node (before it acts).
 func (j *Journal) StartRollback(node string, m Meta) (Record, error) {
 	j.mu.Lock()

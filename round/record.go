@@ -35,7 +35,48 @@ const (
 	// Alertmanager silence, and how each went. It changes nothing else in
 	// the state.
 	KindReleased Kind = "released"
+	// KindOtherActors records what the round saw of, or did to, another
+	// party that maintains nodes (Event says which): a wait for a holder
+	// beginning, its holders changing and its end; kured's reboot lock
+	// taken for the round and let go; the GPU Operator's per-node
+	// driver-upgrade skip set on a node. It changes no step's state.
+	KindOtherActors Kind = "other_actors"
 )
+
+// ActorEvent says what a KindOtherActors record records.
+type ActorEvent string
+
+// Actor events.
+const (
+	// EventWaitBegan: the node's drain waits for the holders in Holders,
+	// at most until Until. EventWaitChanged: the holders are another set
+	// now. EventWaitEnded: the wait is over; Detail says how (the cordon
+	// went ahead, or the round stopped for a person).
+	EventWaitBegan   ActorEvent = "wait_began"
+	EventWaitChanged ActorEvent = "wait_changed"
+	EventWaitEnded   ActorEvent = "wait_ended"
+	// EventKuredLockTaken: the round wrote its own holder into kured's
+	// lock; EventKuredLockReleased: it took it out again;
+	// EventKuredLockReleaseFailed: it could not, and the lock still
+	// holds kured back until a person removes it.
+	EventKuredLockTaken         ActorEvent = "kured_lock_taken"
+	EventKuredLockReleased      ActorEvent = "kured_lock_released"
+	EventKuredLockReleaseFailed ActorEvent = "kured_lock_release_failed"
+	// EventDriverUpgradeSkipSet: the round labelled the node to keep the
+	// GPU Operator's driver upgrade off it during its window (the node's
+	// annotation records it as the round's, so any process knows).
+	EventDriverUpgradeSkipSet ActorEvent = "driver_upgrade_skip_set"
+)
+
+// Holder is another party holding a node, as a wait record keeps it
+// (kube/actors' Holder in the journal's words).
+type Holder struct {
+	Actor   string    `json:"actor"`
+	Who     string    `json:"who"`
+	Since   time.Time `json:"since,omitzero"`
+	What    string    `json:"what,omitempty"`
+	Verdict string    `json:"verdict,omitempty"`
+}
 
 // Record is one line of the journal.
 type Record struct {
@@ -63,6 +104,12 @@ type Record struct {
 	// completes exactly this plan, never a file that may have changed.
 	PlanDigest string          `json:"plan_digest,omitempty"`
 	StepPlan   json.RawMessage `json:"step_plan,omitempty"`
+	// Event, Holders and Until are an other_actors record's: what it
+	// records, who holds the node (wait events), and when the wait runs
+	// out and the round stops for a person.
+	Event   ActorEvent `json:"event,omitempty"`
+	Holders []Holder   `json:"holders,omitempty"`
+	Until   time.Time  `json:"until,omitzero"`
 }
 
 // Schedule is what a plan record fixes: the order of the windows and the

@@ -56,6 +56,47 @@ type State struct {
 	Rollbacks []RollbackRun `json:"rollbacks,omitempty"`
 	// Releases say what each ended window let go of (Lease, silence).
 	Releases []Notification `json:"releases,omitempty"`
+	// Waits are the drains that wait for another party now, one per node,
+	// as the other_actors records tell them (begun, not yet ended).
+	Waits []Wait `json:"waits,omitempty"`
+	// KuredLock is kured's reboot lock as the round took it; nil: the
+	// round never took it.
+	KuredLock *KuredLockState `json:"kured_lock,omitempty"`
+}
+
+// Wait is a node's drain waiting for another party.
+type Wait struct {
+	Node string `json:"node"`
+	// Seq and Since are the record that began the wait and its time.
+	Seq   uint64    `json:"seq"`
+	Since time.Time `json:"since"`
+	// Until is when the wait runs out and the round stops for a person.
+	Until time.Time `json:"until,omitzero"`
+	// Holders are who hold the node, as last recorded; Changed counts
+	// the times the set changed since the wait began.
+	Holders []Holder `json:"holders"`
+	Changed int      `json:"changed,omitempty"`
+}
+
+// KuredLockState is kured's reboot lock as the round holds it.
+type KuredLockState struct {
+	// Held: the round's holder is in the lock (as last recorded).
+	Held     bool      `json:"held"`
+	Taken    time.Time `json:"taken,omitzero"`
+	Released time.Time `json:"released,omitzero"`
+	// Failure says why the last release failed ("" when it did not):
+	// kured stays held back until a person removes the round's holder.
+	Failure string `json:"failure,omitempty"`
+}
+
+// Wait returns node's wait in progress, or nil.
+func (s *State) Wait(node string) *Wait {
+	for i := range s.Waits {
+		if s.Waits[i].Node == node {
+			return &s.Waits[i]
+		}
+	}
+	return nil
 }
 
 // RollbackRun is one rollback_node of a node.
@@ -442,8 +483,78 @@ func (s *State) apply(rec Record) error {
 		}
 		s.Releases = append(s.Releases, Notification{Seq: rec.Seq, Time: rec.Time, Node: rec.Node, Detail: rec.Detail})
 		return nil
+	case KindOtherActors:
+		return s.applyOtherActors(rec)
 	}
 	return fmt.Errorf("unknown record kind %q", rec.Kind)
+}
+
+// applyOtherActors applies an other_actors record: a wait begins, changes
+// or ends (one per node at a time); kured's lock is taken, let go, or
+// could not be let go; a node's driver-upgrade skip is set (kept in the
+// journal and on the node, nothing in the state).
+func (s *State) applyOtherActors(rec Record) error {
+	for _, h := range rec.Holders {
+		for _, t := range []string{h.Actor, h.Who, h.What, h.Verdict} {
+			if len(t) > maxText || !utf8.ValidString(t) {
+				return errors.New("record text too long or not UTF-8")
+			}
+		}
+	}
+	switch rec.Event {
+	case EventWaitBegan, EventWaitChanged, EventWaitEnded, EventDriverUpgradeSkipSet:
+		if s.Node(rec.Node) == nil {
+			return fmt.Errorf("%s of %q, which is not in the round's order", rec.Event, rec.Node)
+		}
+	}
+	w := s.Wait(rec.Node)
+	switch rec.Event {
+	case EventWaitBegan:
+		if w != nil {
+			return fmt.Errorf("the wait of %s for another party began already (record %d)", rec.Node, w.Seq)
+		}
+		if len(rec.Holders) == 0 {
+			return fmt.Errorf("a wait of %s that names no holder", rec.Node)
+		}
+		s.Waits = append(slices.Clip(s.Waits), Wait{Node: rec.Node, Seq: rec.Seq, Since: rec.Time, Until: rec.Until,
+			Holders: slices.Clone(rec.Holders)})
+	case EventWaitChanged:
+		if w == nil {
+			return fmt.Errorf("no wait of %s to change", rec.Node)
+		}
+		if len(rec.Holders) == 0 {
+			return fmt.Errorf("a wait of %s that names no holder", rec.Node)
+		}
+		s.Waits = slices.Clone(s.Waits)
+		w = s.Wait(rec.Node)
+		w.Holders, w.Until = slices.Clone(rec.Holders), rec.Until
+		w.Changed++
+	case EventWaitEnded:
+		if w == nil {
+			return fmt.Errorf("no wait of %s to end", rec.Node)
+		}
+		s.Waits = slices.DeleteFunc(slices.Clone(s.Waits), func(w Wait) bool { return w.Node == rec.Node })
+	case EventKuredLockTaken:
+		s.KuredLock = &KuredLockState{Held: true, Taken: rec.Time}
+	case EventKuredLockReleased, EventKuredLockReleaseFailed:
+		k := KuredLockState{}
+		if s.KuredLock != nil {
+			k = *s.KuredLock
+		}
+		if rec.Event == EventKuredLockReleased {
+			k.Held, k.Released, k.Failure = false, rec.Time, ""
+		} else {
+			if strings.TrimSpace(rec.Detail) == "" {
+				return errors.New("a failed release of kured's lock that says no why")
+			}
+			k.Held, k.Failure = true, rec.Detail
+		}
+		s.KuredLock = &k
+	case EventDriverUpgradeSkipSet:
+	default:
+		return fmt.Errorf("other_actors event %q", rec.Event)
+	}
+	return nil
 }
 
 func (s *State) forEachRun(f func(Step, *StepRun)) {

@@ -3,6 +3,7 @@ package round
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -41,6 +42,13 @@ type Status struct {
 	Nodes        []NodeStatus `json:"nodes,omitempty"`
 	RoundSteps   []StepStatus `json:"round_steps"`
 	SoakEndsAt   time.Time    `json:"soak_ends_at,omitzero"`
+	// Waits are the drains that wait for another party now: the node,
+	// who holds it, since when the round waits and until when before it
+	// stops for a person (none once the round aborted or closed).
+	Waits []Wait `json:"waits,omitempty"`
+	// KuredLock is kured's reboot lock as the round holds it; nil: the
+	// round never took it.
+	KuredLock *KuredLockState `json:"kured_lock,omitempty"`
 	// Next is the step (or decision) that comes next, when there is one.
 	Next *Next `json:"next,omitempty"`
 	// NextAction says in plain words what to do now.
@@ -136,6 +144,16 @@ func (s *State) Status(now time.Time) Status {
 		if r := s.RoundSteps[step]; r != nil {
 			st.RoundSteps = append(st.RoundSteps, stepStatus(step, r))
 		}
+	}
+	if !s.Aborted && !s.Closed {
+		for _, w := range s.Waits {
+			w.Holders = slices.Clone(w.Holders)
+			st.Waits = append(st.Waits, w)
+		}
+	}
+	if s.KuredLock != nil {
+		k := *s.KuredLock
+		st.KuredLock = &k
 	}
 	if !s.SoakStarted.IsZero() && s.Plan != nil {
 		st.SoakEndsAt = s.SoakStarted.Add(time.Duration(s.Plan.Soak))
@@ -459,6 +477,24 @@ func RenderStatusText(w io.Writer, st Status) error {
 			fmt.Fprintf(&b, " on %s", st.Stop.Node)
 		}
 		fmt.Fprintf(&b, " (%s): %s\n", st.Stop.Time.UTC().Format(time.RFC3339), st.Stop.Reason)
+	}
+	for _, w := range st.Waits {
+		fmt.Fprintf(&b, "WAITING on %s since %s, at most until %s, for:", w.Node, w.Since.UTC().Format(time.RFC3339), w.Until.UTC().Format(time.RFC3339))
+		for _, h := range w.Holders {
+			fmt.Fprintf(&b, " %s (%s)", h.Actor, h.Who)
+			if !h.Since.IsZero() {
+				fmt.Fprintf(&b, " since %s", h.Since.UTC().Format(time.RFC3339))
+			}
+			b.WriteString(";")
+		}
+		b.WriteString("\n")
+	}
+	if k := st.KuredLock; k != nil && k.Held {
+		fmt.Fprintf(&b, "kured's reboot lock held by the round since %s", k.Taken.UTC().Format(time.RFC3339))
+		if k.Failure != "" {
+			fmt.Fprintf(&b, "; its release FAILED: %s", k.Failure)
+		}
+		b.WriteString("\n")
 	}
 	if len(st.Nodes) > 0 {
 		b.WriteString("\n")
