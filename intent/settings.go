@@ -51,11 +51,24 @@ type OtherActorsSettings struct {
 }
 
 // KuredSettings: where kured keeps its lock (--ds-namespace, --ds-name,
-// --lock-annotation).
+// --lock-annotation), and whether the round takes it.
 type KuredSettings struct {
 	Namespace      string `json:"namespace"`
 	DaemonSet      string `json:"daemonset"`
 	LockAnnotation string `json:"lock_annotation,omitempty"`
+	// TakeLock: the round writes its own holder ("mcp-patch:<identity>")
+	// into kured's lock at its first window, once nobody else holds it,
+	// so kured reboots no node while the round runs; it lets go when the
+	// round closes or is aborted. Nil or true: take it (where kured's
+	// DaemonSet exists; absent, there is nothing to take); false: only
+	// look at it before each cordon.
+	TakeLock *bool `json:"take_lock,omitempty"`
+}
+
+// TakesLock says whether the round takes kured's lock (TakeLock, default
+// true; kured's defaults when k is nil).
+func (k *KuredSettings) TakesLock() bool {
+	return k == nil || k.TakeLock == nil || *k.TakeLock
 }
 
 // DriverContainerSettings: GPU servers whose NVIDIA driver comes from the

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 )
 
 // The round as one maintenance requestor among others: where the
@@ -144,8 +145,16 @@ func readyOf(obj *unstructured.Unstructured) (string, bool) {
 	return "", false
 }
 
+// errConflict marks a write refused because the object changed since it
+// was read: the caller reads again and decides again.
+var errConflict = errors.New("changed since it was read")
+
+func conflicted(err error) bool { return errors.Is(err, errConflict) }
+
 // KuredHold is kured's lock as the round takes it.
 type KuredHold struct {
+	// Installed: kured's DaemonSet exists (false: nothing to take).
+	Installed bool
 	// Taken: this call wrote the lock; Held: the round holds it now.
 	Taken, Held bool
 	// Other is kured's own holder when the lock is someone else's.
@@ -157,7 +166,20 @@ type KuredHold struct {
 // free, with an optimistic update), so kured reboots no node while the
 // round runs. Held by kured for a node: not taken, Other says whose. A
 // kured that is not installed: nothing to take.
+//
+// The DaemonSet's status changes under the lock (its controller writes
+// it): a conflict reads the lock again and decides again, a few times.
 func TakeKuredLock(ctx context.Context, kc kubernetes.Interface, ref KuredRef, lockID string, now time.Time) (KuredHold, error) {
+	var h KuredHold
+	err := retry.OnError(retry.DefaultRetry, conflicted, func() error {
+		var err error
+		h, err = takeKuredLock(ctx, kc, ref, lockID, now)
+		return err
+	})
+	return h, err
+}
+
+func takeKuredLock(ctx context.Context, kc kubernetes.Interface, ref KuredRef, lockID string, now time.Time) (KuredHold, error) {
 	ann := ref.Annotation
 	if ann == "" {
 		ann = KuredLockAnnotation
@@ -171,12 +193,12 @@ func TakeKuredLock(ctx context.Context, kc kubernetes.Interface, ref KuredRef, l
 	}
 	locks, err := ParseKuredLock(ds.Annotations[ann])
 	if err != nil {
-		return KuredHold{}, err
+		return KuredHold{Installed: true}, err
 	}
 	var others []KuredLock
 	for _, l := range locks {
 		if l.NodeID == lockID {
-			return KuredHold{Held: true}, nil
+			return KuredHold{Installed: true, Held: true}, nil
 		}
 		if l.TTL > 0 && !l.Created.IsZero() && now.After(l.Created.Add(l.TTL)) {
 			continue
@@ -184,12 +206,12 @@ func TakeKuredLock(ctx context.Context, kc kubernetes.Interface, ref KuredRef, l
 		others = append(others, l)
 	}
 	if len(others) > 0 {
-		return KuredHold{Other: others}, nil
+		return KuredHold{Installed: true, Other: others}, nil
 	}
 	v, err := json.Marshal(map[string]any{"nodeID": lockID, "metadata": map[string]any{"unschedulable": false},
 		"created": now.UTC().Format(time.RFC3339Nano), "TTL": 0})
 	if err != nil {
-		return KuredHold{}, err
+		return KuredHold{Installed: true}, err
 	}
 	if ds.Annotations == nil {
 		ds.Annotations = map[string]string{}
@@ -197,16 +219,27 @@ func TakeKuredLock(ctx context.Context, kc kubernetes.Interface, ref KuredRef, l
 	ds.Annotations[ann] = string(v)
 	if _, err := kc.AppsV1().DaemonSets(ref.Namespace).Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
 		if apierrors.IsConflict(err) {
-			return KuredHold{}, fmt.Errorf("kured's lock on %s/%s changed while the round took it: look again", ref.Namespace, ref.Name)
+			return KuredHold{Installed: true}, fmt.Errorf("kured's lock on %s/%s changed while the round took it: look again: %w", ref.Namespace, ref.Name, errConflict)
 		}
-		return KuredHold{}, fmt.Errorf("take kured's lock on %s/%s: %w", ref.Namespace, ref.Name, err)
+		return KuredHold{Installed: true}, fmt.Errorf("take kured's lock on %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
-	return KuredHold{Taken: true, Held: true}, nil
+	return KuredHold{Installed: true, Taken: true, Held: true}, nil
 }
 
 // ReleaseKuredLock lets go of kured's lock if the round holds it; a lock
 // that is kured's own, or absent, is left as it is.
+// A conflict (the DaemonSet changed since it was read) reads it again.
 func ReleaseKuredLock(ctx context.Context, kc kubernetes.Interface, ref KuredRef, lockID string) (bool, error) {
+	var gone bool
+	err := retry.OnError(retry.DefaultRetry, conflicted, func() error {
+		var err error
+		gone, err = releaseKuredLock(ctx, kc, ref, lockID)
+		return err
+	})
+	return gone, err
+}
+
+func releaseKuredLock(ctx context.Context, kc kubernetes.Interface, ref KuredRef, lockID string) (bool, error) {
 	ann := ref.Annotation
 	if ann == "" {
 		ann = KuredLockAnnotation
@@ -219,7 +252,10 @@ func ReleaseKuredLock(ctx context.Context, kc kubernetes.Interface, ref KuredRef
 		return false, fmt.Errorf("read kured's daemonset %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	locks, err := ParseKuredLock(ds.Annotations[ann])
-	if err != nil || len(locks) != 1 || locks[0].NodeID != lockID {
+	if err != nil {
+		return false, fmt.Errorf("daemonset %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	if len(locks) != 1 || locks[0].NodeID != lockID {
 		return false, nil // not the round's: never touched
 	}
 	p, err := json.Marshal(map[string]any{"metadata": map[string]any{
@@ -228,6 +264,9 @@ func ReleaseKuredLock(ctx context.Context, kc kubernetes.Interface, ref KuredRef
 		return false, err
 	}
 	if _, err := kc.AppsV1().DaemonSets(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, p, metav1.PatchOptions{}); err != nil {
+		if apierrors.IsConflict(err) {
+			err = fmt.Errorf("%w: %w", errConflict, err)
+		}
 		return false, fmt.Errorf("release kured's lock on %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	return true, nil
