@@ -44,6 +44,12 @@ func CloseRound() Tool {
 		if !st.Aborted && !st.RoundSteps[round.StepAutoremove].Green() {
 			return CloseRoundOut{}, service.RuleRefusal(st.Admit(round.StepClose, "", d.Clock()))
 		}
+		// kured's lock goes back before the report, so the report says so;
+		// one that cannot go back stops the close (journaled).
+		kured, err := d.ReleaseKuredLock(ctx, s)
+		if err != nil {
+			return CloseRoundOut{}, err
+		}
 		docs, err := d.CloseDocs(ctx, s)
 		if err != nil {
 			return CloseRoundOut{}, err
@@ -72,7 +78,7 @@ func CloseRound() Tool {
 			return CloseRoundOut{}, Fail("Call close_round's commit again by hand: git add rounds/ and commit.", "commit the closed round: "+err.Error())
 		}
 		return CloseRoundOut{Report: "rounds/" + s.ID + "/" + round.ReportFile, Timeline: "rounds/" + s.ID + "/" + round.TimelineFile, Commit: c2,
-			Result: Result{Reasons: append([]string{"round " + s.ID + " closed; report and timeline committed (" + short(c2) + ")"}, docs...),
+			Result: Result{Reasons: append(append([]string{"round " + s.ID + " closed; report and timeline committed (" + short(c2) + ")"}, docs...), kured...),
 				NextAction: "Ask people to review and merge the round's working branch of the intent repository."}}, nil
 	})
 }

@@ -60,7 +60,7 @@ func CloseWindow() Tool {
 			out.Reasons = append([]string{"gate green"}, g.Reasons...)
 			out.NextAction = "The next node may start (round_status names it)."
 			if st := s.Journal.Shared().Node(in.Node); st != nil && st.Window == round.WindowClosed {
-				rel, err := w.Release(ctx, in.Node)
+				rel, err := d.ReleaseWindow(ctx, s, in.Node)
 				out.Reasons = append(out.Reasons, rel...)
 				if err != nil {
 					return out, err

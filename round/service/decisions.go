@@ -158,5 +158,13 @@ func (d *Service) Decide(ctx context.Context, in Decision) (Decided, error) {
 	if err != nil {
 		return Decided{Principal: a.Principal, Reasons: append([]string{detail}, released...)}, err
 	}
+	if dk.name == round.DecisionAbort {
+		// The round has ended: kured may reboot nodes again.
+		kured, err := d.ReleaseKuredLock(ctx, s)
+		released = append(released, kured...)
+		if err != nil {
+			return Decided{Principal: a.Principal, Reasons: append([]string{detail}, released...)}, err
+		}
+	}
 	return Decided{Principal: a.Principal, Reasons: append([]string{detail}, released...), Next: window.DecisionNext(dk.name, t)}, nil
 }

@@ -2,10 +2,14 @@ package service
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/kube/actors"
+	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -25,7 +29,9 @@ const defaultOthersWait = 30 * time.Minute
 // watchOthers sets who else maintains a node, looked at before a cordon,
 // on w: the intent's other_actors settings (kured's lock, this server's
 // NodeMaintenance requestor id, the standing taints, the wait's bound) or
-// their defaults. Test doubles of the cluster (Drainer) look for nobody
+// their defaults; and what the round claims from them (kured's lock,
+// unless other_actors.kured.take_lock is false; a GPU node's
+// driver-upgrade skip). Test doubles of the cluster (Drainer) look for nobody
 // unless Others is set.
 func (d *Service) watchOthers(ctx context.Context, s *window.Round, w *window.Window) error {
 	oa := s.Settings.OtherActors
@@ -34,7 +40,7 @@ func (d *Service) watchOthers(ctx context.Context, s *window.Round, w *window.Wi
 		w.OthersWait = time.Duration(oa.WaitMinutes) * time.Minute
 	}
 	if d.Others != nil {
-		w.Others = d.Others
+		w.Others, w.Claims = d.Others, d.Claims
 		return nil
 	}
 	if d.Drainer != nil || d.Cluster == nil {
@@ -59,6 +65,11 @@ func (d *Service) watchOthers(ctx context.Context, s *window.Round, w *window.Wi
 	wt := d.others.watch
 	wt.Kube, wt.Dynamic, wt.Identity, wt.Kured, wt.Self = kc.Kube, kc.Dynamic, d.Identity, kured, self
 	w.Others = wt
+	cl := &actors.Claims{Kube: kc.Kube, LockID: self.KuredLockID, Round: s.ID, Now: d.Clock}
+	if oa == nil || oa.Kured.TakesLock() {
+		cl.Kured = kured
+	}
+	w.Claims = cl
 	if self.RequestorID != "" && kc.Dynamic != nil {
 		if d.others.requests == nil {
 			d.others.requests = &actors.Requests{Now: d.Clock}
@@ -68,4 +79,33 @@ func (d *Service) watchOthers(ctx context.Context, s *window.Round, w *window.Wi
 		w.Requestor, w.Asked = q, q.Asked
 	}
 	return nil
+}
+
+// ReleaseKuredLock gives kured's lock back as the round ends (close_round,
+// an abort), journaled (window.Window.ReleaseKuredLock). A cluster that
+// cannot be reached while the journal says the round holds the lock is a
+// journaled failure too: kured stays held back until a person or a later
+// call lets go.
+func (d *Service) ReleaseKuredLock(ctx context.Context, s *window.Round) ([]string, error) {
+	w := &window.Window{Round: s.ID, Rec: s.Rec(), Now: d.Clock, Log: d.Log}
+	if err := d.watchOthers(ctx, s, w); err != nil {
+		k := s.Journal.Shared().KuredLock
+		if k == nil || !k.Held {
+			return nil, nil
+		}
+		why := "kured's reboot lock was not given back: the cluster could not be reached: " + err.Error()
+		if _, jerr := s.Journal.OtherActors(round.Record{Event: round.EventKuredLockReleaseFailed, Detail: why}); jerr != nil {
+			return nil, errors.Join(err, fmt.Errorf("record that kured's lock was not given back: %w", jerr))
+		}
+		return []string{why}, answer.Fail("Call again once the API server answers; or a person removes the round's holder (mcp-patch:…) from kured's lock annotation on its DaemonSet.", why)
+	}
+	reasons, err := w.ReleaseKuredLock(ctx)
+	return reasons, FromWindow(err)
+}
+
+// ReleaseWindow lets go of what node's ended window held (releaseEnded's
+// work for a window close_window ended): the Lease, the silence, the
+// NodeMaintenance request and the driver-upgrade skip, journaled.
+func (d *Service) ReleaseWindow(ctx context.Context, s *window.Round, node string) ([]string, error) {
+	return d.releaseNode(ctx, s, node)
 }

@@ -52,6 +52,9 @@ func TestWatchOthersTakesTheIntentsSettings(t *testing.T) {
 	if !ok || w.OthersWait != defaultOthersWait || w.Requestor != nil || wt.Kured != actors.DefaultKured || wt.Self.KuredLockID != "mcp-patch:srv-a" {
 		t.Fatalf("defaults: others %#v, wait %s, requestor %v", w.Others, w.OthersWait, w.Requestor)
 	}
+	if cl, ok := w.Claims.(*actors.Claims); !ok || cl.Kured != actors.DefaultKured || cl.LockID != "mcp-patch:srv-a" || cl.Round != "2026-12" {
+		t.Fatalf("claims by default: %#v", w.Claims)
+	}
 
 	st := intent.Settings{OtherActors: &intent.OtherActorsSettings{WaitMinutes: 5, RequestorID: "mcp-patch.example.com",
 		Kured: &intent.KuredSettings{Namespace: "kured", DaemonSet: "kured-x"}, StandingTaints: []string{"dedicated"}}}
@@ -65,6 +68,18 @@ func TestWatchOthersTakesTheIntentsSettings(t *testing.T) {
 	}
 	if w.Others != window.Others(d.others.watch) {
 		t.Fatal("each window gets a new watch: the first-seen times are lost between calls")
+	}
+	if cl := w.Claims.(*actors.Claims); cl.Kured.Name != "kured-x" || cl.Kured.Namespace != "kured" {
+		t.Fatalf("claims from the intent: %#v", cl)
+	}
+	off := false
+	st.OtherActors.Kured.TakeLock = &off
+	w = &window.Window{}
+	if err := d.watchOthers(t.Context(), &window.Round{ID: "2026-12", Settings: st}, w); err != nil {
+		t.Fatal(err)
+	}
+	if cl := w.Claims.(*actors.Claims); cl.Kured.Name != "" || w.Others.(*actors.Watch).Kured.Name != "kured-x" {
+		t.Fatalf("take_lock false: claims %#v: kured's lock is still looked at, never taken", cl)
 	}
 
 	d.Drainer = &fakes.Cluster{}

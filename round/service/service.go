@@ -61,6 +61,9 @@ type Service struct {
 	// Others, when set, replaces who else maintains a node (tests); with a
 	// cluster of its own the server reads kube/actors (others.go).
 	Others window.Others
+	// Claims, when set, replaces what the round claims from the others
+	// (kured's lock, the driver-upgrade skip) (tests).
+	Claims window.Claims
 	others othersKeeping
 	// WindowEvents, when set, receives every window transition once it is
 	// journaled (notifications, metrics, Kubernetes Events hang here).

@@ -77,6 +77,11 @@ func (d *Service) releaseEnded(ctx context.Context, s *window.Round, rec round.R
 	if node == "" {
 		return nil, nil
 	}
+	return d.releaseNode(ctx, s, node)
+}
+
+// releaseNode lets go of what node's ended window held, journaled.
+func (d *Service) releaseNode(ctx context.Context, s *window.Round, node string) ([]string, error) {
 	w, err := d.Window(ctx, s, 0)
 	if err != nil {
 		// No cluster now: stop renewing the Lease so it lapses, say so,
@@ -91,7 +96,7 @@ func (d *Service) releaseEnded(ctx context.Context, s *window.Round, rec round.R
 		// The NodeMaintenance request cannot be reached now: the rest is
 		// let go of, and the reasons say what was not.
 		reasons, rerr := w.Release(ctx, node)
-		return append(reasons, "the NodeMaintenance request for "+node+" could not be looked at (a person deletes it): "+werr.Error()), rerr
+		return append(reasons, "the NodeMaintenance request and the driver-upgrade skip label of "+node+" could not be looked at (a person removes them): "+werr.Error()), rerr
 	}
 	return w.Release(ctx, node)
 }

@@ -51,6 +51,9 @@ type Journal interface {
 	StartRollback(node string, m round.Meta) (round.Record, error)
 	EndRollback(node string, outcome round.Outcome, m round.Meta) (round.Record, error)
 	Released(node, detail string) (round.Record, error)
+	// OtherActors records a wait for another party, or a claim on one
+	// (round.KindOtherActors).
+	OtherActors(rec round.Record) (round.Record, error)
 	State() *round.State
 	// Shared is the state itself, to read only (round.Journal.Shared).
 	Shared() *round.State

@@ -70,7 +70,7 @@ const othersNext = "Stop: another party maintains this node. A person finds out 
 // asks it before a person is asked to sign (a wait costs no signature),
 // and the drain asks it again just before the cordon.
 func (w *Window) OthersLetGo(ctx context.Context, node string) error {
-	return w.othersLetGo(ctx, node, w.othersBound())
+	return w.othersClear(ctx, node, w.othersBound(), false)
 }
 
 func (w *Window) othersBound() time.Duration {

@@ -33,8 +33,9 @@ func WindowEnded(rec round.Record, st *round.State) string {
 }
 
 // Release lets go of what node's window held once it ended (WindowEnded): the
-// window Lease, so that the next node's drain is admitted at once, and the
-// node's Alertmanager silence. Each is tried whatever the other did; what
+// window Lease, so that the next node's drain is admitted at once, the
+// node's Alertmanager silence, this server's NodeMaintenance request and
+// the GPU Operator's driver-upgrade skip label where the round set it. Each is tried whatever the other did; what
 // happened is journaled in one record (round.KindReleased) and answered as
 // reasons. A failure is a reason, not an error: the window has ended and
 // stays so (the Lease is no longer renewed and lapses by itself; a silence
@@ -66,6 +67,7 @@ func (w *Window) Release(ctx context.Context, node string) ([]string, error) {
 			reasons = append(reasons, "NodeMaintenance request for "+node+" removed")
 		}
 	}
+	reasons = append(reasons, w.unskipDriverUpgrade(ctx, node)...)
 	if len(reasons) == 0 {
 		return nil, nil
 	}

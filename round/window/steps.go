@@ -409,12 +409,7 @@ func (w *Window) StartDrain(ctx context.Context, p DrainPlan, a Approval, o Drai
 		return DrainOutcome{}, err
 	}
 	defer done()
-	bound := w.othersBound()
-	err = w.othersLetGo(ctx, p.Node, bound)
-	if err == nil {
-		err = w.requestMaintenance(ctx, p.Node, bound)
-	}
-	if err != nil {
+	if err := w.othersClear(ctx, p.Node, w.othersBound(), true); err != nil {
 		if rerr := w.ReleaseLease(ctx, p.Node); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("release the window Lease: %w", rerr))
 		}
@@ -492,6 +487,11 @@ func ApprovedPods(p DrainPlan) map[string]bool {
 func (w *Window) drain(ctx context.Context, node, expect string, only map[string]bool, o DrainOptions, progress func(done, total int, msg string)) (DrainOutcome, error) {
 	if lost := w.LeaseHeld(ctx, node); lost != nil {
 		return DrainOutcome{}, w.leaseStop(round.StepDrain, node, lost, "nothing was evicted by this call")
+	}
+	if err := w.skipDriverUpgrade(ctx, node); err != nil {
+		return DrainOutcome{}, w.Rec.FailWith(round.StepDrain, node,
+			"Stop: a person looks at the node's labels and the API server, then signs resume or abort. Nothing was cordoned or evicted by this call (a cordon from before stays recorded as ours).",
+			err.Error(), "the GPU Operator's driver upgrade could start on the node while the round has it cordoned, so the round does not cordon it")
 	}
 	if o.JobSelector != nil && !o.JobSelector.Empty() {
 		if out, held, err := w.waitForJobs(ctx, node, o); held {

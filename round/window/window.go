@@ -111,6 +111,10 @@ type Window struct {
 	// says when this process first asked for a node (nil: now).
 	Requestor Requestor
 	Asked     func(node string) time.Time
+	// Claims takes kured's lock for the round before a cordon and the
+	// GPU Operator's driver-upgrade skip for a GPU node's window, and
+	// gives each back; nil: neither is taken.
+	Claims Claims
 }
 
 func (w *Window) now() time.Time {
