@@ -21,6 +21,9 @@ type DrillOut struct {
 	Result
 	Drill     *steps.DrillState `json:"drill,omitempty"`
 	TrialBoot *steps.TrialBoot  `json:"trial_boot,omitempty"`
+	// Driver is the driver pod's wait on the old kernel the drill fell
+	// back to, on a driver-container node.
+	Driver *window.DriverOnOldKernel `json:"driver_on_old_kernel,omitempty" jsonschema:"the driver pod's wait on the old kernel after the fallback (driver-container nodes)"`
 }
 
 // FallbackDrill is the fallback_drill tool.
@@ -43,7 +46,7 @@ func FallbackDrill() Tool {
 				return DrillOut{}, errNotInFlight
 			}
 			o, err := w.FollowFallbackDrill(ctx, drillBook{d, s}, in.Node, window.DrillRecord{Plan: np.Drill, ApprovalID: np.DrillApproval, Started: np.DrillStarted})
-			return DrillOut{Result: outcome(o.Outcome), Drill: o.Drill, TrialBoot: o.TrialBoot}, err
+			return DrillOut{Result: outcome(o.Outcome), Drill: o.Drill, TrialBoot: o.TrialBoot, Driver: o.Driver}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, s *window.Round, in DrillIn) (window.FallbackDrillPlan, error) {
 			if err := s.Admit(round.StepTrialBoot, in.Node); err != nil {
@@ -68,7 +71,7 @@ func FallbackDrill() Tool {
 				return DrillOut{}, err
 			}
 			o, err := w.StartFallbackDrill(ctx, drillBook{d, s}, plan, a.Grant())
-			return DrillOut{Result: outcome(o.Outcome), Drill: o.Drill, TrialBoot: o.TrialBoot}, err
+			return DrillOut{Result: outcome(o.Outcome), Drill: o.Drill, TrialBoot: o.TrialBoot, Driver: o.Driver}, err
 		},
 	})
 }

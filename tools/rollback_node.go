@@ -21,6 +21,9 @@ type RollbackOut struct {
 	Rollback     *steps.Rollback         `json:"rollback,omitempty"`
 	Verification *steps.NodeVerification `json:"verification,omitempty"`
 	Uncordoned   bool                    `json:"uncordoned,omitempty"`
+	// Driver is the driver pod's wait on the old kernel, on a
+	// driver-container node.
+	Driver *window.DriverOnOldKernel `json:"driver_on_old_kernel,omitempty" jsonschema:"the driver pod's wait on the old kernel (driver-container nodes)"`
 }
 
 // RollbackNode is the rollback_node tool.
@@ -77,5 +80,5 @@ func RollbackNode() Tool {
 }
 
 func rollbackOut(o window.RollbackOutcome) RollbackOut {
-	return RollbackOut{Result: outcome(o.Outcome), Rollback: o.Rollback, Verification: o.Verification, Uncordoned: o.Uncordoned}
+	return RollbackOut{Result: outcome(o.Outcome), Rollback: o.Rollback, Verification: o.Verification, Uncordoned: o.Uncordoned, Driver: o.Driver}
 }

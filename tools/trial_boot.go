@@ -19,6 +19,9 @@ type TrialBootIn struct {
 type TrialBootOut struct {
 	Result
 	TrialBoot *steps.TrialBoot `json:"trial_boot,omitempty"`
+	// Driver is the driver pod's wait on the old kernel after a fallback,
+	// on a driver-container node.
+	Driver *window.DriverOnOldKernel `json:"driver_on_old_kernel,omitempty" jsonschema:"the driver pod's wait on the old kernel after a fallback (driver-container nodes)"`
 }
 
 // TrialBoot is the trial_boot tool.
@@ -41,7 +44,7 @@ func TrialBoot() Tool {
 				return TrialBootOut{}, err
 			}
 			o, err := w.FollowTrialBoot(ctx, in.Node)
-			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome).Then(CallTo("record_verification", "node", in.Node))}, err
+			return TrialBootOut{TrialBoot: o.TrialBoot, Driver: o.Driver, Result: outcome(o.Outcome).Then(CallTo("record_verification", "node", in.Node))}, err
 		},
 		Plan: func(ctx context.Context, d *Deps, s *window.Round, in TrialBootIn) (window.TrialBootPlan, error) {
 			if s.InFlightRun(round.StepTrialBoot, in.Node) == nil {
@@ -71,7 +74,7 @@ func TrialBoot() Tool {
 				return TrialBootOut{}, err
 			}
 			o, err := w.StartTrialBoot(ctx, plan, a.Grant(), p)
-			return TrialBootOut{TrialBoot: o.TrialBoot, Result: outcome(o.Outcome).Then(CallTo("record_verification", "node", in.Node))}, err
+			return TrialBootOut{TrialBoot: o.TrialBoot, Driver: o.Driver, Result: outcome(o.Outcome).Then(CallTo("record_verification", "node", in.Node))}, err
 		},
 	})
 }

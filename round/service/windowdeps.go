@@ -64,7 +64,33 @@ func (d *Service) Window(ctx context.Context, s *window.Round, n Need) (*window.
 	if d.Ops != nil {
 		w.Silencer = d.Ops
 	}
+	w.Driver = d.driverProbe(s)
 	return w, nil
+}
+
+// driverProbe is the wait for a node's driver pod as GPU acceptance runs
+// it, for a window that may see a node back on its old kernel (a trial
+// boot's fallback, a rollback): nil where the intent names no driver
+// container, or no cluster is configured. The cluster is reached when the
+// wait runs; one that cannot be reached then is a red check.
+func (d *Service) driverProbe(s *window.Round) window.DriverProbe {
+	if s.Settings.GPU == nil || s.Settings.GPU.DriverContainer == nil || d.Cluster == nil {
+		return nil
+	}
+	return driverAfterFallback{d: d, gpu: s.Settings.GPU}
+}
+
+type driverAfterFallback struct {
+	d   *Service
+	gpu *intent.GPUSettings
+}
+
+func (p driverAfterFallback) DriverPod(ctx context.Context, node string) (gpucheck.DriverPodResult, bool, error) {
+	kc, err := p.d.KubeClients(ctx)
+	if err != nil {
+		return gpucheck.DriverPodResult{}, true, fmt.Errorf("reach the cluster for the driver pod of %s: %w", node, err)
+	}
+	return GPUProbes{Service: p.d, Kube: kc.Kube, GPU: p.gpu}.DriverPod(ctx, node)
 }
 
 // releaseEnded lets go of what the window that rec ended held (the window
@@ -243,6 +269,7 @@ func (d *Service) RollbackWindow(ctx context.Context, s *window.Round) (*window.
 	if !ok {
 		return nil, nil, answer.Refuse("Run the server with real host steps.", "these host steps cannot roll a node back")
 	}
+	w.Driver = d.driverProbe(s)
 	return w, rh, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mcp-patch/mcp-patch/kube/actors"
+	"github.com/mcp-patch/mcp-patch/kube/gpucheck"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
@@ -307,4 +308,47 @@ func drainPlan(t *testing.T, r *rig) window.DrainPlan {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// A trial boot that fell back to the old kernel on a driver-container
+// node runs the driver pod's wait again there: its result is in the
+// stop's reasons and the answer; a trial boot on the new kernel leaves it
+// to GPU acceptance.
+func TestAFallbackWaitsForTheDriverOnTheOldKernel(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fellBack bool
+		probe    *driverProbe
+		calls    int
+		words    string
+	}{
+		{name: "fell back, driver back", fellBack: true, calls: 1, words: "is Ready on the old kernel",
+			probe: &driverProbe{applies: true, res: gpucheck.DriverPodResult{State: gpucheck.DriverReady, Pod: "nvidia-driver-x"}}},
+		{name: "fell back, driver not back", fellBack: true, calls: 1, words: "the driver did not come back on the old kernel: no image",
+			probe: &driverProbe{applies: true, res: gpucheck.DriverPodResult{State: gpucheck.DriverFailed, Reason: "no image"}}},
+		{name: "the new kernel booted", probe: &driverProbe{applies: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			r.w.Driver = tc.probe
+			r.trialBooted(t, tc.fellBack)
+			o, err := r.w.FollowTrialBoot(context.Background(), node)
+			if tc.probe.calls != tc.calls {
+				t.Fatalf("the driver pod's wait ran %d times, want %d", tc.probe.calls, tc.calls)
+			}
+			if !tc.fellBack {
+				if err != nil || o.Driver != nil {
+					t.Fatalf("trial boot: %+v %v", o, err)
+				}
+				return
+			}
+			var stopped *window.Stopped
+			if !errors.As(err, &stopped) || o.Driver == nil || !strings.Contains(err.Error(), tc.words) {
+				t.Fatalf("fallback: %+v %v, want a stop saying %q", o, err, tc.words)
+			}
+			if st := r.j.State().Stop; st == nil || !strings.Contains(st.Reason, tc.words) {
+				t.Fatalf("the journal's stop does not say the driver's result: %+v", st)
+			}
+		})
+	}
 }

@@ -33,6 +33,9 @@ type DrillOutcome struct {
 	Outcome
 	Drill     *steps.DrillState
 	TrialBoot *steps.TrialBoot
+	// Driver is the driver pod's wait on the old kernel the drill fell
+	// back to, on a driver-container node; nil otherwise.
+	Driver *DriverOnOldKernel
 }
 
 // StartFallbackDrill records the approved drill, arms the one-shot crash
@@ -114,6 +117,15 @@ func (w *Window) FollowFallbackDrill(ctx context.Context, book DrillBook, node s
 	if tb.Outcome == steps.OutcomeFellBack && drill.Fired {
 		note := fmt.Sprintf("fallback drill on %s passed: the trial kernel %s crashed after its sysctls loaded (fired %s) and GRUB brought the host back on %s by itself",
 			node, tb.NewKernel, drill.FiredAt, tb.Kernel)
+		if drv := w.driverOnOldKernel(ctx, node); drv != nil {
+			out.Driver = drv
+			if drv.Red {
+				why := fmt.Sprintf("fallback drill on %s: GRUB brought the host back on %s, but %s", node, tb.Kernel, drv.Line)
+				return out, errors.Join(endDrill(book, node, false), w.Rec.Lesson(why),
+					w.Rec.StopWith(round.StepTrialBoot, node, "Stop: tell a person; the canary's GPU driver does not come back on the old kernel after a fallback.", why))
+			}
+			note += "; " + drv.Line
+		}
 		if err := errors.Join(endDrill(book, node, true), w.Rec.Lesson(note)); err != nil {
 			return out, err
 		}

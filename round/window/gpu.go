@@ -117,3 +117,41 @@ func lastN(lines []string, n int) []string {
 	}
 	return lines
 }
+
+// DriverOnOldKernel is the driver pod's wait run again after a trial boot
+// fell back, or a rollback brought the node back, to its old kernel.
+type DriverOnOldKernel struct {
+	// Result is the wait's outcome (nil when it could not run).
+	Result *gpucheck.DriverPodResult `json:"result,omitempty"`
+	// Red: the driver did not come back on the old kernel, or the wait
+	// could not run; a person looks. Line says it in words.
+	Red  bool   `json:"red"`
+	Line string `json:"line"`
+}
+
+// driverOnOldKernel runs the driver pod's wait (Driver, as GPU acceptance
+// runs it) on the kernel node runs now, after a fallback or a rollback,
+// where the node's driver is the GPU Operator's driver container; nil
+// where it is not (or no Driver is set).
+func (w *Window) driverOnOldKernel(ctx context.Context, node string) *DriverOnOldKernel {
+	if w.Driver == nil {
+		return nil
+	}
+	if n := w.Rec.J.Shared().Node(node); n != nil && !n.GPU {
+		return nil
+	}
+	res, applies, err := w.Driver.DriverPod(ctx, node)
+	switch {
+	case err != nil:
+		return &DriverOnOldKernel{Red: true, Line: "the driver pod's wait on the old kernel could not run: " + oneLine(err.Error())}
+	case !applies:
+		return nil
+	case res.State != gpucheck.DriverReady:
+		d := &DriverOnOldKernel{Result: &res, Red: true, Line: "the driver did not come back on the old kernel: " + oneLine(res.Reason)}
+		for _, l := range lastN(res.Logs, 5) {
+			d.Line += " | " + oneLine(l)
+		}
+		return d
+	}
+	return &DriverOnOldKernel{Result: &res, Line: fmt.Sprintf("the driver pod %s is Ready on the old kernel (after %s)", res.Pod, res.Waited.Round(time.Second))}
+}

@@ -96,8 +96,12 @@ type RollbackOutcome struct {
 	Rollback     *steps.Rollback
 	Verification *steps.NodeVerification
 	Uncordoned   bool
-	// RolledBack: the node is back on its old kernel, verified green, and
-	// the journal says so; Detail says how.
+	// Driver is the driver pod's wait on the old kernel, on a
+	// driver-container node; nil otherwise.
+	Driver *DriverOnOldKernel
+	// RolledBack: the node is back on its old kernel, verified green (its
+	// driver pod Ready, on a driver-container node), and the journal says
+	// so; Detail says how.
 	RolledBack bool
 	Detail     string
 }
@@ -176,8 +180,16 @@ func (w *Window) FollowRollback(ctx context.Context, rh RollbackHost, node strin
 		return out, w.Rec.EndRollback(node, false, st.Kernel, "back on "+st.Kernel+" ("+proof+") but verify is red there too: "+strings.Join(v.Problems, "; "),
 			"Tell a person: the node stays cordoned; the problem is not the new kernel.")
 	}
+	verified := "verify green"
+	if out.Driver = w.driverOnOldKernel(ctx, node); out.Driver != nil {
+		if out.Driver.Red {
+			return out, w.Rec.EndRollback(node, false, st.Kernel, "back on "+st.Kernel+" ("+proof+"), verify green, but "+out.Driver.Line,
+				"Tell a person: the node stays cordoned; its GPU driver (the driver container) must come back on the old kernel first.")
+		}
+		verified += "; " + out.Driver.Line
+	}
 	uncordoned, why := uncordon(ctx)
-	detail := "back on " + st.Kernel + " (" + proof + "), verify green; " + why
+	detail := "back on " + st.Kernel + " (" + proof + "), " + verified + "; " + why
 	if err := w.Rec.EndRollback(node, true, st.Kernel, detail, ""); err != nil {
 		return out, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/host/parse"
 	"github.com/mcp-patch/mcp-patch/host/steps"
+	"github.com/mcp-patch/mcp-patch/kube/gpucheck"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
@@ -256,6 +257,49 @@ func TestRollbackOnFakes(t *testing.T) {
 		}
 	})
 
+	// A driver-container node: the driver pod's wait runs again on the
+	// old kernel; a driver that does not come back is a red check that
+	// stops for a person, the node left cordoned.
+	for _, tc := range []struct {
+		name   string
+		probe  *driverProbe
+		rolled bool
+		words  string
+	}{
+		{name: "driver back on the old kernel", probe: &driverProbe{applies: true, res: gpucheck.DriverPodResult{State: gpucheck.DriverReady, Pod: "nvidia-driver-daemonset-x", Waited: 40 * time.Second}},
+			rolled: true, words: "the driver pod nvidia-driver-daemonset-x is Ready on the old kernel"},
+		{name: "driver not back on the old kernel", probe: &driverProbe{applies: true, res: gpucheck.DriverPodResult{State: gpucheck.DriverFailed, Reason: "CrashLoopBackOff: no precompiled image for 6.8.0-40-generic"}},
+			words: "the driver did not come back on the old kernel: CrashLoopBackOff"},
+		{name: "the wait cannot run", probe: &driverProbe{applies: true, err: errors.New("connection refused")},
+			words: "the driver pod's wait on the old kernel could not run: connection refused"},
+		{name: "the driver comes from host packages", probe: &driverProbe{}, rolled: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, h, _, p := setup(t)
+			w.Driver = tc.probe
+			uncordons = 0
+			if _, err := w.StartRollback(ctx, h, p, grant(p, "a-rb")); err != nil {
+				t.Fatal(err)
+			}
+			h.boot()
+			o, err := w.FollowRollback(ctx, h, "gpu-a", steps.VerifyInput{}, uncordon)
+			if tc.probe.calls != 1 {
+				t.Fatalf("the driver pod's wait ran %d times", tc.probe.calls)
+			}
+			run := w.Rec.J.State().Rollback("gpu-a")
+			if tc.rolled {
+				if err != nil || !o.RolledBack || uncordons != 1 || !strings.Contains(run.Detail, tc.words) {
+					t.Fatalf("rollback: %+v %v (uncordons %d), journal %q", o, err, uncordons, run.Detail)
+				}
+				return
+			}
+			var st *window.Stopped
+			if !errors.As(err, &st) || o.RolledBack || uncordons != 0 || run.State != round.Failed || !strings.Contains(run.Detail, tc.words) || o.Driver == nil || !o.Driver.Red {
+				t.Fatalf("rollback: %+v %v (uncordons %d), journal %+v", o, err, uncordons, run)
+			}
+		})
+	}
+
 	t.Run("not back within the reboot bound", func(t *testing.T) {
 		w, h, clk, p := setup(t)
 		if _, err := w.StartRollback(ctx, h, p, grant(p, "a-rb")); err != nil {
@@ -294,4 +338,17 @@ func TestRollbackOnFakes(t *testing.T) {
 			t.Fatalf("journal: %+v", run)
 		}
 	})
+}
+
+// driverProbe answers the driver pod's wait.
+type driverProbe struct {
+	applies bool
+	res     gpucheck.DriverPodResult
+	err     error
+	calls   int
+}
+
+func (p *driverProbe) DriverPod(context.Context, string) (gpucheck.DriverPodResult, bool, error) {
+	p.calls++
+	return p.res, p.applies, p.err
 }

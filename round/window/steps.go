@@ -158,6 +158,9 @@ const refusedRebootNext = "Stop and tell a person: the node refused to reboot an
 type TrialBootOutcome struct {
 	Outcome
 	TrialBoot *steps.TrialBoot
+	// Driver is the driver pod's wait on the old kernel after a fallback,
+	// on a driver-container node; nil otherwise.
+	Driver *DriverOnOldKernel
 }
 
 func (p TrialBootPlan) input(roundID string) steps.TrialBootInput {
@@ -291,8 +294,15 @@ func (w *Window) FollowTrialBoot(ctx context.Context, node string) (TrialBootOut
 		out.Next = "record_verification this node next (verify_node, recorded in the round)."
 		return out, nil
 	case steps.OutcomeFellBack:
-		return out, w.Rec.FailWith(round.StepTrialBoot, node, "Stop the round: the new kernel does not boot here. The node runs the old kernel; tell a person (kernel logs, pstore) and let them sign abort or resume.",
-			fmt.Sprintf("%s came back on the OLD kernel %s: the trial kernel %s did not come up and GRUB fell back to the default", node, tb.Kernel, tb.NewKernel))
+		reasons := []string{fmt.Sprintf("%s came back on the OLD kernel %s: the trial kernel %s did not come up and GRUB fell back to the default", node, tb.Kernel, tb.NewKernel)}
+		next := "Stop the round: the new kernel does not boot here. The node runs the old kernel; tell a person (kernel logs, pstore) and let them sign abort or resume."
+		if out.Driver = w.driverOnOldKernel(ctx, node); out.Driver != nil {
+			reasons = append(reasons, out.Driver.Line)
+			if out.Driver.Red {
+				next += " Its GPU driver is not back on the old kernel either: the node stays cordoned until a person fixes the driver container."
+			}
+		}
+		return out, w.Rec.FailWith(round.StepTrialBoot, node, next, reasons...)
 	}
 	return out, w.Rec.FailWith(round.StepTrialBoot, node, "Stop and tell a person: the node booted an unexpected kernel.",
 		fmt.Sprintf("%s booted %s, which is neither the trial kernel %s nor the old one", node, tb.Kernel, tb.NewKernel))

@@ -111,6 +111,11 @@ type Window struct {
 	// says when this process first asked for a node (nil: now).
 	Requestor Requestor
 	Asked     func(node string) time.Time
+	// Driver waits for a GPU node's driver pod (the GPU Operator's driver
+	// container) on the kernel it runs: after a trial boot fell back, or
+	// a rollback, to the old kernel, it runs again there; nil: no node's
+	// driver is the driver container.
+	Driver DriverProbe
 	// Claims takes kured's lock for the round before a cordon and the
 	// GPU Operator's driver-upgrade skip for a GPU node's window, and
 	// gives each back; nil: neither is taken.
