@@ -68,7 +68,7 @@ var Rules = []Rule{
 	{Group: "", Resource: "nodes", Verbs: []string{"update"}, Scope: Cluster,
 		Why: "cordon and uncordon with the ownership annotation (kube/drain)"},
 	{Group: "", Resource: "nodes", Verbs: []string{"patch"}, Scope: Cluster,
-		Why: "the mcp-patch.io/{round,step,kernel} annotations (kube/nodeevents)"},
+		Why: "the mcp-patch.io/{round,step,kernel} annotations (kube/nodeevents); the GPU Operator's driver-upgrade skip label for a GPU node's window, set and removed only where the round set it (kube/actors)"},
 	{Group: "", Resource: "pods", Verbs: []string{"get", "list"}, Scope: Cluster,
 		Why: "drain preview and wait, gate baseline, Postgres primary, OIDC authenticator, jobs holding a drain"},
 	{Group: "", Resource: "pods/eviction", Verbs: []string{"create"}, Scope: Cluster,
