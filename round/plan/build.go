@@ -91,6 +91,20 @@ type Facts struct {
 	// GPU Operator's driver container (the intent's gpu.driver_container
 	// selects it); nil: the driver comes from host packages.
 	DriverContainer *DriverContainerFacts
+
+	// Others are who else maintained the node when the preflight looked
+	// (kube/actors' holders); OthersErr says why it could not tell.
+	Others    []OtherHolder
+	OthersErr string
+}
+
+// OtherHolder is another party that held a node at plan time.
+type OtherHolder struct {
+	Actor, Who, What string
+	// Stop: the round would stop for a person at the node's cordon if the
+	// hold is still there (a person's cordon or taint, a failed driver
+	// upgrade); otherwise it waits for the holder.
+	Stop bool
 }
 
 // DriverContainerFacts say whether the driver container can get a driver
@@ -351,7 +365,26 @@ func BuildNode(position int, pos Position, facts Facts, pl Placement, it Intent)
 	if len(pl.PostgresPrimary[pos.Node]) > 0 {
 		n.Risks = append(n.Risks, "a Postgres primary runs here: the drain switches it over")
 	}
+	n.Others = othersOf(facts, &n)
 	return n
+}
+
+// othersOf words who else held the node at plan time: information, since
+// the round looks again before each cordon, not a blocker; a hold that
+// would stop the round at the cordon is a risk as well.
+func othersOf(facts Facts, n *Node) []string {
+	var out []string
+	if facts.OthersErr != "" {
+		out = append(out, "could not tell who else maintains the node: "+facts.OthersErr)
+	}
+	for _, h := range facts.Others {
+		line := fmt.Sprintf("%s (%s): %s", h.Actor, h.Who, h.What)
+		out = append(out, line)
+		if h.Stop {
+			n.Risks = append(n.Risks, "another party holds the node now and a person must look if it still does at the cordon: "+line)
+		}
+	}
+	return out
 }
 
 func drainOf(node string, df DrainFacts, n *Node) Drain {

@@ -136,6 +136,11 @@ type Node struct {
 	// DriverContainer says where a driver-container GPU server's driver
 	// for the target kernel comes from (nil: host packages).
 	DriverContainer *DriverContainerPlan `json:"driver_container,omitempty"`
+	// Others are who else maintained the node at plan time (the GPU
+	// Operator's driver upgrade, another NodeMaintenance, kured's lock, a
+	// person's cordon or taint), in words: information, since the round
+	// looks again before each cordon; not part of any digest.
+	Others []string `json:"others,omitempty"`
 	// Runs says what runs there that the round cares about (Postgres
 	// primary or replica, API VIP, webhook replicas, model pods, GPUs).
 	Runs     []string  `json:"runs"`

@@ -90,6 +90,9 @@ func writeNode(b *strings.Builder, n Node) {
 	if len(n.Runs) > 0 {
 		p("- runs here: %s\n", strings.Join(n.Runs, "; "))
 	}
+	if len(n.Others) > 0 {
+		p("- others maintaining it at plan time (looked at again before each cordon): %s\n", strings.Join(n.Others, "; "))
+	}
 	p("- approval: %s (%d signature(s)), window digest `%s`\n", strings.ReplaceAll(n.Approval, "_", " "), n.Signatures(), n.Window)
 	p("\n### Packages that move (%d)\n\n", n.Packages.Count())
 	group := func(name string, lines []string) {

@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/answer"
+	"github.com/mcp-patch/mcp-patch/intent"
+	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/actors"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/plan/preflight"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -50,13 +53,7 @@ func (d *Service) watchOthers(ctx context.Context, s *window.Round, w *window.Wi
 	if err != nil {
 		return err
 	}
-	kured, self := actors.DefaultKured, actors.Self{KuredLockID: "mcp-patch:" + d.Identity}
-	if oa != nil {
-		if oa.Kured != nil {
-			kured = actors.KuredRef{Namespace: oa.Kured.Namespace, Name: oa.Kured.DaemonSet, Annotation: oa.Kured.LockAnnotation}
-		}
-		self.RequestorID, self.StandingTaints = oa.RequestorID, oa.StandingTaints
-	}
+	kured, self := d.othersSettings(oa)
 	d.others.mu.Lock()
 	defer d.others.mu.Unlock()
 	if d.others.watch == nil {
@@ -79,6 +76,32 @@ func (d *Service) watchOthers(ctx context.Context, s *window.Round, w *window.Wi
 		w.Requestor, w.Asked = q, q.Asked
 	}
 	return nil
+}
+
+// othersSettings are kured's lock and how this server shows itself to the
+// others, from the intent's other_actors (nil: the defaults).
+func (d *Service) othersSettings(oa *intent.OtherActorsSettings) (actors.KuredRef, actors.Self) {
+	kured, self := actors.DefaultKured, actors.Self{KuredLockID: "mcp-patch:" + d.Identity}
+	if oa != nil {
+		if oa.Kured != nil {
+			kured = actors.KuredRef{Namespace: oa.Kured.Namespace, Name: oa.Kured.DaemonSet, Annotation: oa.Kured.LockAnnotation}
+		}
+		self.RequestorID, self.StandingTaints = oa.RequestorID, oa.StandingTaints
+	}
+	return kured, self
+}
+
+// planOthers is who else maintains a node as plan_round shows it: a
+// Watch of its own (it reads only), nil for a test double of the cluster.
+func (d *Service) planOthers(kc *kube.Clients, st intent.Settings) preflight.Others {
+	if d.Others != nil {
+		return d.Others
+	}
+	if d.Drainer != nil || kc == nil || kc.Kube == nil {
+		return nil
+	}
+	kured, self := d.othersSettings(st.OtherActors)
+	return &actors.Watch{Kube: kc.Kube, Dynamic: kc.Dynamic, Identity: d.Identity, Kured: kured, Self: self, Now: d.Clock}
 }
 
 // ReleaseKuredLock gives kured's lock back as the round ends (close_round,

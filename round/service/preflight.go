@@ -53,6 +53,7 @@ func (d *Service) Preflight(ctx context.Context, kc *kube.Clients, in PreflightI
 	if pin.DriverContainer, pin.DriverImage, err = driverContainer(ctx, kc, in.Settings); err != nil {
 		return plan.Fleet{}, err
 	}
+	pin.Others = d.planOthers(kc, in.Settings)
 	return preflight.Run(ctx, pin, h.Steps, drains, preflight.Progress(p))
 }
 

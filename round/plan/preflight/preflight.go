@@ -25,6 +25,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube"
+	"github.com/mcp-patch/mcp-patch/kube/actors"
 	"github.com/mcp-patch/mcp-patch/kube/drain"
 	"github.com/mcp-patch/mcp-patch/kube/driverimage"
 	"github.com/mcp-patch/mcp-patch/round"
@@ -204,6 +205,28 @@ type Input struct {
 	// precompiled image exists (nil where the driver is built at boot).
 	DriverContainer map[string]bool
 	DriverImage     func(ctx context.Context, kernel string) driverimage.Result
+	// Others says who else maintains a node now (kube/actors' Watch); nil
+	// looks for nobody. It reads only.
+	Others Others
+}
+
+// Others is who else maintains a node (round/window's Others).
+type Others interface {
+	Holders(ctx context.Context, node string) ([]actors.Holder, error)
+}
+
+// OthersFacts are the holders of node as the plan words them; an error
+// is the plan's information too, never a blocker: the round looks again
+// before each cordon. Pure.
+func OthersFacts(hs []actors.Holder, err error) ([]plan.OtherHolder, string) {
+	if err != nil {
+		return nil, oneLine(err.Error())
+	}
+	out := make([]plan.OtherHolder, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, plan.OtherHolder{Actor: string(h.Actor), Who: h.Who, What: h.What, Stop: h.Verdict == actors.Stop})
+	}
+	return out, ""
 }
 
 // Progress is told after each node read and each drain previewed.
@@ -223,13 +246,19 @@ func Run(ctx context.Context, in Input, hosts Hosts, drains Drains, p Progress) 
 		p(float64(done.Add(1)), total, "preflight "+node+": "+orDash(f.Err))
 	})
 	type drained struct {
-		facts plan.DrainFacts
-		pods  []drain.PodRef
+		facts     plan.DrainFacts
+		pods      []drain.PodRef
+		others    []plan.OtherHolder
+		othersErr string
 	}
 	kubeRes := host.FanOut(ctx, nodes, in.DrainConcurrency, func(ctx context.Context, node string) (drained, error) {
 		df, pods := drains.DrainFacts(ctx, node)
+		d := drained{facts: df, pods: pods}
+		if in.Others != nil {
+			d.others, d.othersErr = OthersFacts(in.Others.Holders(ctx, node))
+		}
 		p(float64(done.Add(1)), total, "drain preview "+node)
-		return drained{df, pods}, nil
+		return d, nil
 	})
 	if err := ctx.Err(); err != nil {
 		return plan.Fleet{}, fmt.Errorf("preflight: %w", err)
@@ -240,6 +269,7 @@ func Run(ctx context.Context, in Input, hosts Hosts, drains Drains, p Progress) 
 	for _, r := range kubeRes {
 		f := hostFacts[r.Node]
 		f.Drain = r.Value.facts
+		f.Others, f.OthersErr = r.Value.others, r.Value.othersErr
 		if in.DriverContainer[r.Node] && f.Target != "" {
 			f.DriverContainer = &plan.DriverContainerFacts{Precompiled: in.DriverImage != nil}
 			if in.DriverImage != nil {
