@@ -61,7 +61,8 @@ type KuredSettings struct {
 	// so kured reboots no node while the round runs; it lets go when the
 	// round closes or is aborted. Nil or true: take it (where kured's
 	// DaemonSet exists; absent, there is nothing to take); false: only
-	// look at it before each cordon.
+	// look at it before each cordon (a lock the round took before is
+	// still given back at its end).
 	TakeLock *bool `json:"take_lock,omitempty"`
 }
 

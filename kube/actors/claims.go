@@ -130,20 +130,24 @@ func unskipDriverUpgrade(ctx context.Context, kc kubernetes.Interface, node stri
 	return removed, nil
 }
 
-// Claims answers round/window's Claims: kured's lock under LockID (none
-// taken where Kured names no DaemonSet: the intent turned it off) and the
+// Claims answers round/window's Claims: kured's lock under LockID and the
 // driver-upgrade skip under Round.
 type Claims struct {
-	Kube   kubernetes.Interface
-	Kured  KuredRef
-	LockID string
-	Round  string
-	Now    func() time.Time
+	Kube kubernetes.Interface
+	// Kured is where kured keeps its lock; TakeLock says whether the
+	// round takes it (the intent's other_actors.kured.take_lock). A lock
+	// the round holds is given back either way.
+	Kured    KuredRef
+	TakeLock bool
+	LockID   string
+	Round    string
+	Now      func() time.Time
 }
 
-// TakeKuredLock takes kured's lock for the round (TakeKuredLock).
+// TakeKuredLock takes kured's lock for the round (TakeKuredLock), where
+// TakeLock says so.
 func (c *Claims) TakeKuredLock(ctx context.Context) (KuredHold, error) {
-	if c.Kured.Name == "" {
+	if !c.TakeLock || c.Kured.Name == "" {
 		return KuredHold{}, nil
 	}
 	now := time.Now()

@@ -37,7 +37,7 @@ func TestClaimsOnARealAPIServer(t *testing.T) {
 		return n
 	}
 
-	cl := &actors.Claims{Kube: kc, Kured: actors.KuredRef{Namespace: ns, Name: "kured"}, LockID: "mcp-patch:srv-a", Round: "2026-12"}
+	cl := &actors.Claims{Kube: kc, Kured: actors.KuredRef{Namespace: ns, Name: "kured"}, TakeLock: true, LockID: "mcp-patch:srv-a", Round: "2026-12"}
 	if s, err := cl.SkipDriverUpgrade(ctx, "claims-free"); s != actors.SkipAdded || err != nil {
 		t.Fatalf("skip a free node: %q %v", s, err)
 	}
@@ -83,7 +83,7 @@ func TestClaimsOnARealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	off := *cl
-	off.Kured.Name = "" // the intent's take_lock: false
+	off.TakeLock = false // the intent's take_lock: false
 	if h, err := off.TakeKuredLock(ctx); h.Held || err != nil {
 		t.Fatalf("take with take_lock off: %+v %v", h, err)
 	}
@@ -101,8 +101,8 @@ func TestClaimsOnARealAPIServer(t *testing.T) {
 	if h, err := cl.TakeKuredLock(ctx); h.Taken || !h.Held || err != nil {
 		t.Fatalf("take again (a second server, a resumed round): %+v %v", h, err)
 	}
-	if gone, err := cl.ReleaseKuredLock(ctx); !gone || err != nil {
-		t.Fatalf("release: %v %v", gone, err)
+	if gone, err := off.ReleaseKuredLock(ctx); !gone || err != nil {
+		t.Fatalf("release (take_lock turned off since it was taken): %v %v", gone, err)
 	}
 	if gone, err := cl.ReleaseKuredLock(ctx); gone || err != nil {
 		t.Fatalf("release again: %v %v, want nothing to do", gone, err)

@@ -62,11 +62,8 @@ func (d *Service) watchOthers(ctx context.Context, s *window.Round, w *window.Wi
 	wt := d.others.watch
 	wt.Kube, wt.Dynamic, wt.Identity, wt.Kured, wt.Self = kc.Kube, kc.Dynamic, d.Identity, kured, self
 	w.Others = wt
-	cl := &actors.Claims{Kube: kc.Kube, LockID: self.KuredLockID, Round: s.ID, Now: d.Clock}
-	if oa == nil || oa.Kured.TakesLock() {
-		cl.Kured = kured
-	}
-	w.Claims = cl
+	w.Claims = &actors.Claims{Kube: kc.Kube, Kured: kured, TakeLock: oa == nil || oa.Kured.TakesLock(),
+		LockID: self.KuredLockID, Round: s.ID, Now: d.Clock}
 	if self.RequestorID != "" && kc.Dynamic != nil {
 		if d.others.requests == nil {
 			d.others.requests = &actors.Requests{Now: d.Clock}

@@ -52,7 +52,7 @@ func TestWatchOthersTakesTheIntentsSettings(t *testing.T) {
 	if !ok || w.OthersWait != defaultOthersWait || w.Requestor != nil || wt.Kured != actors.DefaultKured || wt.Self.KuredLockID != "mcp-patch:srv-a" {
 		t.Fatalf("defaults: others %#v, wait %s, requestor %v", w.Others, w.OthersWait, w.Requestor)
 	}
-	if cl, ok := w.Claims.(*actors.Claims); !ok || cl.Kured != actors.DefaultKured || cl.LockID != "mcp-patch:srv-a" || cl.Round != "2026-12" {
+	if cl, ok := w.Claims.(*actors.Claims); !ok || cl.Kured != actors.DefaultKured || !cl.TakeLock || cl.LockID != "mcp-patch:srv-a" || cl.Round != "2026-12" {
 		t.Fatalf("claims by default: %#v", w.Claims)
 	}
 
@@ -78,8 +78,8 @@ func TestWatchOthersTakesTheIntentsSettings(t *testing.T) {
 	if err := d.watchOthers(t.Context(), &window.Round{ID: "2026-12", Settings: st}, w); err != nil {
 		t.Fatal(err)
 	}
-	if cl := w.Claims.(*actors.Claims); cl.Kured.Name != "" || w.Others.(*actors.Watch).Kured.Name != "kured-x" {
-		t.Fatalf("take_lock false: claims %#v: kured's lock is still looked at, never taken", cl)
+	if cl := w.Claims.(*actors.Claims); cl.TakeLock || cl.Kured.Name != "kured-x" || w.Others.(*actors.Watch).Kured.Name != "kured-x" {
+		t.Fatalf("take_lock false: claims %#v: kured's lock is still looked at and given back, never taken", cl)
 	}
 
 	d.Drainer = &fakes.Cluster{}
