@@ -2,6 +2,8 @@ package window
 
 import (
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
 )
@@ -56,6 +58,17 @@ func StatusReasons(status round.Status) []string {
 	}
 	for _, t := range status.NeedsRecheck {
 		out = append(out, fmt.Sprintf("%s on %s was in flight when the server stopped: call its tool again to re-check it", t.Step, t.Node))
+	}
+	for _, w := range status.Waits {
+		who := make([]string, 0, len(w.Holders))
+		for _, h := range w.Holders {
+			who = append(who, h.Actor+" ("+h.Who+")")
+		}
+		out = append(out, fmt.Sprintf("the drain of %s waits for another party since %s, at most until %s, then stops for a person: %s",
+			w.Node, w.Since.UTC().Format(time.RFC3339), w.Until.UTC().Format(time.RFC3339), strings.Join(who, ", ")))
+	}
+	if k := status.KuredLock; k != nil && k.Failure != "" {
+		out = append(out, "kured's reboot lock was not given back: "+k.Failure)
 	}
 	return out
 }

@@ -57,4 +57,14 @@ func TestStatusReasons(t *testing.T) {
 	if got := window.StatusReasons(round.Status{}); len(got) != 0 {
 		t.Fatalf("nothing held up: %q", got)
 	}
+	since := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
+	got = window.StatusReasons(round.Status{
+		Waits: []round.Wait{{Node: "gpu-2", Since: since, Until: since.Add(30 * time.Minute),
+			Holders: []round.Holder{{Actor: "kured", Who: "gpu-7"}, {Actor: "node-maintenance", Who: "network-operator"}}}},
+		KuredLock: &round.KuredLockState{Held: true, Failure: "forbidden"}})
+	want = []string{"the drain of gpu-2 waits for another party since 2026-12-07T03:00:00Z, at most until 2026-12-07T03:30:00Z, then stops for a person: kured (gpu-7), node-maintenance (network-operator)",
+		"kured's reboot lock was not given back: forbidden"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("reasons with a wait (-want +got):\n%s", d)
+	}
 }
