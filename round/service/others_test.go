@@ -3,10 +3,13 @@ package service
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
@@ -18,6 +21,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/fakes"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/kube/actors"
+	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
 
@@ -86,5 +90,59 @@ func TestWatchOthersTakesTheIntentsSettings(t *testing.T) {
 	w = &window.Window{}
 	if err := d.watchOthers(t.Context(), &window.Round{ID: "2026-12", Settings: st}, w); err != nil || w.Others != nil || w.Requestor != nil {
 		t.Fatalf("with a test double of the cluster: %v %v %v", err, w.Others, w.Requestor)
+	}
+}
+
+// The round's end gives kured's lock back through the intent's settings,
+// journaled; a cluster that cannot be reached while the journal says the
+// round holds it is a journaled failure, answered as one.
+func TestReleaseKuredLockAtTheRoundsEnd(t *testing.T) {
+	c := config.DefaultConfig()
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "kured", Namespace: "kube-system",
+		Annotations: map[string]string{actors.KuredLockAnnotation: `{"nodeID":"mcp-patch:srv-a","created":"2026-12-07T02:00:00Z","TTL":0}`}}}
+	kc := fake.NewClientset(ds)
+	var reach error
+	d := &Service{Config: &c, Identity: "srv-a", Cluster: func(context.Context) (*kube.Clients, error) {
+		if reach != nil {
+			return nil, reach
+		}
+		return &kube.Clients{Kube: kc}, nil
+	}}
+	j, err := round.Open(filepath.Join(t.TempDir(), "2026-12"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := j.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	s := &window.Round{ID: "2026-12", Journal: j}
+	if _, err := j.OtherActors(round.Record{Event: round.EventKuredLockTaken, Detail: "taken"}); err != nil {
+		t.Fatal(err)
+	}
+
+	reach = errors.New("connection refused")
+	var fail *answer.Failure
+	if _, err := d.ReleaseKuredLock(t.Context(), s); !errors.As(err, &fail) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("release without the cluster: %v", err)
+	}
+	if k := j.State().KuredLock; !k.Held || !strings.Contains(k.Failure, "connection refused") {
+		t.Fatalf("journal after a failed release: %+v", k)
+	}
+
+	reach = nil
+	reasons, err := d.ReleaseKuredLock(t.Context(), s)
+	if err != nil || len(reasons) != 1 || reasons[0] != "kured's reboot lock given back" {
+		t.Fatalf("release: %v %v", reasons, err)
+	}
+	if got, err := kc.AppsV1().DaemonSets("kube-system").Get(t.Context(), "kured", metav1.GetOptions{}); err != nil || got.Annotations[actors.KuredLockAnnotation] != "" {
+		t.Fatalf("kured's lock after the release: %v %v", got.Annotations, err)
+	}
+	if k := j.State().KuredLock; k.Held || k.Failure != "" {
+		t.Fatalf("journal after the release: %+v", k)
+	}
+	if reasons, err := d.ReleaseKuredLock(t.Context(), s); err != nil || reasons != nil {
+		t.Fatalf("release again: %v %v, want nothing to do", reasons, err)
 	}
 }
