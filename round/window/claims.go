@@ -216,7 +216,7 @@ func (w *Window) othersClear(ctx context.Context, node string, bound time.Durati
 	case take:
 		return w.endWait(node, "nobody else holds the node: the cordon goes ahead")
 	}
-	return nil
+	return w.endWait(node, "nobody else holds the node: the drain's plan goes to a person to sign")
 }
 
 func journalHolders(hs []actors.Holder) []round.Holder {

@@ -352,3 +352,29 @@ func TestAFallbackWaitsForTheDriverOnTheOldKernel(t *testing.T) {
 		})
 	}
 }
+
+// The drain's plan looks too (before a person signs): a wait it finds is
+// journaled, and its end once the holder let go, so round_status shows no
+// wait that is over while the signature is awaited.
+func TestThePlansLookJournalsTheWaitToo(t *testing.T) {
+	r := newRig(t)
+	o := &others{hs: []actors.Holder{{Actor: actors.Kured, Who: "gpu-9", Since: t0, Verdict: actors.Wait, What: "kured reboots gpu-9"}}}
+	r.w.Others, r.w.OthersWait = o, time.Hour
+	var waiting *window.Waiting
+	if err := r.w.OthersLetGo(context.Background(), node); !errors.As(err, &waiting) {
+		t.Fatalf("plan while kured holds the node: %v", err)
+	}
+	if ws := r.j.State().Waits; len(ws) != 1 || ws[0].Holders[0].Who != "gpu-9" {
+		t.Fatalf("waits: %+v", ws)
+	}
+	o.hs = nil
+	if err := r.w.OthersLetGo(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	if ws := r.j.State().Waits; len(ws) != 0 {
+		t.Fatalf("a wait that is over is still shown: %+v", ws)
+	}
+	if diff := cmp.Diff([]round.ActorEvent{round.EventWaitBegan, round.EventWaitEnded}, otherActors(t, r)); diff != "" {
+		t.Fatalf("journal (-want +got):\n%s", diff)
+	}
+}
