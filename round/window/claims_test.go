@@ -302,7 +302,10 @@ func TestWaitsAreJournaledOnceAndOnChange(t *testing.T) {
 
 func drainPlan(t *testing.T, r *rig) window.DrainPlan {
 	t.Helper()
-	pv, _ := r.kube.PreviewDrain(context.Background(), node, window.DrainOptions{}.Policy)
+	pv, err := r.kube.PreviewDrain(context.Background(), node, window.DrainOptions{}.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p, err := window.DecideDrain(node, pv)
 	if err != nil {
 		t.Fatal(err)
