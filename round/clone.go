@@ -39,6 +39,7 @@ func (s *State) Clone() *State {
 	c.Rollbacks = slices.Clone(s.Rollbacks)
 	c.Releases = slices.Clone(s.Releases)
 	c.Waits = slices.Clone(s.Waits)
+	c.OtherActors = slices.Clone(s.OtherActors)
 	if s.KuredLock != nil {
 		k := *s.KuredLock
 		c.KuredLock = &k
@@ -105,5 +106,6 @@ func (s *State) successor(rec Record) *State {
 	// Waits are replaced, never written in place (applyOtherActors);
 	// KuredLock is replaced whole.
 	c.Waits = slices.Clip(s.Waits)
+	c.OtherActors = slices.Clip(s.OtherActors)
 	return &c
 }

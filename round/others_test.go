@@ -153,3 +153,26 @@ func TestJournalKeepsAWaitAcrossOpens(t *testing.T) {
 		t.Fatalf("waits after reopening: %+v", ws)
 	}
 }
+
+// The report lists what the round saw of and did to the other actors, in
+// words, among the failures and decisions.
+func TestReportListsTheOtherActors(t *testing.T) {
+	b := planned(t, time.Hour)
+	h := Holder{Actor: "kured", Who: "gpu-b", What: "kured holds its lock", Verdict: "wait"}
+	b.rec(Record{Kind: KindOtherActors, Event: EventWaitBegan, Node: "cp-1", Holders: []Holder{h}, Until: base.Add(time.Hour)})
+	b.rec(Record{Kind: KindOtherActors, Event: EventWaitEnded, Node: "cp-1", Detail: "nobody else holds the node: the cordon goes ahead"})
+	b.rec(Record{Kind: KindOtherActors, Event: EventKuredLockTaken, Node: "cp-1", Detail: "kured's reboot lock taken for the round before the cordon of cp-1"})
+	var out bytes.Buffer
+	if err := RenderReport(&out, b.s); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"other actors: the drain of cp-1 waits for another party, at most until 2026-11-03T09:00:00Z: kured (gpu-b)",
+		"other actors: the wait of cp-1 for another party ended: nobody else holds the node: the cordon goes ahead",
+		"other actors: kured's reboot lock taken for the round before the cordon of cp-1",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report does not say %q:\n%s", want, out.String())
+		}
+	}
+}

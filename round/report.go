@@ -166,6 +166,9 @@ func RenderReport(w io.Writer, s *State) error {
 	for _, r := range s.Releases {
 		events = append(events, event{r.Seq, fmt.Sprintf("%s — window of %s ended: %s", stamp(r.Time), r.Node, mdLine(r.Detail))})
 	}
+	for _, o := range s.OtherActors {
+		events = append(events, event{o.Seq, fmt.Sprintf("%s — other actors: %s", stamp(o.Time), mdLine(o.Detail))})
+	}
 	slices.SortFunc(events, func(a, b event) int { return cmp.Compare(a.seq, b.seq) })
 	if len(events) == 0 {
 		b.WriteString("None.\n")

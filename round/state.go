@@ -62,6 +62,10 @@ type State struct {
 	// KuredLock is kured's reboot lock as the round took it; nil: the
 	// round never took it.
 	KuredLock *KuredLockState `json:"kured_lock,omitempty"`
+	// OtherActors are the other_actors records in words, in order, for
+	// the report: each wait's start, change and end, kured's lock taken
+	// and given back, a driver-upgrade skip set.
+	OtherActors []Notification `json:"other_actors,omitempty"`
 }
 
 // Wait is a node's drain waiting for another party.
@@ -554,7 +558,29 @@ func (s *State) applyOtherActors(rec Record) error {
 	default:
 		return fmt.Errorf("other_actors event %q", rec.Event)
 	}
+	s.OtherActors = append(s.OtherActors, Notification{Seq: rec.Seq, Time: rec.Time, Node: rec.Node, Detail: actorWords(rec)})
 	return nil
+}
+
+// actorWords says an other_actors record in words.
+func actorWords(rec Record) string {
+	who := make([]string, 0, len(rec.Holders))
+	for _, h := range rec.Holders {
+		who = append(who, h.Actor+" ("+h.Who+")")
+	}
+	until := ""
+	if !rec.Until.IsZero() {
+		until = ", at most until " + rec.Until.UTC().Format(time.RFC3339)
+	}
+	switch rec.Event {
+	case EventWaitBegan:
+		return "the drain of " + rec.Node + " waits for another party" + until + ": " + strings.Join(who, ", ")
+	case EventWaitChanged:
+		return "the drain of " + rec.Node + " waits for another set of holders" + until + ": " + strings.Join(who, ", ")
+	case EventWaitEnded:
+		return "the wait of " + rec.Node + " for another party ended: " + rec.Detail
+	}
+	return rec.Detail
 }
 
 func (s *State) forEachRun(f func(Step, *StepRun)) {
