@@ -62,6 +62,11 @@ func TestFaultCatalogue(t *testing.T) {
 		{fault: "gpu-job-running", arg: "gpu-canary-1", poll: time.Second, stopStep: "drain", stopNode: "gpu-canary-1",
 			reason: "jobs still run on the node after waiting", check: drainHeldForJob},
 		{name: "gpu-job-finishes", fault: "gpu-job-running", arg: "gpu-canary-1", clearWhile: "drain_node", check: drainWaitedForJob},
+		// The others that maintain the nodes (lab/others.go): the canary's
+		// driver is the GPU Operator's driver container.
+		{fault: "driver-image-missing", otherActors: true, stopStep: "inspect", stopNode: "gpu-canary-1", reason: "no precompiled driver image", check: nothingCordoned},
+		{fault: "driver-build-fails", node: "gpu-canary-1", otherActors: true, builtAtBoot: true, stopStep: "gpu_acceptance", stopNode: "gpu-canary-1",
+			reason: "driver pod", check: driverBackAfterRollback},
 	}
 	// faultCasesAtOnce cases run at a time, whatever go test's -parallel
 	// (2 on 2 cores): each has a lab of its own, on a control plane an
@@ -93,7 +98,8 @@ func runFaultCase(t *testing.T, tc faultCase) {
 	}
 	t.Run(name, func(t *testing.T) {
 		opts := Options{ControlPlanes: 2, Canary: 1, GPUServers: 0,
-			RebootTimeout: 15 * time.Second, GateSettle: 30 * time.Second, DrainTimeoutMinutes: 1}
+			RebootTimeout: 15 * time.Second, GateSettle: 30 * time.Second, DrainTimeoutMinutes: 1,
+			OtherActors: tc.otherActors, DriverBuiltAtBoot: tc.builtAtBoot}
 		if tc.alertmanager {
 			if opts.Alertmanager = FindAlertmanager(os.Getenv); opts.Alertmanager == "" {
 				t.Fatal("no Alertmanager binary: run scripts/setup.sh (it builds v0.28.1 into the cache) or set MCP_PATCH_ALERTMANAGER")
@@ -191,6 +197,9 @@ type faultCase struct {
 	stopNode, reason string
 	name             string // the subtest's name when not the fault's
 	alertmanager     bool   // the lab runs a real Alertmanager
+	// otherActors: the lab runs the other actors (Options.OtherActors),
+	// builtAtBoot its driver container building at boot.
+	otherActors, builtAtBoot bool
 	// clearWhile clears the fault once this tool answers in_progress (a
 	// job that finishes while the drain waits for it).
 	clearWhile string
