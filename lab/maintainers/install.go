@@ -3,11 +3,15 @@ package maintainers
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
 	"github.com/mcp-patch/mcp-patch/lab/cluster"
@@ -35,16 +39,13 @@ const (
 
 // Install registers the maintenance operator's NodeMaintenance CRD and
 // the GPU Operator's ClusterPolicy CRD (each waited for until Established
-// and served), creates the sample ClusterPolicy as cluster-policy and
-// kured's ServiceAccount and DaemonSet as upstream ships them
-// (kube-system/kured; under kwok its pods need no image). Server-side
-// apply makes a second call change nothing: a lock annotation written
-// since stays.
+// and served), kured's ServiceAccount and DaemonSet as upstream ships
+// them (kube-system/kured; under kwok its pods need no image) and the
+// sample ClusterPolicy as cluster-policy. A second call changes nothing:
+// the CRDs and kured's objects are server-side applied (a lock
+// annotation written since stays), the ClusterPolicy created only where
+// there is none.
 func Install(ctx context.Context, c *cluster.Cluster) error {
-	policy, err := renamed(sampleClusterPolicy, ClusterPolicyName)
-	if err != nil {
-		return fmt.Errorf("install the other maintainers: sample ClusterPolicy: %w", err)
-	}
 	dir, err := os.MkdirTemp("", "mcp-patch-maintainers-")
 	if err != nil {
 		return fmt.Errorf("install the other maintainers: %w", err)
@@ -56,7 +57,6 @@ func Install(ctx context.Context, c *cluster.Cluster) error {
 	}{
 		{"nodemaintenances-crd.yaml", nodeMaintenanceCRD},
 		{"clusterpolicies-crd.yaml", clusterPolicyCRD},
-		{"cluster-policy.json", policy},
 		{"kured-ds.yaml", kuredDaemonSet},
 	} {
 		path := filepath.Join(dir, f.name)
@@ -67,19 +67,26 @@ func Install(ctx context.Context, c *cluster.Cluster) error {
 			return fmt.Errorf("install the other maintainers: %w", err)
 		}
 	}
-	return nil
+	return createClusterPolicy(ctx, c.Dynamic())
 }
 
-// renamed is a one-object YAML document as JSON under another name.
-func renamed(doc []byte, name string) ([]byte, error) {
+// ClusterPolicies is the GPU Operator's resource (cluster-scoped).
+var ClusterPolicies = schema.GroupVersionResource{Group: "nvidia.com", Version: "v1", Resource: "clusterpolicies"}
+
+// createClusterPolicy creates the sample as cluster-policy the way a
+// person does (kubectl create): the sample has null fields
+// (validator.plugin) that the API server prunes on create but refuses in
+// a server-side apply. One there already is left as it is.
+func createClusterPolicy(ctx context.Context, dyn dynamic.Interface) error {
 	var obj map[string]any
-	if err := yaml.Unmarshal(doc, &obj); err != nil {
-		return nil, err
+	if err := yaml.Unmarshal(sampleClusterPolicy, &obj); err != nil {
+		return fmt.Errorf("install the other maintainers: sample ClusterPolicy: %w", err)
 	}
-	meta, ok := obj["metadata"].(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("no metadata")
+	policy := &unstructured.Unstructured{Object: obj}
+	policy.SetName(ClusterPolicyName)
+	_, err := dyn.Resource(ClusterPolicies).Create(ctx, policy, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("install the other maintainers: create ClusterPolicy %s: %w", ClusterPolicyName, err)
 	}
-	meta["name"] = name
-	return json.Marshal(obj)
+	return nil
 }
