@@ -188,6 +188,15 @@ func TestServedOneAtATimeOldestFirst(t *testing.T) {
 	waitNM(t, c, ns, older.MaintenanceName(node), nodeMaintenance{Reason: "Ready", Status: "True", Finalized: true, Initial: "false", ReadyTime: true})
 	waitNM(t, c, ns, newer.MaintenanceName(node), nodeMaintenance{Reason: "Pending", Status: "False", Initial: "-"})
 	expectCordon(t, c, node, true)
+	// The condition went through the status subresource, as the CRD
+	// declares one.
+	obj, err := dyn.Resource(maintainers.NodeMaintenances).Namespace(ns).Get(ctx, older.MaintenanceName(node), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(obj.GetManagedFields(), func(f metav1.ManagedFieldsEntry) bool { return f.Subresource == "status" }) {
+		t.Fatalf("no write through the status subresource: %+v", obj.GetManagedFields())
+	}
 	expectHolders(t, c, node,
 		"node-maintenance network-operator.nvidia.com wait: NodeMaintenance "+ns+"/a-older-maint-order asks for the node (phase Ready)",
 		"node-maintenance some.one.acme.com wait: NodeMaintenance "+ns+"/b-newer-maint-order asks for the node (phase Pending)")
