@@ -116,10 +116,7 @@ func HoldMaintenance(ctx context.Context, kc kubernetes.Interface, dyn dynamic.I
 		if err != nil {
 			return fmt.Errorf("%s holds node %s: read NodeMaintenance %s/%s: %w", r.ID, node, r.Namespace, name, err)
 		}
-		if id, _, _ := unstructured.NestedString(got.Object, "spec", "requestorID"); id != r.ID {
-			return fmt.Errorf("%s holds node %s: NodeMaintenance %s/%s: %w (%s)", r.ID, node, r.Namespace, name, ErrNotTheRequestors, id)
-		}
-		return nil
+		return sameRequestor(got, r, "holds node "+node)
 	}
 	if err != nil {
 		return fmt.Errorf("%s holds node %s: create NodeMaintenance %s/%s: %w", r.ID, node, r.Namespace, name, err)
@@ -140,13 +137,25 @@ func ReleaseMaintenance(ctx context.Context, dyn dynamic.Interface, r Requestor,
 	if err != nil {
 		return fmt.Errorf("%s releases node %s: read NodeMaintenance %s/%s: %w", r.ID, node, r.Namespace, name, err)
 	}
-	if id, _, _ := unstructured.NestedString(got.Object, "spec", "requestorID"); id != r.ID {
-		return fmt.Errorf("%s releases node %s: NodeMaintenance %s/%s: %w (%s)", r.ID, node, r.Namespace, name, ErrNotTheRequestors, id)
+	if err := sameRequestor(got, r, "releases node "+node); err != nil {
+		return err
 	}
 	uid := got.GetUID()
 	err = res.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("%s releases node %s: delete NodeMaintenance %s/%s: %w", r.ID, node, r.Namespace, name, err)
+	}
+	return nil
+}
+
+// sameRequestor says whether obj is r's; ErrNotTheRequestors if not.
+func sameRequestor(obj *unstructured.Unstructured, r Requestor, doing string) error {
+	id, _, err := unstructured.NestedString(obj.Object, "spec", "requestorID")
+	if err != nil {
+		return fmt.Errorf("%s %s: NodeMaintenance %s/%s: %w", r.ID, doing, obj.GetNamespace(), obj.GetName(), err)
+	}
+	if id != r.ID {
+		return fmt.Errorf("%s %s: NodeMaintenance %s/%s: %w (%s)", r.ID, doing, obj.GetNamespace(), obj.GetName(), ErrNotTheRequestors, id)
 	}
 	return nil
 }

@@ -100,7 +100,10 @@ func readNM(ctx context.Context, c *cluster.Cluster, ns, name string) (nodeMaint
 		return nodeMaintenance{}, err
 	}
 	var m nodeMaintenance
-	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	conds, _, err := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	if err != nil {
+		return m, err
+	}
 	for _, raw := range conds {
 		if cm, ok := raw.(map[string]any); ok && cm["type"] == "Ready" {
 			m.Reason, _ = cm["reason"].(string)
@@ -524,8 +527,8 @@ func TestInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if auto, _, _ := unstructured.NestedBool(cp.Object, "spec", "driver", "upgradePolicy", "autoUpgrade"); !auto {
-		t.Fatalf("ClusterPolicy %s: driver.upgradePolicy.autoUpgrade false, want the sample's true", cp.GetName())
+	if auto, _, err := unstructured.NestedBool(cp.Object, "spec", "driver", "upgradePolicy", "autoUpgrade"); err != nil || !auto {
+		t.Fatalf("ClusterPolicy %s: driver.upgradePolicy.autoUpgrade %v %v, want the sample's true", cp.GetName(), auto, err)
 	}
 	ds, err := c.Client().AppsV1().DaemonSets(maintainers.KuredNamespace).Get(ctx, maintainers.KuredName, metav1.GetOptions{})
 	if err != nil {

@@ -103,11 +103,15 @@ func (o *Operator) Sync(ctx context.Context) error {
 		return fmt.Errorf("list nodemaintenances: %w", err)
 	}
 	byNode := map[string][]*unstructured.Unstructured{}
+	var errs []error
 	for i := range l.Items {
-		m := read(&l.Items[i])
+		m, err := read(&l.Items[i])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		byNode[m.Node] = append(byNode[m.Node], &l.Items[i])
 	}
-	var errs []error
 	for _, node := range slices.Sorted(maps.Keys(byNode)) {
 		if err := o.syncNode(ctx, byNode[node]); err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", node, err))
@@ -122,7 +126,10 @@ func (o *Operator) syncNode(ctx context.Context, objs []*unstructured.Unstructur
 	var live []*unstructured.Unstructured
 	var ms []maintenance
 	for _, obj := range objs {
-		m := read(obj)
+		m, err := read(obj)
+		if err != nil {
+			return err // read once already by Sync
+		}
 		if m.Deleting {
 			if m.Finalized {
 				if err := o.finish(ctx, obj, m); err != nil {
@@ -171,19 +178,30 @@ type maintenance struct {
 	Deleting  bool
 }
 
-func read(obj *unstructured.Unstructured) maintenance {
+func read(obj *unstructured.Unstructured) (maintenance, error) {
 	m := maintenance{Namespace: obj.GetNamespace(), Name: obj.GetName(), Created: obj.GetCreationTimestamp().Time,
 		Finalized: slices.Contains(obj.GetFinalizers(), Finalizer), Deleting: obj.GetDeletionTimestamp() != nil}
-	m.Node, _, _ = unstructured.NestedString(obj.Object, "spec", "nodeName")
-	cordon, found, _ := unstructured.NestedBool(obj.Object, "spec", "cordon")
-	m.Cordon = cordon || !found
-	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	var (
+		err         error
+		cordon, set bool
+		conds       []any
+	)
+	if m.Node, _, err = unstructured.NestedString(obj.Object, "spec", "nodeName"); err != nil {
+		return m, fmt.Errorf("NodeMaintenance %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	if cordon, set, err = unstructured.NestedBool(obj.Object, "spec", "cordon"); err != nil {
+		return m, fmt.Errorf("NodeMaintenance %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	m.Cordon = cordon || !set
+	if conds, _, err = unstructured.NestedSlice(obj.Object, "status", "conditions"); err != nil {
+		return m, fmt.Errorf("NodeMaintenance %s/%s: %w", m.Namespace, m.Name, err)
+	}
 	for _, c := range conds {
 		if cm, ok := c.(map[string]any); ok && cm["type"] == ConditionReady {
-			m.Phase, _ = cm["reason"].(string)
+			m.Phase, _ = cm["reason"].(string) // a reason that is no string is no reason
 		}
 	}
-	return m
+	return m, nil
 }
 
 // serve picks the one of a node's live NodeMaintenances that holds the
