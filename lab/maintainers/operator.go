@@ -102,15 +102,15 @@ func (o *Operator) Sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list nodemaintenances: %w", err)
 	}
-	byNode := map[string][]*unstructured.Unstructured{}
+	byNode := map[string][]read{}
 	var errs []error
 	for i := range l.Items {
-		m, err := read(&l.Items[i])
+		m, err := readMaintenance(&l.Items[i])
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		byNode[m.Node] = append(byNode[m.Node], &l.Items[i])
+		byNode[m.Node] = append(byNode[m.Node], read{&l.Items[i], m})
 	}
 	for _, node := range slices.Sorted(maps.Keys(byNode)) {
 		if err := o.syncNode(ctx, byNode[node]); err != nil {
@@ -120,16 +120,19 @@ func (o *Operator) Sync(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// read is one NodeMaintenance as listed and as the operator reads it.
+type read struct {
+	obj *unstructured.Unstructured
+	m   maintenance
+}
+
 // syncNode cleans up the node's deleted objects, then serves one of the
 // rest and keeps the others Pending.
-func (o *Operator) syncNode(ctx context.Context, objs []*unstructured.Unstructured) error {
+func (o *Operator) syncNode(ctx context.Context, objs []read) error {
 	var live []*unstructured.Unstructured
 	var ms []maintenance
-	for _, obj := range objs {
-		m, err := read(obj)
-		if err != nil {
-			return err // read once already by Sync
-		}
+	for _, r := range objs {
+		obj, m := r.obj, r.m
 		if m.Deleting {
 			if m.Finalized {
 				if err := o.finish(ctx, obj, m); err != nil {
@@ -178,7 +181,7 @@ type maintenance struct {
 	Deleting  bool
 }
 
-func read(obj *unstructured.Unstructured) (maintenance, error) {
+func readMaintenance(obj *unstructured.Unstructured) (maintenance, error) {
 	m := maintenance{Namespace: obj.GetNamespace(), Name: obj.GetName(), Created: obj.GetCreationTimestamp().Time,
 		Finalized: slices.Contains(obj.GetFinalizers(), Finalizer), Deleting: obj.GetDeletionTimestamp() != nil}
 	var (
