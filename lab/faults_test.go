@@ -67,6 +67,18 @@ func TestFaultCatalogue(t *testing.T) {
 		{fault: "driver-image-missing", otherActors: true, stopStep: "inspect", stopNode: "gpu-canary-1", reason: "no precompiled driver image", check: nothingCordoned},
 		{fault: "driver-build-fails", node: "gpu-canary-1", otherActors: true, builtAtBoot: true, stopStep: "gpu_acceptance", stopNode: "gpu-canary-1",
 			reason: "driver pod", check: driverBackAfterRollback},
+		// Another party holds a node: its drain waits (nothing cordoned,
+		// nothing of theirs changed, the wait in round_status) until the
+		// holder lets go, then goes on by itself.
+		{fault: "kured-lock-held", node: "cp-2", otherActors: true, clearWhile: "drain_node", held: heldBy("kured", "cp-2"), check: othersLeftAsTheyWere},
+		{fault: "node-maintenance-held", node: "gpu-canary-1", otherActors: true, clearWhile: "drain_node", clearNode: "gpu-canary-1",
+			held: heldBy("node-maintenance", "network-operator.nvidia.com"), check: othersLeftAsTheyWere},
+		{fault: "gpu-operator-upgrading-node", node: "gpu-canary-1", otherActors: true, clearWhile: "drain_node", clearNode: "gpu-canary-1",
+			held: heldBy("gpu-operator", "drain-required"), check: othersLeftAsTheyWere},
+		// A person's cordon: the round stops for a person and lifts nothing;
+		// once the person uncordons and signs resume, the round closes.
+		{fault: "cordoned-by-a-person", node: "gpu-canary-1", otherActors: true, stopStep: "drain", stopNode: "gpu-canary-1", reason: "a person must look",
+			check: personsCordonKeptThenResume},
 	}
 	// faultCasesAtOnce cases run at a time, whatever go test's -parallel
 	// (2 on 2 cores): each has a lab of its own, on a control plane an
@@ -139,9 +151,13 @@ func runFaultCase(t *testing.T, tc faultCase) {
 				injected = true
 				inject()
 			}
-			if tool == tc.clearWhile && status == "in_progress" && !run.cleared {
+			if tool == tc.clearWhile && status == "in_progress" && (tc.clearNode == "" || node == tc.clearNode) && !run.cleared {
 				run.cleared = true
-				run.whileWaiting(t)
+				if tc.held != nil {
+					tc.held(t, run)
+				} else {
+					run.whileWaiting(t)
+				}
 				if err := l.Clear(ctx, tc.fault, tc.node); err != nil {
 					t.Fatalf("clear %s: %v", tc.fault, err)
 				}
@@ -203,6 +219,10 @@ type faultCase struct {
 	// clearWhile clears the fault once this tool answers in_progress (a
 	// job that finishes while the drain waits for it).
 	clearWhile string
+	// clearNode: clearWhile counts only this node's calls ("" = any);
+	// held, when set, runs then instead of whileWaiting.
+	clearNode string
+	held      func(t *testing.T, r *faultRun)
 	poll       time.Duration // the agent's pause before calling a step in progress again
 	// beforeWait runs when the agent waits for the clock (a maintenance
 	// window, the soak), before the lab clock moves.

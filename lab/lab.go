@@ -215,6 +215,8 @@ type Lab struct {
 
 	// drivers is the driver container with its registry (OtherActors).
 	drivers *drivers
+	// kuredHeld is the kured lock fault kured-lock-held took, by node.
+	kuredHeld map[string]string
 
 	firing      string       // the alert alert-firing fires
 	maintenance [2]time.Time // the window window-closes declared: start, end
@@ -326,7 +328,7 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	}
 	l.Dir, l.Clock = opts.Dir, &Clock{}
 	l.firing, l.maintenance = "", [2]time.Time{}
-	l.Fleet, l.World, l.Receiver, l.Alertmanager, l.VMCanary, l.drivers = nil, nil, nil, nil, nil, nil
+	l.Fleet, l.World, l.Receiver, l.Alertmanager, l.VMCanary, l.drivers, l.kuredHeld = nil, nil, nil, nil, nil, nil, nil
 	if opts.VMCanary {
 		say(fmt.Sprintf("VM canary: a real Debian 12 VM under QEMU (%s) as %s (first time: the image is built, minutes)", strings.ToUpper(string(opts.VMFirmware)), VMCanaryName))
 		if l.VMCanary, err = startVMCanary(ctx, opts); err != nil {
@@ -384,7 +386,7 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 
 	if opts.OtherActors {
 		say("other actors: the GPU Operator's driver container (precompiled images in a real OCI registry), the maintenance operator, kured")
-		if err := l.startDrivers(ctx, opts); err != nil {
+		if err := l.startOthers(ctx, opts); err != nil {
 			return fmt.Errorf("lab: %w", err)
 		}
 	}
@@ -737,7 +739,7 @@ func (l *Lab) Inject(ctx context.Context, name, node, arg string) error {
 		return l.injectLab(ctx, name, arg, false)
 	}
 	if otherFault(name) {
-		return l.injectOther(ctx, name, node, false)
+		return l.injectOther(ctx, name, node, arg, false)
 	}
 	if f, err := fleet.FaultByName(name, arg); err == nil {
 		h := l.Fleet.Host(node)
@@ -762,7 +764,7 @@ func (l *Lab) Clear(ctx context.Context, name, node string) error {
 		return l.injectLab(ctx, name, "", true)
 	}
 	if otherFault(name) {
-		return l.injectOther(ctx, name, node, true)
+		return l.injectOther(ctx, name, node, "", true)
 	}
 	if _, err := fleet.FaultByName(name, ""); err == nil {
 		h := l.Fleet.Host(node)

@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/lab/fleet"
 	"github.com/mcp-patch/mcp-patch/lab/fleet/machine"
 	"github.com/mcp-patch/mcp-patch/lab/gpuoperator"
+	"github.com/mcp-patch/mcp-patch/lab/maintainers"
 	"github.com/mcp-patch/mcp-patch/lab/registry"
 	"github.com/mcp-patch/mcp-patch/lab/world"
 )
@@ -49,6 +50,10 @@ var otherFaults = []struct {
 }{
 	{"driver-image-missing", "the precompiled driver image for the kernel the round installs is withdrawn from the lab's registry: the plan names it as a blocker before any cordon"},
 	{"driver-build-fails", "the node's driver container fails to build the driver for any kernel but the one it runs now (built at boot): GPU acceptance is red after the trial boot"},
+	{"gpu-operator-upgrading-node", "the GPU Operator's upgrade controller upgrades the node's driver (label " + maintainers.LabelGPUDriverUpgradeState + "=<arg, default drain-required>, the node cordoned by it); clear: upgrade-done"},
+	{"node-maintenance-held", "the network operator's NodeMaintenance holds the node (requestor " + maintainers.NetworkOperator.ID + ", cordon: true), served by the maintenance operator; clear: deleted"},
+	{"kured-lock-held", "kured holds its reboot lock (" + maintainers.KuredLockAnnotation + " on its DaemonSet) for the node (or the node <arg>) while it reboots it; clear: released"},
+	{"cordoned-by-a-person", "a person cordons the node, the reason in " + maintainers.PersonCordonReason + " (<arg>, or an RMA); clear: the person uncordons it"},
 }
 
 func otherFault(name string) bool {
@@ -69,6 +74,23 @@ type drivers struct {
 	buildFails map[string]string // node → the kernel it built for when the fault began
 	stop       context.CancelFunc
 	done       chan struct{}
+}
+
+// startOthers registers the other actors' resources (the real
+// NodeMaintenance and ClusterPolicy CRDs, the sample ClusterPolicy,
+// kured's DaemonSet), runs the maintenance operator stand-in and the
+// driver container until the lab closes.
+func (l *Lab) startOthers(ctx context.Context, opts Options) error {
+	if err := maintainers.Install(ctx, l.Cluster); err != nil {
+		return fmt.Errorf("other actors: %w", err)
+	}
+	op := &maintainers.Operator{Kube: l.Cluster.Client(), Dynamic: l.Cluster.Dynamic(), Logger: opts.Logger}
+	run, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- op.Run(run) }()
+	l.closers = append(l.closers, func() error { stop(); return <-done })
+	l.kuredHeld = map[string]string{}
+	return l.startDrivers(ctx, opts)
 }
 
 // startDrivers starts the registry, pushes a precompiled image for every
@@ -189,10 +211,54 @@ func (l *Lab) driverHosts(d *drivers) func(context.Context) (map[string]gpuopera
 }
 
 // injectOther injects (or clears) one of otherFaults on node.
-func (l *Lab) injectOther(ctx context.Context, name, node string, clear bool) error {
+func (l *Lab) injectOther(ctx context.Context, name, node, arg string, clear bool) error {
 	d := l.drivers
-	if d == nil {
+	if d == nil || l.kuredHeld == nil {
 		return fmt.Errorf("fault %s: this lab runs without the other actors (Options.OtherActors)", name)
+	}
+	if node == "" {
+		return fmt.Errorf("fault %s: name the node (--node)", name)
+	}
+	kc, dyn := l.Cluster.Client(), l.Cluster.Dynamic()
+	switch name {
+	case "gpu-operator-upgrading-node":
+		if clear {
+			return maintainers.UpgradeDone(ctx, kc, node)
+		}
+		if arg == "" {
+			arg = "drain-required"
+		}
+		return maintainers.GPUOperatorUpgrading(ctx, kc, node, arg)
+	case "node-maintenance-held":
+		if clear {
+			return maintainers.ReleaseMaintenance(ctx, dyn, maintainers.NetworkOperator, node)
+		}
+		return maintainers.HoldMaintenance(ctx, kc, dyn, maintainers.NetworkOperator, node)
+	case "kured-lock-held":
+		if clear {
+			held, ok := l.kuredHeld[node]
+			if !ok {
+				return fmt.Errorf("clear %s: the lab holds no kured lock for %s", name, node)
+			}
+			delete(l.kuredHeld, node)
+			return maintainers.ReleaseKuredLock(ctx, kc, held)
+		}
+		if arg == "" {
+			arg = node
+		}
+		if err := maintainers.HoldKuredLock(ctx, kc, arg); err != nil {
+			return err
+		}
+		l.kuredHeld[node] = arg
+		return nil
+	case "cordoned-by-a-person":
+		if clear {
+			return maintainers.PersonUncordon(ctx, kc, node)
+		}
+		if arg == "" {
+			arg = "RMA 4711: GPU 3 fell off the bus, the vendor replaces it on Thursday"
+		}
+		return maintainers.PersonCordon(ctx, kc, node, arg)
 	}
 	switch name {
 	case "driver-image-missing":
