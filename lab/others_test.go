@@ -61,10 +61,10 @@ func heldBy(actor, who string) func(t *testing.T, r *faultRun) {
 		if !strings.Contains(string(b), actor) || !strings.Contains(string(b), who) {
 			t.Errorf("round_status does not show the wait for %s (%s): %s", actor, who, b)
 		}
-		waiting := ""
+		waiting := "" // a node drained while the holder held it
 		for _, rec := range readJournal(t, r.lab, "2026-11") {
-			if rec.Kind == round.KindStepStarted && rec.Step == round.StepDrain {
-				waiting = rec.Node // the drain that started last is not the one that waits
+			if rec.Kind == round.KindStepFinished && rec.Step == round.StepDrain {
+				waiting = rec.Node
 			}
 		}
 		kc, dyn := r.lab.Cluster.Client(), r.lab.Cluster.Dynamic()
@@ -79,7 +79,7 @@ func heldBy(actor, who string) func(t *testing.T, r *faultRun) {
 				t.Errorf("kured's lock while the round waits for it: %v %v, want kured's own for %s", locks, err, who)
 			}
 			if waiting != "" {
-				t.Errorf("a drain started (%s) while kured held its lock", waiting)
+				t.Errorf("%s was drained while kured held its lock", waiting)
 			}
 		case "node-maintenance":
 			nm, err := dyn.Resource(maintainers.NodeMaintenances).Namespace(maintainers.NetworkOperator.Namespace).
@@ -100,7 +100,7 @@ func heldBy(actor, who string) func(t *testing.T, r *faultRun) {
 			}
 		}
 		if actor != "kured" && waiting == "gpu-canary-1" {
-			t.Error("the canary's drain started while another party held it")
+			t.Error("the canary was drained while another party held it")
 		}
 	}
 }
@@ -166,8 +166,8 @@ func personsCordonKeptThenResume(t *testing.T, r *faultRun) {
 		t.Errorf("the stop does not say the person's reason: %s", r.out.Stopped.Reason)
 	}
 	for _, rec := range readJournal(t, r.lab, "2026-11") {
-		if rec.Kind == round.KindStepStarted && rec.Step == round.StepDrain && rec.Node == "gpu-canary-1" {
-			t.Error("the canary's drain started although a person had cordoned it")
+		if rec.Kind == round.KindStepFinished && rec.Step == round.StepDrain && rec.Node == "gpu-canary-1" {
+			t.Error("the canary was drained although a person had cordoned it")
 		}
 	}
 	if err := r.lab.Clear(ctx, "cordoned-by-a-person", "gpu-canary-1"); err != nil {
@@ -190,4 +190,21 @@ func personsCordonKeptThenResume(t *testing.T, r *faultRun) {
 		t.Fatalf("after the person's resume the round should close: %v, stopped %+v", err, out.Stopped)
 	}
 	othersLeftAsTheyWere(t, r)
+}
+
+// driverReadyIn: node's last GPU acceptance in the journal passed and
+// named its driver pod Ready on the new kernel.
+func driverReadyIn(t *testing.T, l *Lab, node string) bool {
+	t.Helper()
+	ok := false
+	for _, rec := range readJournal(t, l, "2026-11") {
+		if rec.Step == round.StepGPUAcceptance && rec.Node == node && rec.Kind == round.KindStepFinished {
+			b, err := json.Marshal(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok = strings.Contains(string(b), "driver pod") && strings.Contains(string(b), "Ready on "+node+" with kernel "+fleet.NewKernel)
+		}
+	}
+	return ok
 }
