@@ -62,6 +62,23 @@ func TestFaultCatalogue(t *testing.T) {
 		{fault: "gpu-job-running", arg: "gpu-canary-1", poll: time.Second, stopStep: "drain", stopNode: "gpu-canary-1",
 			reason: "jobs still run on the node after waiting", check: drainHeldForJob},
 		{name: "gpu-job-finishes", fault: "gpu-job-running", arg: "gpu-canary-1", clearWhile: "drain_node", check: drainWaitedForJob},
+		// The others that maintain the nodes (lab/others.go): the canary's
+		// driver is the GPU Operator's driver container.
+		{fault: "driver-image-missing", otherActors: true, stopStep: "inspect", stopNode: "gpu-canary-1", reason: "no precompiled driver image", check: nothingCordoned},
+		{fault: "driver-build-fails", node: "gpu-canary-1", otherActors: true, builtAtBoot: true, stopStep: "gpu_acceptance", stopNode: "gpu-canary-1",
+			reason: "driver pod", check: driverBackAfterRollback},
+		// Another party holds a node: its drain waits (nothing cordoned,
+		// nothing of theirs changed, the wait in round_status) until the
+		// holder lets go, then goes on by itself.
+		{fault: "kured-lock-held", node: "cp-2", otherActors: true, clearWhile: "drain_node", held: heldBy("kured", "cp-2"), check: othersLeftAsTheyWere},
+		{fault: "node-maintenance-held", node: "gpu-canary-1", otherActors: true, clearWhile: "drain_node", clearNode: "gpu-canary-1",
+			held: heldBy("node-maintenance", "network-operator.nvidia.com"), check: othersLeftAsTheyWere},
+		{fault: "gpu-operator-upgrading-node", node: "gpu-canary-1", otherActors: true, clearWhile: "drain_node", clearNode: "gpu-canary-1",
+			held: heldBy("gpu-operator", "drain-required"), check: othersLeftAsTheyWere},
+		// A person's cordon: the round stops for a person and lifts nothing;
+		// once the person uncordons and signs resume, the round closes.
+		{fault: "cordoned-by-a-person", node: "gpu-canary-1", otherActors: true, stopStep: "drain", stopNode: "gpu-canary-1", reason: "a person must look",
+			check: personsCordonKeptThenResume},
 	}
 	// faultCasesAtOnce cases run at a time, whatever go test's -parallel
 	// (2 on 2 cores): each has a lab of its own, on a control plane an
@@ -93,7 +110,8 @@ func runFaultCase(t *testing.T, tc faultCase) {
 	}
 	t.Run(name, func(t *testing.T) {
 		opts := Options{ControlPlanes: 2, Canary: 1, GPUServers: 0,
-			RebootTimeout: 15 * time.Second, GateSettle: 30 * time.Second, DrainTimeoutMinutes: 1}
+			RebootTimeout: 15 * time.Second, GateSettle: 30 * time.Second, DrainTimeoutMinutes: 1,
+			OtherActors: tc.otherActors, DriverBuiltAtBoot: tc.builtAtBoot}
 		if tc.alertmanager {
 			if opts.Alertmanager = FindAlertmanager(os.Getenv); opts.Alertmanager == "" {
 				t.Fatal("no Alertmanager binary: run scripts/setup.sh (it builds v0.28.1 into the cache) or set MCP_PATCH_ALERTMANAGER")
@@ -133,9 +151,13 @@ func runFaultCase(t *testing.T, tc faultCase) {
 				injected = true
 				inject()
 			}
-			if tool == tc.clearWhile && status == "in_progress" && !run.cleared {
+			if tool == tc.clearWhile && status == "in_progress" && (tc.clearNode == "" || node == tc.clearNode) && !run.cleared {
 				run.cleared = true
-				run.whileWaiting(t)
+				if tc.held != nil {
+					tc.held(t, run)
+				} else {
+					run.whileWaiting(t)
+				}
 				if err := l.Clear(ctx, tc.fault, tc.node); err != nil {
 					t.Fatalf("clear %s: %v", tc.fault, err)
 				}
@@ -191,9 +213,16 @@ type faultCase struct {
 	stopNode, reason string
 	name             string // the subtest's name when not the fault's
 	alertmanager     bool   // the lab runs a real Alertmanager
+	// otherActors: the lab runs the other actors (Options.OtherActors),
+	// builtAtBoot its driver container building at boot.
+	otherActors, builtAtBoot bool
 	// clearWhile clears the fault once this tool answers in_progress (a
 	// job that finishes while the drain waits for it).
 	clearWhile string
+	// clearNode: clearWhile counts only this node's calls ("" = any);
+	// held, when set, runs then instead of whileWaiting.
+	clearNode string
+	held      func(t *testing.T, r *faultRun)
 	poll       time.Duration // the agent's pause before calling a step in progress again
 	// beforeWait runs when the agent waits for the clock (a maintenance
 	// window, the soak), before the lab clock moves.

@@ -88,6 +88,16 @@ type Options struct {
 	// VMFirmware is what the VM canary boots with. "": UEFI, as GPU
 	// servers do.
 	VMFirmware vm.Firmware
+	// OtherActors makes the lab's GPU servers shared with the others that
+	// maintain nodes (lab/others.go): the emulated GPU servers take their
+	// driver from the GPU Operator's driver container, whose precompiled
+	// images a real OCI registry serves; the maintenance operator, kured
+	// and their faults run on the control plane.
+	OtherActors bool
+	// DriverBuiltAtBoot: the driver container builds the driver at boot
+	// from the running kernel's headers instead of pulling a precompiled
+	// image (with OtherActors).
+	DriverBuiltAtBoot bool
 	// Logger gets the lab's events; Progress one line per stage.
 	Logger   *slog.Logger
 	Progress func(string)
@@ -203,6 +213,11 @@ type Lab struct {
 	// and the VM canary's entry when there is one.
 	Inventory string
 
+	// drivers is the driver container with its registry (OtherActors).
+	drivers *drivers
+	// kuredHeld is the kured lock fault kured-lock-held took, by node.
+	kuredHeld map[string]string
+
 	firing      string       // the alert alert-firing fires
 	maintenance [2]time.Time // the window window-closes declared: start, end
 
@@ -313,7 +328,7 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	}
 	l.Dir, l.Clock = opts.Dir, &Clock{}
 	l.firing, l.maintenance = "", [2]time.Time{}
-	l.Fleet, l.World, l.Receiver, l.Alertmanager, l.VMCanary = nil, nil, nil, nil, nil
+	l.Fleet, l.World, l.Receiver, l.Alertmanager, l.VMCanary, l.drivers, l.kuredHeld = nil, nil, nil, nil, nil, nil, nil
 	if opts.VMCanary {
 		say(fmt.Sprintf("VM canary: a real Debian 12 VM under QEMU (%s) as %s (first time: the image is built, minutes)", strings.ToUpper(string(opts.VMFirmware)), VMCanaryName))
 		if l.VMCanary, err = startVMCanary(ctx, opts); err != nil {
@@ -367,6 +382,13 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	fromfleet.ForwardEtcd(l.Fleet, l.Etcd)
 	if err := fromfleet.InstallControlPlaneFiles(l.Fleet, l.Etcd, l.World); err != nil {
 		return fmt.Errorf("lab: control-plane files on the hosts: %w", err)
+	}
+
+	if opts.OtherActors {
+		say("other actors: the GPU Operator's driver container (precompiled images in a real OCI registry), the maintenance operator, kured")
+		if err := l.startOthers(ctx, opts); err != nil {
+			return fmt.Errorf("lab: %w", err)
+		}
 	}
 
 	if opts.Alertmanager != "" {
@@ -556,7 +578,8 @@ func (l *Lab) writeIntentRepo(drainMinutes int) error {
 	// issuer: the host-side tools read neither.
 	if l.World != nil {
 		edits["gpu-fleet/settings.yaml"] = func(s string) string {
-			return modelURLLine.ReplaceAllString(s, "${1}"+l.World.ModelCompletionsURL())
+			s = modelURLLine.ReplaceAllString(s, "${1}"+l.World.ModelCompletionsURL())
+			return l.driverSettings(s)
 		}
 		edits["control-plane/settings.yaml"] = func(s string) string {
 			return issuerURLLine.ReplaceAllString(s, "${1}"+l.World.OIDCIssuer())
@@ -703,6 +726,9 @@ func FaultNames() []string {
 	for _, f := range labFaults {
 		out = append(out, f.name)
 	}
+	for _, f := range otherFaults {
+		out = append(out, f.name)
+	}
 	return out
 }
 
@@ -711,6 +737,9 @@ func FaultNames() []string {
 func (l *Lab) Inject(ctx context.Context, name, node, arg string) error {
 	if labFault(name) {
 		return l.injectLab(ctx, name, arg, false)
+	}
+	if otherFault(name) {
+		return l.injectOther(ctx, name, node, arg, false)
 	}
 	if f, err := fleet.FaultByName(name, arg); err == nil {
 		h := l.Fleet.Host(node)
@@ -733,6 +762,9 @@ func (l *Lab) Inject(ctx context.Context, name, node, arg string) error {
 func (l *Lab) Clear(ctx context.Context, name, node string) error {
 	if labFault(name) {
 		return l.injectLab(ctx, name, "", true)
+	}
+	if otherFault(name) {
+		return l.injectOther(ctx, name, node, "", true)
 	}
 	if _, err := fleet.FaultByName(name, ""); err == nil {
 		h := l.Fleet.Host(node)

@@ -141,7 +141,7 @@ func (p *labPool) closeAll() error {
 // following it reads: a line per window step as it ends and the summary,
 // in about a hundred lines.
 func TestDemoRound(t *testing.T) {
-	l := upLab(t, Options{ControlPlanes: 3, Canary: 1, GPUServers: 2})
+	l := upLab(t, Options{ControlPlanes: 3, Canary: 1, GPUServers: 2, OtherActors: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
@@ -162,6 +162,13 @@ func TestDemoRound(t *testing.T) {
 		}
 	}
 	t.Logf("round closed in %s: %d calls, %d approvals", res.Duration, res.Outcome.Calls, res.Outcome.Approvals)
+	// The demo's GPU servers take their driver from the driver container:
+	// each one's GPU acceptance found its driver pod Ready on the new kernel.
+	for _, n := range []string{"gpu-canary-1", "gpu-1", "gpu-2"} {
+		if !driverReadyIn(t, l, n) {
+			t.Errorf("%s's GPU acceptance did not find its driver pod Ready on the new kernel", n)
+		}
+	}
 	for _, h := range l.Fleet.Hosts() {
 		st, err := h.State()
 		if err != nil {

@@ -55,6 +55,8 @@ running for Claude Code; "lab fault" injects a fault into a running lab.`,
 		cmd.Flags().IntVar(&shape.GPUServers, "gpu-servers", 4, "other GPU servers")
 		cmd.Flags().BoolVar(&shape.VMCanary, "vm-canary", false, "the canary GPU server is a real Debian VM under QEMU (real GRUB, kernels, reboots; README, \"real VM\")")
 		cmd.Flags().StringVar((*string)(&shape.VMFirmware), "vm-firmware", "uefi", "what the VM canary boots with: uefi or bios")
+		cmd.Flags().BoolVar(&shape.OtherActors, "other-actors", true, "the emulated GPU servers take their driver from the GPU Operator's driver container (precompiled images in a real OCI registry); the maintenance operator and kured run beside the round (README, \"other actors\")")
+		cmd.Flags().BoolVar(&shape.DriverBuiltAtBoot, "driver-built-at-boot", false, "with --other-actors, the driver container builds the driver at boot from the kernel's headers instead of pulling a precompiled image")
 	}
 	// options are the lab's options once the flags are parsed; the lab
 	// logs only warnings unless --log-level is given (the demo prints each

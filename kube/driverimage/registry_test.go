@@ -41,6 +41,18 @@ func TestCheckAgainstARealRegistry(t *testing.T) {
 	if tags, err := (driverimage.Checker{PageSize: 1}).Tags(ctx, im); err != nil || len(tags) != 3 {
 		t.Fatalf("tag list asked in pages of 1: %v %v, want the 3 tags", tags, err)
 	}
+	// A publisher withdraws one image: its tag is gone from the list, the
+	// others stay.
+	withdrawn := driverimage.Tag("535", "6.8.0-40-generic", "ubuntu22.04")
+	if err := reg.Delete(ctx, "nvidia/driver", withdrawn); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Check(ctx, im, withdrawn); r.Verdict != driverimage.Absent {
+		t.Fatalf("a withdrawn tag: %+v, want absent", r)
+	}
+	if r := c.Check(ctx, im, present); r.Verdict != driverimage.Present || r.Tags != 2 {
+		t.Fatalf("after another tag's withdrawal: %+v, want present among 2", r)
+	}
 	if r := c.Check(ctx, im, "bad tag/with slash"); r.Verdict != driverimage.Uncertain {
 		t.Fatalf("bad tag: %+v, want could not check", r)
 	}

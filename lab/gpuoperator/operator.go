@@ -49,6 +49,12 @@ type Host struct {
 	// Headers: the running kernel's headers are installed (a build at
 	// boot needs them).
 	Headers bool
+	// BuildFails: the build at boot fails even with the headers (a driver
+	// that does not compile against this kernel).
+	BuildFails bool
+	// BootID changes with each boot: the node's driver pod starts again,
+	// as its container does on a real node after a reboot.
+	BootID string
 }
 
 // Operator renders the driver DaemonSets for the lab's GPU nodes.
@@ -63,6 +69,8 @@ type Operator struct {
 	Check driverimage.Checker
 	// Hosts reads the GPU nodes' hosts now, by node name.
 	Hosts func(ctx context.Context) (map[string]Host, error)
+
+	boots map[string]string // last BootID seen, by node
 }
 
 // Sync labels each GPU node with its host's kernel and makes the driver
@@ -120,6 +128,32 @@ func (o *Operator) Sync(ctx context.Context) error {
 			}
 		}
 	}
+	return o.restartRebooted(ctx, hosts)
+}
+
+// restartRebooted deletes the driver pods of nodes that booted since the
+// last Sync: their DaemonSet starts them again, after the boot.
+func (o *Operator) restartRebooted(ctx context.Context, hosts map[string]Host) error {
+	if o.boots == nil {
+		o.boots = map[string]string{}
+	}
+	for _, node := range slices.Sorted(maps.Keys(hosts)) {
+		id := hosts[node].BootID
+		last, seen := o.boots[node]
+		o.boots[node] = id
+		if !seen || id == last || id == "" {
+			continue
+		}
+		pods, err := o.Kube.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: PodLabel, FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return fmt.Errorf("driver pods on %s: %w", node, err)
+		}
+		for _, p := range pods.Items {
+			if err := o.Kube.CoreV1().Pods(o.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("restart driver pod %s after %s's boot: %w", p.Name, node, err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -144,7 +178,7 @@ func (o *Operator) buildAtBoot(node string, h Host) *appsv1.DaemonSet {
 	labels := map[string]string{"app": name, LabelComponent: "nvidia-driver", LabelPrecompiled: "false"}
 	ds := o.daemonSet(name, labels, map[string]string{"kubernetes.io/hostname": node, LabelDeployDriver: "true"},
 		o.Image.Ref(o.Branch+"-"+o.OSTag))
-	if !h.Headers {
+	if !h.Headers || h.BuildFails {
 		ds.Spec.Template.Annotations = map[string]string{cluster.AnnotationContainerFails: "CrashLoopBackOff"}
 	}
 	return ds

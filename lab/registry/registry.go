@@ -32,7 +32,6 @@ type Registry struct {
 	dir    string
 	cmd    *exec.Cmd
 	log    *os.File
-	layout string
 	done   chan error
 }
 
@@ -73,7 +72,9 @@ func Start(ctx context.Context, o Options) (*Registry, error) {
 		}
 		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: lab-registry\n    path: %s\n", hp)
 	}
-	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n%s",
+	// Deletes are on: a tag is withdrawn as a publisher withdraws an image
+	// (the lab's driver-image-missing fault).
+	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\nstorage:\n  delete:\n    enabled: true\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n%s",
 		filepath.Join(o.Dir, "data"), addr, auth)
 	cfgPath := filepath.Join(o.Dir, "config.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
@@ -139,14 +140,13 @@ func (r *Registry) Stop() error {
 	return errors.Join(kerr, r.log.Close())
 }
 
-// Push copies a small one-layer image to repository:tag with skopeo.
+// Push copies a small one-layer image to repository:tag with skopeo. Each
+// tag gets an image of its own (its config names the tag), so deleting one
+// tag's manifest leaves the others.
 func (r *Registry) Push(ctx context.Context, repository, tag string) error {
-	if r.layout == "" {
-		dir := filepath.Join(r.dir, "image")
-		if err := writeLayout(dir); err != nil {
-			return err
-		}
-		r.layout = dir
+	layout := filepath.Join(r.dir, "images", repository, tag)
+	if err := writeLayout(layout, repository+":"+tag); err != nil {
+		return err
 	}
 	args := []string{"copy", "--insecure-policy", "--dest-tls-verify=false"}
 	if r.User != "" {
@@ -155,16 +155,33 @@ func (r *Registry) Push(ctx context.Context, repository, tag string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	dest := "docker://" + r.Addr + "/" + repository + ":" + tag
-	out, err := exec.CommandContext(ctx, "skopeo", append(args, "oci:"+r.layout+":image", dest)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "skopeo", append(args, "oci:"+layout+":image", dest)...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("skopeo copy to %s: %w: %s", dest, err, out)
 	}
 	return nil
 }
 
+// Delete withdraws repository:tag with skopeo (the registry deletes the
+// tag's manifest; its tag list no longer names it).
+func (r *Registry) Delete(ctx context.Context, repository, tag string) error {
+	args := []string{"delete", "--tls-verify=false"}
+	if r.User != "" {
+		args = append(args, "--creds", r.User+":"+r.Password)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	ref := "docker://" + r.Addr + "/" + repository + ":" + tag
+	out, err := exec.CommandContext(ctx, "skopeo", append(args, ref)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("skopeo delete %s: %w: %s", ref, err, out)
+	}
+	return nil
+}
+
 // writeLayout writes a one-layer image (an empty tar) as an OCI image
-// layout tagged "image".
-func writeLayout(dir string) error {
+// layout tagged "image", its config labelled with name.
+func writeLayout(dir, name string) error {
 	blobs := filepath.Join(dir, "blobs", "sha256")
 	if err := os.MkdirAll(blobs, 0o755); err != nil {
 		return err
@@ -178,7 +195,7 @@ func writeLayout(dir string) error {
 	if err != nil {
 		return err
 	}
-	cfg, cfgSize, err := blob(fmt.Appendf(nil, `{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[%q]},"config":{}}`, layer))
+	cfg, cfgSize, err := blob(fmt.Appendf(nil, `{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[%q]},"config":{"Labels":{"org.opencontainers.image.ref.name":%q}}}`, layer, name))
 	if err != nil {
 		return err
 	}

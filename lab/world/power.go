@@ -307,7 +307,8 @@ type podHolder interface {
 
 // reconcilePods plays the kubelet's status reports: a Running pod on a
 // host that is up with a Ready Node is Ready (after a reboot, or after the
-// node controller marked it not ready), unless the World holds it.
+// node controller marked it not ready), unless the World holds it or its
+// containers fail (cluster.AnnotationContainerFails).
 func (w *World) reconcilePods(ctx context.Context) error {
 	pods, err := w.pods.List(labels.Everything())
 	if err != nil {
@@ -318,6 +319,9 @@ func (w *World) reconcilePods(ctx context.Context) error {
 	for _, p := range pods {
 		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
 			continue
+		}
+		if _, fails := p.Annotations[cluster.AnnotationContainerFails]; fails {
+			continue // its containers never start (the lab's kwok stage shows why)
 		}
 		key := p.Namespace + "/" + p.Name
 		if h, held := holds[key]; held {

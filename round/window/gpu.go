@@ -37,6 +37,8 @@ func JudgeGPUAcceptance(c GPUChecks) (problems, notes []string) {
 		for _, l := range lastN(c.Driver.Logs, 10) {
 			problems = append(problems, "driver pod log: "+l)
 		}
+	case c.Driver != nil:
+		notes = append(notes, "driver pod: "+c.Driver.Reason) // which pod, on which kernel
 	}
 	if c.HostErr != nil {
 		problems = append(problems, "host GPU check: "+c.HostErr.Error())

@@ -47,7 +47,7 @@ func TestJudgeGPUAcceptance(t *testing.T) {
 		}), problems: []string{"model completion: HTTP 503"}},
 		{name: "driver pod ready", checks: good(func(c *window.GPUChecks) {
 			c.Driver = &gpucheck.DriverPodResult{State: gpucheck.DriverReady, Reason: "driver pod d is Ready"}
-		})},
+		}), notes: []string{"driver pod: driver pod d is Ready"}},
 		{name: "driver pod fails, its log kept", checks: good(func(c *window.GPUChecks) {
 			c.Driver = &gpucheck.DriverPodResult{State: gpucheck.DriverFailed, Reason: "driver pod d on gpu-1 fails: container nvidia-driver-ctr CrashLoopBackOff",
 				Logs: []string{"Building the kernel module", "make: *** /lib/modules/6.8.0-45-generic/build: No such file or directory"}}
