@@ -216,7 +216,7 @@ func (l *Lab) injectOther(ctx context.Context, name, node, arg string, clear boo
 	if d == nil || l.kuredHeld == nil {
 		return fmt.Errorf("fault %s: this lab runs without the other actors (Options.OtherActors)", name)
 	}
-	if node == "" {
+	if node == "" && name != "driver-image-missing" {
 		return fmt.Errorf("fault %s: name the node (--node)", name)
 	}
 	kc, dyn := l.Cluster.Client(), l.Cluster.Dynamic()
