@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-patch/mcp-patch/lab/maintainers"
 )
 
 // TestFaultCatalogue injects each fault of the catalogue into a small lab
@@ -74,7 +76,7 @@ func TestFaultCatalogue(t *testing.T) {
 		{fault: "node-maintenance-held", node: "gpu-canary-1", otherActors: true, clearWhile: "drain_node", clearNode: "gpu-canary-1",
 			held: heldBy("node-maintenance", "network-operator.nvidia.com"), check: othersLeftAsTheyWere},
 		{fault: "gpu-operator-upgrading-node", node: "gpu-canary-1", otherActors: true, clearWhile: "drain_node", clearNode: "gpu-canary-1",
-			held: heldBy("gpu-operator", "drain-required"), check: othersLeftAsTheyWere},
+			held: heldBy("gpu-operator", maintainers.LabelGPUDriverUpgradeState+"=drain-required"), check: othersLeftAsTheyWere},
 		// A person's cordon: the round stops for a person and lifts nothing;
 		// once the person uncordons and signs resume, the round closes.
 		{fault: "cordoned-by-a-person", node: "gpu-canary-1", otherActors: true, stopStep: "drain", stopNode: "gpu-canary-1", reason: "a person must look",
@@ -223,7 +225,7 @@ type faultCase struct {
 	// held, when set, runs then instead of whileWaiting.
 	clearNode string
 	held      func(t *testing.T, r *faultRun)
-	poll       time.Duration // the agent's pause before calling a step in progress again
+	poll      time.Duration // the agent's pause before calling a step in progress again
 	// beforeWait runs when the agent waits for the clock (a maintenance
 	// window, the soak), before the lab clock moves.
 	beforeWait func(t *testing.T, r *faultRun, until time.Time)

@@ -54,12 +54,25 @@ func heldBy(actor, who string) func(t *testing.T, r *faultRun) {
 	return func(t *testing.T, r *faultRun) {
 		ctx := context.Background()
 		st := callTool(t, r.cs, "round_status", map[string]any{})
-		b, err := json.Marshal(st)
+		b, err := json.Marshal(st["round"])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(string(b), actor) || !strings.Contains(string(b), who) {
-			t.Errorf("round_status does not show the wait for %s (%s): %s", actor, who, b)
+		var view struct{ Waits []round.Wait }
+		if err := json.Unmarshal(b, &view); err != nil {
+			t.Fatal(err)
+		}
+		shown := false
+		for _, w := range view.Waits {
+			for _, h := range w.Holders {
+				if string(h.Actor) == actor && h.Who == who && !w.Since.IsZero() && w.Until.After(w.Since) &&
+					(actor == "kured" || w.Node == "gpu-canary-1") {
+					shown = true
+				}
+			}
+		}
+		if !shown {
+			t.Errorf("round_status does not show the wait for %s (%s), since and until: %s", actor, who, b)
 		}
 		waiting := "" // a node drained while the holder held it
 		for _, rec := range readJournal(t, r.lab, "2026-11") {
@@ -95,7 +108,7 @@ func heldBy(actor, who string) func(t *testing.T, r *faultRun) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n.Labels[maintainers.LabelGPUDriverUpgradeState] != who || !n.Spec.Unschedulable {
+			if maintainers.LabelGPUDriverUpgradeState+"="+n.Labels[maintainers.LabelGPUDriverUpgradeState] != who || !n.Spec.Unschedulable {
 				t.Errorf("the GPU Operator's upgrade on gpu-canary-1 was changed: state %q, cordoned %v", n.Labels[maintainers.LabelGPUDriverUpgradeState], n.Spec.Unschedulable)
 			}
 		}
@@ -118,6 +131,31 @@ func othersLeftAsTheyWere(t *testing.T, r *faultRun) {
 	}
 	if v := ds.Annotations[maintainers.KuredLockAnnotation]; v != "" {
 		t.Errorf("kured's lock is still held after the round closed: %s", v)
+	}
+	// The round held kured's lock while it ran, gave it back at its close,
+	// and no wait is left open in its journal.
+	var taken, released bool
+	open := map[string]bool{}
+	for _, rec := range readJournal(t, r.lab, "2026-11") {
+		if rec.Kind != round.KindOtherActors {
+			continue
+		}
+		switch rec.Event {
+		case round.EventKuredLockTaken:
+			taken = true
+		case round.EventKuredLockReleased:
+			released = taken
+		case round.EventWaitBegan:
+			open[rec.Node] = true
+		case round.EventWaitEnded:
+			delete(open, rec.Node)
+		}
+	}
+	if !taken || !released {
+		t.Errorf("kured's lock in the journal: taken %v, given back after %v; want both", taken, released)
+	}
+	if len(open) != 0 {
+		t.Errorf("waits never ended in the journal: %v", open)
 	}
 	nms, err := dyn.Resource(maintainers.NodeMaintenances).Namespace("").List(ctx, metav1.ListOptions{})
 	if err != nil {

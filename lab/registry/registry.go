@@ -29,10 +29,10 @@ type Registry struct {
 	// User and Password, when set, are the one htpasswd login it takes.
 	User, Password string
 
-	dir    string
-	cmd    *exec.Cmd
-	log    *os.File
-	done   chan error
+	dir  string
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan error
 }
 
 // Options for Start.
