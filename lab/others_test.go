@@ -45,6 +45,15 @@ func driverBackAfterRollback(t *testing.T, r *faultRun) {
 	if err != nil || res.State != gpucheck.DriverReady {
 		t.Fatalf("the canary's driver pod after the rollback to %s: %+v %v, want Ready", fleet.OldKernel, res, err)
 	}
+	// The rollback ended the canary's window: its NodeMaintenance request
+	// is gone, and the rollback said how the driver came back.
+	nms, err := r.lab.Cluster.Dynamic().Resource(maintainers.NodeMaintenances).Namespace("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nm := range nms.Items {
+		t.Errorf("NodeMaintenance %s/%s is left after the rollback", nm.GetNamespace(), nm.GetName())
+	}
 }
 
 // heldBy checks, while a drain waits for another party (actor, who): the
