@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/mcp-patch/mcp-patch/round/promotion"
 )
 
 // Position is one node's place in the round's order.
@@ -200,6 +202,20 @@ type Intent struct {
 	TestEnvironment string
 	TestedKernels   []string
 	Notes           []Note
+	// Promotion is set when the round's environment has an upstream one:
+	// a target kernel is planned only with a proven verdict.
+	Promotion *Promotion
+}
+
+// Promotion is the promotion gate's verdicts on the round's target
+// kernels (round/promotion judges them from the upstream environment's
+// signed outcome records and people's signed promotions).
+type Promotion struct {
+	Environment string `json:"environment"`
+	Upstream    string `json:"upstream"`
+	// Verdicts maps a target kernel to its verdict; a target kernel
+	// without one is a blocker.
+	Verdicts map[string]promotion.Verdict `json:"-"`
 }
 
 // Input is everything Build needs.
@@ -241,6 +257,12 @@ func Build(in Input) Fleet {
 		f.Nodes = append(f.Nodes, n)
 	}
 	f.TestEnvironment = testEnvironment(in.Intent, targets)
+	if p := in.Intent.Promotion; p != nil {
+		f.Promotion = &FleetPromotion{Environment: p.Environment, Upstream: p.Upstream, Kernels: []promotion.Verdict{}}
+		for _, k := range sortedKeys(targets) {
+			f.Promotion.Kernels = append(f.Promotion.Kernels, promotionVerdict(p, k))
+		}
+	}
 	f.seal()
 	f.Summary = summary(&f)
 	return f
@@ -321,6 +343,13 @@ func BuildNode(position int, pos Position, facts Facts, pl Placement, it Intent)
 				n.Grub.New, n.Grub.NewPredicted = id, true
 			} else {
 				block("cannot tell the GRUB entry id the new kernel "+n.Target+" will get from "+old.ID, "check grub.cfg's menuentry ids")
+			}
+		}
+		if p := it.Promotion; p != nil {
+			if v := promotionVerdict(p, n.Target); !v.Proven {
+				n.Blockers = append(n.Blockers, Blocker{Node: pos.Node, Cause: v.Why, Fix: v.Fix, Check: CheckPromotion})
+			} else if v.Risk != "" {
+				n.Risks = append(n.Risks, v.Risk)
 			}
 		}
 		if !facts.GrubenvWritable {
@@ -513,6 +542,16 @@ func sortedKeys[V any](m map[string]V) []string {
 	return ks
 }
 
+// promotionVerdict is the gate's verdict on kernel; a kernel the gate did
+// not judge is not proven.
+func promotionVerdict(p *Promotion, kernel string) promotion.Verdict {
+	if v, ok := p.Verdicts[kernel]; ok {
+		return v
+	}
+	return promotion.Verdict{Kernel: kernel, Why: "kernel " + kernel + " was not judged against " + p.Upstream + "'s records",
+		Fix: "plan the round again"}
+}
+
 func testEnvironment(it Intent, targets map[string]bool) string {
 	if it.TestEnvironment == "" {
 		return ""
@@ -558,6 +597,15 @@ func summary(f *Fleet) []string {
 	}
 	if f.TestEnvironment != "" {
 		out = append(out, "test environment: "+f.TestEnvironment)
+	}
+	if p := f.Promotion; p != nil {
+		for _, v := range p.Kernels {
+			word := "NOT proven"
+			if v.Proven {
+				word = "proven"
+			}
+			out = append(out, fmt.Sprintf("promotion from %s: %s: %s", p.Upstream, word, v.Why))
+		}
 	}
 	out = append(out, fmt.Sprintf("this round needs %d signatures (%d with one signature per step)", f.Signatures, f.PerStepSignatures))
 	if len(f.Risks) > 0 {

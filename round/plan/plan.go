@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+
+	"github.com/mcp-patch/mcp-patch/round/promotion"
 )
 
 // Step names a destructive step a node's plan binds.
@@ -186,6 +188,9 @@ type Blocker struct {
 const (
 	CheckInspect  = "inspect"
 	CheckSimulate = "simulate"
+	// CheckPromotion: the target kernel has no proof from the upstream
+	// environment (round/promotion).
+	CheckPromotion = "promotion"
 )
 
 func (b Blocker) String() string {
@@ -221,6 +226,9 @@ type Fleet struct {
 	// TestEnvironment says whether the target kernel closed a round in
 	// the test environment the intent names ("" when it names none).
 	TestEnvironment string `json:"test_environment,omitempty"`
+	// Promotion is the promotion gate's verdict on each target kernel,
+	// when the round's environment has an upstream one.
+	Promotion *FleetPromotion `json:"promotion,omitempty"`
 	// Signatures is what this plan needs: the plan itself, each node's
 	// window as sized, autoremove. PerStepSignatures is the same with one
 	// signature per destructive step everywhere, for comparison.
@@ -229,6 +237,13 @@ type Fleet struct {
 	// Digest is over the round, the order and every node's window digest:
 	// what a person signs before the first cordon.
 	Digest string `json:"digest"`
+}
+
+// FleetPromotion is the promotion gate as the plan shows it.
+type FleetPromotion struct {
+	Environment string              `json:"environment"`
+	Upstream    string              `json:"upstream"`
+	Kernels     []promotion.Verdict `json:"kernels"`
 }
 
 // Node returns the named node's plan.

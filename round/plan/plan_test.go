@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-patch/mcp-patch/round/promotion"
 )
 
 const (
@@ -535,5 +537,60 @@ func TestDriverContainer(t *testing.T) {
 				t.Fatalf("blockers %v, want one on gpu-2 (%s) ~%q", fl.Blockers, tc.check, tc.cause)
 			}
 		})
+	}
+}
+
+func TestPromotionGate(t *testing.T) {
+	in := input(PerWindow)
+	in.Intent.Promotion = &Promotion{Environment: "production", Upstream: "staging", Verdicts: map[string]promotion.Verdict{
+		target: {Kernel: target, Why: "kernel " + target + " is still soaking in staging until 2026-12-08 10:00 UTC", Fix: "Let it soak."},
+	}}
+	fl := Build(in)
+	var blocked []string
+	for _, b := range fl.Blockers {
+		if b.Check == CheckPromotion {
+			blocked = append(blocked, b.Node)
+			if !strings.Contains(b.Cause, "still soaking in staging") || b.Fix != "Let it soak." {
+				t.Fatalf("blocker %+v", b)
+			}
+		}
+	}
+	var moving int
+	for _, n := range fl.Nodes {
+		if n.Target != "" && n.Target != n.Running {
+			moving++
+		}
+	}
+	if moving == 0 || len(blocked) != moving || fl.Ready() {
+		t.Fatalf("%d nodes move, %d blocked by the promotion gate: %v", moving, len(blocked), blocked)
+	}
+	if fl.Promotion == nil || len(fl.Promotion.Kernels) != 1 || fl.Promotion.Kernels[0].Proven {
+		t.Fatalf("fleet promotion %+v", fl.Promotion)
+	}
+	var b bytes.Buffer
+	if err := Markdown(&b, fl); err != nil {
+		t.Fatal(err)
+	}
+	if md := b.String(); !strings.Contains(md, "## Promotion from staging") || !strings.Contains(md, "| "+target+" | **no** | kernel "+target+" is still soaking") {
+		t.Fatalf("plan.md has no promotion section:\n%s", md)
+	}
+
+	// A person's promotion: planned, with the risk on every moving node.
+	in.Intent.Promotion.Verdicts[target] = promotion.Verdict{Kernel: target, Proven: true, Why: "promoted by bob", Risk: "kernel runs without proof: bob promoted it (CVE)"}
+	fl = Build(in)
+	if !fl.Ready() {
+		t.Fatalf("a promoted kernel still blocks: %v", fl.Blockers)
+	}
+	for _, n := range fl.Nodes {
+		if n.Target != "" && n.Target != n.Running && !slices.Contains(n.Risks, "kernel runs without proof: bob promoted it (CVE)") {
+			t.Fatalf("%s has no promotion risk: %v", n.Node, n.Risks)
+		}
+	}
+
+	// No verdict for the kernel: not judged is not proven.
+	delete(in.Intent.Promotion.Verdicts, target)
+	fl = Build(in)
+	if fl.Ready() || !strings.Contains(fl.Blockers[0].Cause, "was not judged against staging's records") {
+		t.Fatalf("an unjudged kernel: %v", fl.Blockers)
 	}
 }

@@ -39,6 +39,21 @@ func Markdown(w io.Writer, f Fleet) error {
 		}
 		p("\n")
 	}
+	if pr := f.Promotion; pr != nil {
+		p("## Promotion from %s\n\nThis round runs in %s: a target kernel is planned only with proof from %s (a round there that closed green, certified by a person's signature, and soaked since) or a person's signed promotion.\n\n", pr.Upstream, pr.Environment, pr.Upstream)
+		p("| kernel | proven | why |\n|---|---|---|\n")
+		for _, v := range pr.Kernels {
+			word := "**no**"
+			if v.Proven {
+				word = "yes"
+			}
+			p("| %s | %s | %s |\n", v.Kernel, word, cell(v.Why))
+		}
+		if len(pr.Kernels) == 0 {
+			p("| - | - | no node gets a new kernel |\n")
+		}
+		p("\n")
+	}
 	p("## Order\n\n| # | node | role | running → target | signatures | why here |\n|---|---|---|---|---|---|\n")
 	for _, n := range f.Nodes {
 		role := n.Role
