@@ -30,6 +30,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube/driverimage"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/plan"
+	"github.com/mcp-patch/mcp-patch/round/promotion"
 )
 
 // Hosts reads one node for the plan: the simulated upgrade and the survey
@@ -208,6 +209,9 @@ type Input struct {
 	// Others says who else maintains a node now (kube/actors' Watch); nil
 	// looks for nobody. It reads only.
 	Others Others
+	// Promotion is the promotion gate of a round whose environment has an
+	// upstream one; nil: none.
+	Promotion *promotion.Gate
 }
 
 // Others is who else maintains a node (round/window's Others).
@@ -285,8 +289,26 @@ func Run(ctx context.Context, in Input, hosts Hosts, drains Drains, p Progress) 
 		evicted[r.Node] = r.Value.pods
 	}
 	return plan.Build(plan.Input{Round: in.Round, Order: Positions(in.Order), Facts: facts, Revision: in.Revision,
-		Placement: PlacementOf(in.Placement, in.Inventory, evicted, in.Settings), Intent: IntentOf(in.Settings, in.Components, facts),
+		Placement: PlacementOf(in.Placement, in.Inventory, evicted, in.Settings), Intent: WithPromotion(IntentOf(in.Settings, in.Components, facts), in.Promotion, facts),
 		Risks: in.Risks}), nil
+}
+
+// WithPromotion adds the promotion gate's verdict on every target kernel
+// of facts to it (gate nil: it unchanged). Pure.
+func WithPromotion(it plan.Intent, gate *promotion.Gate, facts map[string]plan.Facts) plan.Intent {
+	if gate == nil {
+		return it
+	}
+	p := &plan.Promotion{Environment: gate.Environment, Upstream: gate.Upstream, Verdicts: map[string]promotion.Verdict{}}
+	for _, f := range facts {
+		if f.Target != "" && f.Target != f.Running {
+			if _, ok := p.Verdicts[f.Target]; !ok {
+				p.Verdicts[f.Target] = gate.Judge(f.Target)
+			}
+		}
+	}
+	it.Promotion = p
+	return it
 }
 
 // Positions is the round's order as the plan lists it.
