@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,6 +135,72 @@ func TestApproveRefusesLongLivedRequests(t *testing.T) {
 	os.WriteFile(reqFile, base.Canonical(), 0o644)
 	if code, _, errOut := run(t, "", nil, "approve", "--key", key, "--yes", reqFile); code != ExitOK || !strings.Contains(errOut, "valid for 30 minutes") {
 		t.Fatalf("fresh request: exit %d: %s", code, errOut)
+	}
+}
+
+// TestApproveSignsRecords: a person signs a round's outcome and a kernel
+// promoted without upstream proof with `mcp-patch approve`, reading what
+// each means; the server's VerifyRecord accepts both, after their requests
+// expired too, and refuses each as the other kind.
+func TestApproveSignsRecords(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "id_ed25519")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v %s", err, out)
+	}
+	pub, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	signers, err := policy.ParseAllowedSigners([]byte(`alice@example.org namespaces="mcp-patch" ` + strings.TrimSpace(string(pub)) + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outcome, err := policy.NewAttestation(policy.KindRoundOutcome,
+		policy.AttestationFields{Environment: "staging", Round: "2026-11", Digest: "sha256:" + strings.Repeat("5e", 32)},
+		[]string{"6.8.0-49-generic: 12 nodes, green, soaked 72 hours"}, 30*time.Minute, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	promoted, err := policy.NewAttestation(policy.KindKernelPromoted,
+		policy.AttestationFields{Environment: "production", Round: "2026-12", Kernel: "6.8.0-49-generic", Reason: "staging soak cut short"},
+		nil, 30*time.Minute, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		req   policy.Request
+		other policy.Kind
+		shown string
+	}{
+		{"round outcome", outcome, policy.KindKernelPromoted, "You certify that patch round 2026-11 in environment staging ended as summarised below"},
+		{"kernel promoted", promoted, policy.KindRoundOutcome, "You promote kernel 6.8.0-49-generic into environment production's round 2026-12 without proof"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reqFile := filepath.Join(t.TempDir(), "request.txt")
+			if err := os.WriteFile(reqFile, tt.req.Canonical(), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, out, errOut := run(t, "", nil, "approve", "--key", key, "--yes", reqFile)
+			if code != ExitOK {
+				t.Fatalf("approve: exit %d: %s", code, errOut)
+			}
+			for _, want := range []string{tt.shown, "stands as a record"} {
+				if !strings.Contains(errOut, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, errOut)
+				}
+			}
+			later := tt.req.Expires.Add(30 * 24 * time.Hour)
+			v := &policy.Verifier{AllowedSigners: signers, Clock: func() time.Time { return later }}
+			if _, got, err := v.VerifyRecord(t.Context(), out, tt.req.Kind); err != nil || got.ID() != tt.req.ID() {
+				t.Fatalf("VerifyRecord: request %s, %v", got.ID(), err)
+			}
+			if _, _, err := v.VerifyRecord(t.Context(), out, tt.other); !errors.Is(err, policy.ErrMismatch) {
+				t.Fatalf("VerifyRecord as %s: %v", tt.other, err)
+			}
+		})
 	}
 }
 

@@ -25,7 +25,7 @@ const (
 
 // labEnv are the variables of this CLI's environment the lab's binary reads
 // as this one would, passed on as this process sees them.
-var labEnv = []string{"MCP_PATCH_LAB_DIR", "MCP_PATCH_CONFIG", "MCP_PATCH_INTENT_REPO", "MCP_PATCH_STATE_DIR", "MCP_PATCH_ALLOWED_SIGNERS", "MCP_PATCH_LAB_HOST"}
+var labEnv = []string{"MCP_PATCH_LAB_DIR", "MCP_PATCH_CONFIG", "MCP_PATCH_INTENT_REPO", "MCP_PATCH_ENVIRONMENT", "MCP_PATCH_STATE_DIR", "MCP_PATCH_ALLOWED_SIGNERS", "MCP_PATCH_LAB_HOST"}
 
 func (a *app) labCommand() *cobra.Command {
 	return &cobra.Command{

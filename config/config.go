@@ -66,6 +66,10 @@ const (
 type Config struct {
 	// IntentRepo is the path of the intent repository's working copy (git).
 	IntentRepo string `json:"intent_repo,omitempty" jsonschema:"description=Path of the intent repository working copy (env MCP_PATCH_INTENT_REPO)"`
+	// Environment names the environment of the intent repository's
+	// environments.yaml this server serves; empty: the repository has one
+	// environment (no environments.yaml). A DNS-1123 label.
+	Environment string `json:"environment,omitempty" jsonschema:"description=Environment of the intent repository's environments.yaml this server serves (empty: the repository has one environment; env MCP_PATCH_ENVIRONMENT)"`
 	// Kubeconfig is an explicit kubeconfig path; empty follows kubectl's rules (KUBECONFIG, ~/.kube/config, in-cluster).
 	Kubeconfig string `json:"kubeconfig,omitempty" jsonschema:"description=Kubeconfig path; empty follows kubectl's loading rules"`
 	// Context is the kubeconfig context; empty means the current context.
@@ -389,6 +393,9 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	if v := getenv("MCP_PATCH_INTENT_REPO"); v != "" {
 		c.IntentRepo = v
 	}
+	if v := getenv("MCP_PATCH_ENVIRONMENT"); v != "" {
+		c.Environment = v
+	}
 	if v := getenv("MCP_PATCH_STATE_DIR"); v != "" {
 		c.StateDir = v
 	}
@@ -407,6 +414,11 @@ func (c *Config) Validate() error {
 	case ModeNormal, ModeReadOnly, ModeDisableDestructive:
 	default:
 		bad("mode", "%q is not normal, read-only or disable-destructive", c.Mode)
+	}
+	if c.Environment != "" {
+		if msgs := validation.IsDNS1123Label(c.Environment); len(msgs) > 0 {
+			bad("environment", "%q is not an environment name (a DNS-1123 label): %s", c.Environment, strings.Join(msgs, "; "))
+		}
 	}
 	if (c.Serve.TLSCert == "") != (c.Serve.TLSKey == "") {
 		bad("serve.tls_cert/tls_key", "set both or neither")

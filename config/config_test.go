@@ -137,3 +137,55 @@ func TestValidateLeaseTiming(t *testing.T) {
 		})
 	}
 }
+
+func TestValidateEnvironment(t *testing.T) {
+	for _, tt := range []struct {
+		name, env, want string // want "": valid
+	}{
+		{name: "none: one environment", env: ""},
+		{name: "a label", env: "production-a"},
+		{name: "upper case", env: "Production", want: `config environment: "Production" is not an environment name`},
+		{name: "a dot", env: "prod.a", want: `config environment: "prod.a" is not an environment name`},
+		{name: "too long", env: strings.Repeat("a", 64), want: "config environment:"},
+		{name: "space", env: " staging", want: "config environment:"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Identity = "t"
+			c.Environment = tt.env
+			err := c.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// The environment comes from the file, and MCP_PATCH_ENVIRONMENT wins.
+func TestEnvironmentFromFileAndEnv(t *testing.T) {
+	p := t.TempDir() + "/c.yaml"
+	if err := writeFile(p, "identity: x\nenvironment: staging\n"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Environment != "staging" {
+		t.Errorf("environment from the file = %q, want staging", c.Environment)
+	}
+	c.ApplyEnv(func(k string) string { return map[string]string{"MCP_PATCH_ENVIRONMENT": "production"}[k] })
+	if c.Environment != "production" {
+		t.Errorf("environment after MCP_PATCH_ENVIRONMENT = %q, want production", c.Environment)
+	}
+	c.ApplyEnv(func(string) string { return "" })
+	if c.Environment != "production" {
+		t.Errorf("an unset MCP_PATCH_ENVIRONMENT changed environment to %q", c.Environment)
+	}
+}

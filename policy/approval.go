@@ -216,6 +216,9 @@ func (e Expectation) validate() error {
 	if !k.Valid() {
 		return fmt.Errorf("unknown kind %q", e.Kind)
 	}
+	if k.IsRecord() {
+		return fmt.Errorf("%s is a record, not a permission used once: check it with VerifyRecord", k)
+	}
 	need := map[string]string{fieldNode: e.Node, fieldRound: e.Round}
 	if k == KindApproval {
 		need[fieldTool], need[fieldPlanDigest] = e.Tool, e.PlanDigest
@@ -333,35 +336,20 @@ func (v *Verifier) check(ctx context.Context, text string, want Expectation, sta
 	if err := want.validate(); err != nil {
 		return Verified{}, fmt.Errorf("expectation: %w", err)
 	}
-	a, sb, err := parseApproval(text)
+	s, err := v.signed(text)
 	if err != nil {
 		return Verified{}, err
 	}
-	pub := sb.PublicKey
-	fp := ssh.FingerprintSHA256(pub)
-	if sb.Namespace != Namespace {
-		return Verified{}, refusal(ReasonWrongNamespace, "", "", "", fmt.Sprintf("signature namespace is %q, want %q", sb.Namespace, Namespace))
-	}
-	if err := checkSignerKey(pub); err != nil {
-		return Verified{}, refusal(ReasonUnsupportedKey, "", "", "", err.Error())
-	}
-	lines := v.AllowedSigners.ForKey(pub)
-	if len(lines) == 0 {
-		return Verified{}, refusal(ReasonUnknownSigner, "", "", "", fmt.Sprintf("%s key %s is not in allowed_signers", pub.Type(), fp))
-	}
-	if err := verifySigBlob(sb, Namespace, a.Request.Canonical()); err != nil {
-		return Verified{}, refusal(ReasonBadSignature, "", "", "", err.Error())
-	}
 	now := v.now()
-	signer, err := pickSignerLine(lines, now, fp)
+	signer, err := pickSignerLine(s.lines, now, s.fp)
 	if err != nil {
 		return Verified{}, err
 	}
 	names := signer.Names()
 	if signer.LabOnly && v.RefuseLabOnly {
-		return Verified{}, refusal(ReasonLabOnlySigner, "", "", "", fmt.Sprintf("key %s (allowed_signers line %d, %s) is labelled lab-only", fp, signer.Line, strings.Join(names, ",")))
+		return Verified{}, refusal(ReasonLabOnlySigner, "", "", "", fmt.Sprintf("key %s (allowed_signers line %d, %s) is labelled lab-only", s.fp, signer.Line, strings.Join(names, ",")))
 	}
-	req := a.Request
+	req := s.req
 	if !standing && !now.Before(req.Expires) {
 		return Verified{}, refusal(ReasonExpired, "", "", "", fmt.Sprintf("expired at %s, it is now %s", req.Expires.Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
 	}
@@ -371,19 +359,7 @@ func (v *Verifier) check(ctx context.Context, text string, want Expectation, sta
 	if err := checkBinding(req, want); err != nil {
 		return Verified{}, err
 	}
-	got := Verified{
-		Principals:     names,
-		Principal:      strings.Join(names, ","),
-		KeyFingerprint: fp,
-		KeyType:        pub.Type(),
-		HardwareKey:    isSK(pub),
-		SignerLine:     signer.Line,
-		LabOnly:        signer.LabOnly,
-		Nonce:          req.Nonce,
-		ApprovalID:     req.ID(),
-		Expires:        req.Expires,
-		Request:        req,
-	}
+	got := s.verified(signer)
 	if err := got.RequirePrincipals(want.Principals); err != nil {
 		return Verified{}, err
 	}
@@ -398,6 +374,133 @@ func (v *Verifier) check(ctx context.Context, text string, want Expectation, sta
 		return Verified{}, refusal(ReasonNeverUsed, "", "", "", fmt.Sprintf("approval %s (nonce %s) was never accepted by this server while it was valid", req.ID(), req.Nonce))
 	}
 	return got, nil
+}
+
+// VerifyRecord checks a signed statement committed to Git as a record (a
+// kind for which Kind.IsRecord holds: round_outcome, kernel_promoted),
+// whenever a step relies on it, long after its request expired. text is
+// the request followed by its signature block, as for Verify.
+//
+// It proves, when it returns no error:
+//   - the statement is of kind want, and its text is in canonical form;
+//   - its bytes, summary lines included, are what a key signed, with an
+//     SSHSIG signature in the namespace mcp-patch;
+//   - that key is in allowed_signers now (a key removed since is
+//     refused), and the line that admits it names a principal, allows the
+//     namespace, and was valid at the request's signed issue time (a line
+//     whose valid-before passed since still admits what was signed
+//     before it);
+//   - the key is not labelled lab-only, when RefuseLabOnly is set;
+//   - the signed lifetime (expires - issued) is within MaxLifetime, and
+//     the issue time is not after now by more than ClockSkew.
+//
+// It does not prove:
+//   - that the request is unexpired now: the record stands after its
+//     request expired;
+//   - anything about the nonce: it reads no NonceStore (none is needed)
+//     and consumes nothing, so the same record may be relied on again;
+//   - that the record says what the caller needs: the caller compares
+//     the returned Request (environment, round, outcome-digest or kernel,
+//     and the summary) with what it plans on, and the signer's principals
+//     (Verified.RequirePrincipals) with who may make the statement;
+//   - that the server composed the request: anyone may write the text;
+//     the signature is what a person vouches for.
+//
+// A refusal is a *RefusalError naming what failed (ErrMalformed,
+// ErrBadSignature, ErrUnknownSigner, ErrMismatch for another kind, ...).
+// A want that is not a record kind is an error of the caller, not a
+// refusal. ctx is not used today: nothing it does waits.
+func (v *Verifier) VerifyRecord(ctx context.Context, text string, want Kind) (Verified, Request, error) {
+	got, err := v.verifyRecord(text, want)
+	if err != nil {
+		return Verified{}, Request{}, fmt.Errorf("verify %s record: %w", want, err)
+	}
+	return got, got.Request, nil
+}
+
+func (v *Verifier) verifyRecord(text string, want Kind) (Verified, error) {
+	if v.AllowedSigners == nil {
+		return Verified{}, errors.New("verifier needs AllowedSigners")
+	}
+	if !want.IsRecord() {
+		return Verified{}, fmt.Errorf("%q is not a record kind: check it with Verify", want)
+	}
+	s, err := v.signed(text)
+	if err != nil {
+		return Verified{}, err
+	}
+	req := s.req
+	// The issue time is signed, so the line is judged when the person
+	// signed, not now: a record outlives its signer's valid-before.
+	signer, err := pickSignerLine(s.lines, req.Issued, s.fp)
+	if err != nil {
+		return Verified{}, err
+	}
+	names := signer.Names()
+	if signer.LabOnly && v.RefuseLabOnly {
+		return Verified{}, refusal(ReasonLabOnlySigner, "", "", "", fmt.Sprintf("key %s (allowed_signers line %d, %s) is labelled lab-only", s.fp, signer.Line, strings.Join(names, ",")))
+	}
+	if err := CheckLifetime(req, v.now(), v.MaxLifetime, v.ClockSkew); err != nil {
+		return Verified{}, err
+	}
+	if req.Kind != want {
+		return Verified{}, refusal(ReasonMismatch, "kind", string(want), string(req.Kind), "")
+	}
+	return s.verified(signer), nil
+}
+
+// signedText is a request whose signature verified with a key that
+// allowed_signers lists, on the lines given; which line admits it, when,
+// is for the caller to decide.
+type signedText struct {
+	req   Request
+	pub   ssh.PublicKey
+	fp    string
+	lines []AllowedSigner
+}
+
+// signed parses text (request and signature block) and checks the
+// signature: namespace, key type, a key allowed_signers lists, and the
+// signature over the canonical request.
+func (v *Verifier) signed(text string) (signedText, error) {
+	a, sb, err := parseApproval(text)
+	if err != nil {
+		return signedText{}, err
+	}
+	pub := sb.PublicKey
+	fp := ssh.FingerprintSHA256(pub)
+	if sb.Namespace != Namespace {
+		return signedText{}, refusal(ReasonWrongNamespace, "", "", "", fmt.Sprintf("signature namespace is %q, want %q", sb.Namespace, Namespace))
+	}
+	if err := checkSignerKey(pub); err != nil {
+		return signedText{}, refusal(ReasonUnsupportedKey, "", "", "", err.Error())
+	}
+	lines := v.AllowedSigners.ForKey(pub)
+	if len(lines) == 0 {
+		return signedText{}, refusal(ReasonUnknownSigner, "", "", "", fmt.Sprintf("%s key %s is not in allowed_signers", pub.Type(), fp))
+	}
+	if err := verifySigBlob(sb, Namespace, a.Request.Canonical()); err != nil {
+		return signedText{}, refusal(ReasonBadSignature, "", "", "", err.Error())
+	}
+	return signedText{req: a.Request, pub: pub, fp: fp, lines: lines}, nil
+}
+
+// verified is who signed s, admitted by the allowed_signers line signer.
+func (s signedText) verified(signer AllowedSigner) Verified {
+	names := signer.Names()
+	return Verified{
+		Principals:     names,
+		Principal:      strings.Join(names, ","),
+		KeyFingerprint: s.fp,
+		KeyType:        s.pub.Type(),
+		HardwareKey:    isSK(s.pub),
+		SignerLine:     signer.Line,
+		LabOnly:        signer.LabOnly,
+		Nonce:          s.req.Nonce,
+		ApprovalID:     s.req.ID(),
+		Expires:        s.req.Expires,
+		Request:        s.req,
+	}
 }
 
 // RequirePrincipals refuses (ErrPrincipalNotAllowed) unless the signer is

@@ -76,4 +76,18 @@
 // Several stores join with Nonces: the server puts the one every server of
 // the cluster sees (kube/usednonces) before its state directory's, so a
 // second server with another state directory refuses a used approval too.
+//
+// # Records
+//
+// Two kinds are records, not permissions (Kind.IsRecord): a round outcome
+// (round_outcome: environment, round, outcome-digest, and what the round
+// did per kernel as summary lines), which a person signs when a round
+// closes so that environments downstream may plan its kernels, and a
+// promoted kernel (kernel_promoted: environment, round, kernel, reason),
+// which lets a round plan a kernel without that proof. They are committed
+// to Git and checked with Verifier.VerifyRecord whenever a round relies on
+// them: the signature, the key in allowed_signers now and its line valid
+// at the signed issue time, and the signed lifetime; not the nonce, and
+// not the expiry, for a record stands after its request expired. Verify
+// and Reverify refuse these kinds.
 package policy

@@ -26,6 +26,8 @@ type Kind string
 //	residual_risk_accepted     node ("*" for the whole fleet), round, step, stop, reason, review-trigger
 //	round_resume               node, round, step, stop, reason
 //	round_abort                node, round, step, stop, reason
+//	round_outcome              environment, round, outcome-digest
+//	kernel_promoted            environment, round, kernel, reason
 //
 // A resume or abort names the stop it answers: the step that failed and
 // "stop", the journal record of that failure (its sequence number and
@@ -33,12 +35,21 @@ type Kind string
 // An accepted residual risk names the failed check the same way (the step
 // and its failure's journal record), or "none" for both when it is a note
 // for the report that accepts no check.
+//
+// A round outcome and a promoted kernel are records (Kind.IsRecord): they
+// are committed to Git and stand after their request expired, for
+// environments downstream to plan on. A round outcome certifies how a
+// round in an environment ended, bound to the digest of the committed
+// outcome record; a promoted kernel lets an environment's round plan a
+// kernel without that proof from its upstream environment.
 const (
 	KindApproval                Kind = "approval"
 	KindHypervisorSnapshotTaken Kind = "hypervisor_snapshot_taken"
 	KindResidualRiskAccepted    Kind = "residual_risk_accepted"
 	KindRoundResume             Kind = "round_resume"
 	KindRoundAbort              Kind = "round_abort"
+	KindRoundOutcome            Kind = "round_outcome"
+	KindKernelPromoted          Kind = "kernel_promoted"
 )
 
 // Header lines. An approval has one header line; an attestation has the
@@ -82,6 +93,9 @@ const (
 	fieldNonce         = "nonce"
 	fieldSummary       = "summary"
 	fieldKind          = "kind"
+	fieldEnvironment   = "environment"
+	fieldKernel        = "kernel"
+	fieldOutcomeDigest = "outcome-digest"
 )
 
 var kindFields = map[Kind][]string{
@@ -90,12 +104,14 @@ var kindFields = map[Kind][]string{
 	KindResidualRiskAccepted:    {fieldNode, fieldRound, fieldStep, fieldStop, fieldReason, fieldReviewTrigger, fieldIssued, fieldExpires, fieldNonce},
 	KindRoundResume:             {fieldNode, fieldRound, fieldStep, fieldStop, fieldReason, fieldIssued, fieldExpires, fieldNonce},
 	KindRoundAbort:              {fieldNode, fieldRound, fieldStep, fieldStop, fieldReason, fieldIssued, fieldExpires, fieldNonce},
+	KindRoundOutcome:            {fieldEnvironment, fieldRound, fieldOutcomeDigest, fieldIssued, fieldExpires, fieldNonce},
+	KindKernelPromoted:          {fieldEnvironment, fieldRound, fieldKernel, fieldReason, fieldIssued, fieldExpires, fieldNonce},
 }
 
 var knownFields = map[string]bool{
 	fieldTool: true, fieldNode: true, fieldRound: true, fieldPlanDigest: true, fieldReason: true,
 	fieldReviewTrigger: true, fieldStep: true, fieldStop: true, fieldIssued: true, fieldExpires: true,
-	fieldNonce: true, fieldSummary: true, fieldKind: true,
+	fieldNonce: true, fieldSummary: true, fieldKind: true, fieldEnvironment: true, fieldKernel: true, fieldOutcomeDigest: true,
 }
 
 // NoStop is the step and stop of an abort while the round is not stopped.
@@ -107,6 +123,11 @@ func (k Kind) Valid() bool { _, ok := kindFields[k]; return ok }
 // IsAttestation reports whether k is a person's statement rather than the
 // approval of a tool call.
 func (k Kind) IsAttestation() bool { return k.Valid() && k != KindApproval }
+
+// IsRecord reports whether k is a statement committed to Git that stands
+// after its request expired (Verifier.VerifyRecord), rather than a
+// permission used once (Verifier.Verify, Verifier.Consume).
+func (k Kind) IsRecord() bool { return k == KindRoundOutcome || k == KindKernelPromoted }
 
 // Request is what a person signs. Fields that a kind does not use are empty.
 // Build one with NewRequest or NewAttestation, read one with ParseRequest.
@@ -123,7 +144,7 @@ type Request struct {
 	// (approval only).
 	PlanDigest string
 	// Reason is the person's words (residual_risk_accepted, round_resume,
-	// round_abort).
+	// round_abort, kernel_promoted).
 	Reason string
 	// ReviewTrigger is "<event>:<value>", the event that reopens an accepted
 	// risk, e.g. driver-version-change:550.90.07 (residual_risk_accepted).
@@ -135,6 +156,16 @@ type Request struct {
 	// Stop names the journal record of that failure, "<seq> sha256:<hex>"
 	// (round_resume, round_abort, residual_risk_accepted), or NoStop.
 	Stop string
+	// Environment is the environment the round belongs to, a DNS-1123
+	// label such as staging or production (round_outcome,
+	// kernel_promoted).
+	Environment string
+	// Kernel is the kernel release promoted, as uname -r says it, e.g.
+	// 6.8.0-49-generic (kernel_promoted).
+	Kernel string
+	// OutcomeDigest is "sha256:<hex>" of the committed outcome record the
+	// statement certifies (round_outcome).
+	OutcomeDigest string
 	// Issued is when the server issued the request, UTC, whole seconds. It
 	// is signed, so the lifetime Expires-Issued is what the person saw.
 	Issued time.Time
@@ -157,6 +188,12 @@ type AttestationFields struct {
 	// Request.Stop).
 	Step string
 	Stop string
+	// Environment, Kernel and Digest are a round outcome's environment and
+	// outcome-digest, and a promoted kernel's environment and kernel (see
+	// Request.Environment, Request.Kernel, Request.OutcomeDigest).
+	Environment string
+	Kernel      string
+	Digest      string
 }
 
 // ID names the request in logs and audit records: the first 24 hex digits
@@ -186,11 +223,21 @@ func NewAttestation(k Kind, f AttestationFields, summary []string, ttl time.Dura
 		return Request{}, fmt.Errorf("new attestation: %q is not an attestation kind", k)
 	}
 	r := Request{Kind: k, Node: f.Node, Round: f.Round, Reason: f.Reason, ReviewTrigger: f.ReviewTrigger,
-		Step: f.Step, Stop: f.Stop, Summary: append([]string(nil), summary...)}
+		Step: f.Step, Stop: f.Stop, Environment: f.Environment, Kernel: f.Kernel, OutcomeDigest: f.Digest,
+		Summary: append([]string(nil), summary...)}
 	if err := r.stamp(ttl, clock, random); err != nil {
-		return Request{}, fmt.Errorf("new %s attestation for %s: %w", k, f.Node, err)
+		return Request{}, fmt.Errorf("new %s attestation for %s: %w", k, r.subject(), err)
 	}
 	return r, nil
+}
+
+// subject names what a request is about, for error messages: its node or
+// its environment's round.
+func (r Request) subject() string {
+	if r.Environment != "" {
+		return fmt.Sprintf("round %s in environment %s", r.Round, r.Environment)
+	}
+	return r.Node
 }
 
 func (r *Request) stamp(ttl time.Duration, clock func() time.Time, random io.Reader) error {
@@ -308,6 +355,12 @@ func (r Request) get(name string) string {
 		return formatTime(r.Expires)
 	case fieldNonce:
 		return r.Nonce
+	case fieldEnvironment:
+		return r.Environment
+	case fieldKernel:
+		return r.Kernel
+	case fieldOutcomeDigest:
+		return r.OutcomeDigest
 	}
 	return ""
 }
@@ -336,6 +389,12 @@ func (r *Request) set(name, v string) {
 		r.Expires, _ = time.Parse(expiresLayout, v) // checked by checkField
 	case fieldNonce:
 		r.Nonce = v
+	case fieldEnvironment:
+		r.Environment = v
+	case fieldKernel:
+		r.Kernel = v
+	case fieldOutcomeDigest:
+		r.OutcomeDigest = v
 	}
 }
 
@@ -357,6 +416,7 @@ var (
 	reviewTriggerRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9-]{0,63}:[A-Za-z0-9.+~:_-]{1,128}$`) })
 	stepRE          = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`) })
 	stopRE          = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(none|[1-9][0-9]{0,18} sha256:[0-9a-f]{64})$`) })
+	kernelRE        = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9][A-Za-z0-9._+~-]{0,99}$`) })
 )
 
 func checkField(k Kind, name, v string) error {
@@ -382,9 +442,18 @@ func checkField(k Kind, name, v string) error {
 		if !roundRE().MatchString(v) {
 			return bad("want letters, digits, '.', '_' or '-', at most 64")
 		}
-	case fieldPlanDigest:
+	case fieldPlanDigest, fieldOutcomeDigest:
 		if !digestRE().MatchString(v) {
 			return bad("want sha256: and 64 lowercase hex digits")
+		}
+	case fieldEnvironment:
+		// An environment is one DNS-1123 label, as a node name's part is.
+		if !nodeLabelRE().MatchString(v) {
+			return bad("want a DNS-1123 label: lowercase letters, digits and '-', at most 63, no '-' at either end")
+		}
+	case fieldKernel:
+		if !kernelRE().MatchString(v) {
+			return bad("want a kernel release such as 6.8.0-49-generic: a digit, then letters, digits, '.', '_', '+', '~' or '-', at most 100")
 		}
 	case fieldReason:
 		if err := checkText(v, MaxReasonLength); err != nil {

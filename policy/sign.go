@@ -239,11 +239,21 @@ func Describe(req Request) string {
 	case KindRoundAbort:
 		fmt.Fprintf(&b, "You abort patch round %s after a failed check on %s. Your reason: %s.\n", req.Round, node, req.Reason)
 		b.WriteString(stopWords(req))
+	case KindRoundOutcome:
+		fmt.Fprintf(&b, "You certify that patch round %s in environment %s ended as summarised below; downstream environments will plan its kernels on the strength of this statement.\n", req.Round, req.Environment)
+		fmt.Fprintf(&b, "Bound to the outcome record %s committed for the round.\n", req.OutcomeDigest)
+	case KindKernelPromoted:
+		fmt.Fprintf(&b, "You promote kernel %s into environment %s's round %s without proof from its upstream environment. Your reason: %s. This is a residual risk the round's report will name.\n", req.Kernel, req.Environment, req.Round, req.Reason)
 	default:
 		fmt.Fprintf(&b, "Unknown kind of request %q: do not sign it.\n", req.Kind)
 	}
-	fmt.Fprintf(&b, "Issued %s, valid for %s (until %s), once.\n", req.Issued.UTC().Format("2006-01-02 15:04:05 UTC"),
-		DurationWords(req.Lifetime()), req.Expires.UTC().Format("2006-01-02 15:04:05 UTC"))
+	issued, expires := req.Issued.UTC().Format("2006-01-02 15:04:05 UTC"), req.Expires.UTC().Format("2006-01-02 15:04:05 UTC")
+	if req.Kind.IsRecord() {
+		fmt.Fprintf(&b, "Issued %s, to be signed within %s (until %s). Once signed and committed it stands as a record, after that time too, for as long as your key stays in allowed_signers.\n",
+			issued, DurationWords(req.Lifetime()), expires)
+	} else {
+		fmt.Fprintf(&b, "Issued %s, valid for %s (until %s), once.\n", issued, DurationWords(req.Lifetime()), expires)
+	}
 	if len(req.Summary) > 0 {
 		b.WriteString("What you were shown (signed with it):\n")
 		for _, s := range req.Summary {
