@@ -493,9 +493,14 @@ func (f *fleet) leaseHolder() string {
 	return *l.Spec.HolderIdentity
 }
 
+// state is the open round's state (fRound before any is planned).
 func (f *fleet) state() *round.State {
 	f.t.Helper()
-	j, err := f.d.Book.Journal(fRound, false)
+	id := f.d.Book.CurrentID()
+	if id == "" {
+		id = fRound
+	}
+	j, err := f.d.Book.Journal(id, false)
 	if err != nil {
 		f.t.Fatal(err)
 	}

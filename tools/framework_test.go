@@ -124,6 +124,9 @@ func (f *fakeApprovals) VerifyAttestation(context.Context, string, policy.Kind, 
 func (f *fakeApprovals) ReverifyAttestation(context.Context, string, policy.Kind) (service.Approved, policy.Request, error) {
 	return service.Approved{}, policy.Request{}, errors.New("not in this fake")
 }
+func (f *fakeApprovals) VerifyRecord(context.Context, string, policy.Kind) (service.Approved, policy.Request, error) {
+	return service.Approved{}, policy.Request{}, errors.New("not in this fake")
+}
 
 func stepTool(executed *int, digest *string) Tool {
 	return NewDestructive[stepIn, stepOut, testPlan](Spec{Name: "step", Title: "Step", Description: "a destructive step"},

@@ -82,7 +82,10 @@ func ReplanNode() Tool {
 		if inv, pla, err := d.InventoryAndPlacement(ctx, kc, s.Settings); err == nil {
 			pl = preflight.PlacementOf(pla, inv, map[string][]drain.PodRef{in.Node: evicted}, s.Settings)
 		}
-		it := d.PlanIntent(s.ID, s.Settings, map[string]plan.Facts{in.Node: facts})
+		it, err := d.PlanIntent(ctx, s.ID, s.Settings, map[string]plan.Facts{in.Node: facts})
+		if err != nil {
+			return ReplanOut{}, err
+		}
 		live := plan.KeepDone(reviewed, plan.BuildNode(reviewed.Position, pos, facts, pl, it), done...)
 		g, changed, err := plan.Replan(f, live)
 		if err != nil {

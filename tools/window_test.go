@@ -86,6 +86,9 @@ func (f *syncApprovals) VerifyAttestation(context.Context, string, policy.Kind, 
 func (f *syncApprovals) ReverifyAttestation(context.Context, string, policy.Kind) (service.Approved, policy.Request, error) {
 	return service.Approved{}, policy.Request{}, errors.New("not in this fake")
 }
+func (f *syncApprovals) VerifyRecord(context.Context, string, policy.Kind) (service.Approved, policy.Request, error) {
+	return service.Approved{}, policy.Request{}, errors.New("not in this fake")
+}
 
 type nopPool struct{}
 

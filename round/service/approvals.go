@@ -76,6 +76,11 @@ type Approvals interface {
 	// the stop it was bound to as signed, and that it was used while
 	// valid. The caller compares its node and round with the record's.
 	ReverifyAttestation(ctx context.Context, text string, kind policy.Kind) (Approved, policy.Request, error)
+	// VerifyRecord checks a signed record of kind (a round's outcome, a
+	// kernel's promotion; policy.Verifier.VerifyRecord): its signature
+	// with a key allowed_signers admits now, its kind and lifetime; it
+	// never expires and uses no nonce. The caller compares what it binds.
+	VerifyRecord(ctx context.Context, text string, kind policy.Kind) (Approved, policy.Request, error)
 }
 
 // KeepStep keeps the signed bytes of the approval a step is about to run

@@ -37,6 +37,11 @@ func (d *Service) PlanOrder(ctx context.Context, id string, p Progress) (Plannin
 	if err := window.AdmitPlanRound(id, d.Book.CurrentID()); err != nil {
 		return Planning{}, err
 	}
+	if d.Config != nil {
+		if err := RoundOfEnvironment(id, d.Config.Environment); err != nil {
+			return Planning{}, err
+		}
+	}
 	r, err := d.IntentRepo(id)
 	if err != nil {
 		return Planning{}, err

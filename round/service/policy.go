@@ -103,6 +103,15 @@ func (p *PolicyApprovals) ReverifyAttestation(ctx context.Context, text string, 
 	return Approved{ID: v.ApprovalID, Principal: v.Principal, Fingerprint: v.KeyFingerprint, LabOnly: v.LabOnly, Text: text, verified: v}, v.Request, nil
 }
 
+// VerifyRecord checks a signed record (policy.Verifier.VerifyRecord).
+func (p *PolicyApprovals) VerifyRecord(ctx context.Context, text string, kind policy.Kind) (Approved, policy.Request, error) {
+	v, req, err := p.Verifier.VerifyRecord(ctx, text, kind)
+	if err != nil {
+		return Approved{}, policy.Request{}, explainRefusal(err)
+	}
+	return Approved{ID: v.ApprovalID, Principal: v.Principal, Fingerprint: v.KeyFingerprint, LabOnly: v.LabOnly, Text: text, Summary: req.Summary, verified: v}, req, nil
+}
+
 func explainRefusal(err error) error {
 	if err == nil {
 		return nil

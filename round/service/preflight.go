@@ -54,6 +54,9 @@ func (d *Service) Preflight(ctx context.Context, kc *kube.Clients, in PreflightI
 		return plan.Fleet{}, err
 	}
 	pin.Others = d.planOthers(kc, in.Settings)
+	if pin.Promotion, err = d.PromotionGate(ctx, in.Round); err != nil {
+		return plan.Fleet{}, err
+	}
 	return preflight.Run(ctx, pin, h.Steps, drains, preflight.Progress(p))
 }
 
@@ -84,9 +87,13 @@ func driverContainer(ctx context.Context, kc *kube.Clients, st intent.Settings) 
 }
 
 // PlanIntent is what the intent says that shapes the plan of round
-// roundID (preflight.IntentOf).
-func (d *Service) PlanIntent(roundID string, st intent.Settings, facts map[string]plan.Facts) plan.Intent {
-	return preflight.IntentOf(st, d.planComponents(roundID), facts)
+// roundID (preflight.IntentOf), with the promotion gate's verdicts.
+func (d *Service) PlanIntent(ctx context.Context, roundID string, st intent.Settings, facts map[string]plan.Facts) (plan.Intent, error) {
+	gate, err := d.PromotionGate(ctx, roundID)
+	if err != nil {
+		return plan.Intent{}, err
+	}
+	return preflight.WithPromotion(preflight.IntentOf(st, d.planComponents(roundID), facts), gate, facts), nil
 }
 
 // planComponents are the intent's components whose lessons and open

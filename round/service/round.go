@@ -253,7 +253,11 @@ func (d *Service) CurrentRoundID() string {
 			return id
 		}
 	}
-	return d.Clock().UTC().Format("2006-01")
+	month := d.Clock().UTC().Format("2006-01")
+	if d.Config != nil && d.Config.Environment != "" {
+		return d.Config.Environment + "-" + month
+	}
+	return month
 }
 
 // RoundState is the state of round id, or of the open round when id is

@@ -1,0 +1,354 @@
+package tools
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/round/promotion"
+	"github.com/mcp-patch/mcp-patch/round/service"
+)
+
+// The promotion gate on the fleet rig: the intent repository's
+// environments.yaml (the example's: production's upstream is staging,
+// soaked 168 hours) and a production server (config environment).
+
+const prodRound = "production-2026-11"
+
+func production(c *config.Config) { c.Environment = "production" }
+
+// upstreamRecord commits the outcome record of a staging round to the
+// repository, with the statement signing it by the rig's person (as
+// certify_outcome writes them and a merge brings them), and answers the
+// record's path. edit, when set, changes the record after it was signed.
+func (f *fleet) upstreamRecord(o promotion.Outcome, edit func(*promotion.Outcome)) string {
+	f.t.Helper()
+	raw, err := o.Encode()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	req, err := policy.NewAttestation(policy.KindRoundOutcome, policy.AttestationFields{Environment: o.Environment, Round: o.Round, Digest: promotion.Digest(raw)},
+		o.Lines(), time.Hour, func() time.Time { return f.now }, nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	statement := f.person.sign(f.t, req.String())
+	if edit != nil {
+		edit(&o)
+		if raw, err = o.Encode(); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(f.repo, "rounds", o.Round)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, promotion.OutcomeFile), raw, 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, promotion.StatementFile), []byte(statement), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	gitRun(f.t, f.repo, "add", "rounds")
+	gitRun(f.t, f.repo, "commit", "-qm", "merge staging's round "+o.Round)
+	return "rounds/" + o.Round + "/" + promotion.OutcomeFile
+}
+
+// stagingOutcome is a staging round that closed at closed with kernel on
+// gpu-1 and gpu-2, green unless k changes it.
+func stagingOutcome(id string, closed time.Time, kernel string, k func(*promotion.Kernel)) promotion.Outcome {
+	o := promotion.Outcome{Version: promotion.Version, Environment: "staging", Round: id, Closed: closed, FleetCheck: true,
+		SoakStarted: closed.Add(-50 * time.Hour), SoakEnded: closed.Add(-2 * time.Hour),
+		Kernels: []promotion.Kernel{{Kernel: kernel, Promoted: []string{"gpu-1", "gpu-2"}, FellBack: []string{}, RolledBack: []string{}, Red: []string{}}}}
+	if k != nil {
+		k(&o.Kernels[0])
+	}
+	return o
+}
+
+func (f *fleet) planMD(id string) string {
+	f.t.Helper()
+	md, err := os.ReadFile(filepath.Join(f.repo, "rounds", id, service.FleetPlanMD))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return string(md)
+}
+
+// Production plans only what staging proved: each refusal is a blocker
+// of every moving node that says why (never run there, still soaking
+// until when, fell back where, a record edited after it was signed), and
+// the plan stops before any cordon; a kernel that closed green and soaked
+// plans, and plan.md shows the proof.
+func TestProductionPlansOnlyWhatStagingProved(t *testing.T) {
+	start := time.Date(2026, 11, 3, 8, 0, 0, 0, time.UTC) // the rig's clock
+	tests := []struct {
+		name    string
+		records func(f *fleet)
+		want    []string // in the blocker (or, when proven, in plan.md)
+		proven  bool
+	}{
+		{name: "never run upstream", records: func(*fleet) {}, want: []string{"kernel " + fTarget + " never closed a round in staging"}},
+		{name: "another kernel only", records: func(f *fleet) {
+			f.upstreamRecord(stagingOutcome("staging-2026-10", start.Add(-300*time.Hour), "6.8.0-50-generic", nil), nil)
+		}, want: []string{"never closed a round in staging"}},
+		{name: "still soaking", records: func(f *fleet) {
+			f.upstreamRecord(stagingOutcome("staging-2026-10", start.Add(-10*time.Hour), fTarget, nil), nil)
+		}, want: []string{"still soaking in staging until 2026-11-09 22:00 UTC", "staging-2026-10"}},
+		{name: "fell back upstream", records: func(f *fleet) {
+			f.upstreamRecord(stagingOutcome("staging-2026-10", start.Add(-300*time.Hour), fTarget, func(k *promotion.Kernel) { k.FellBack = []string{"gpu-2"} }), nil)
+		}, want: []string{"fell back on gpu-2 in staging's round staging-2026-10"}},
+		{name: "rolled back upstream", records: func(f *fleet) {
+			f.upstreamRecord(stagingOutcome("staging-2026-10", start.Add(-300*time.Hour), fTarget, func(k *promotion.Kernel) { k.RolledBack = []string{"gpu-1"} }), nil)
+		}, want: []string{"rolled back on gpu-1"}},
+		{name: "record edited after it was signed", records: func(f *fleet) {
+			// Staging saw gpu-2 fall back; the record now says it did not.
+			f.upstreamRecord(stagingOutcome("staging-2026-10", start.Add(-300*time.Hour), fTarget, func(k *promotion.Kernel) { k.FellBack = []string{"gpu-2"} }),
+				func(o *promotion.Outcome) { o.Kernels[0].FellBack = []string{} })
+		}, want: []string{"never closed a round in staging", "rounds/staging-2026-10/outcome.json (the record was changed after it was signed"}},
+		{name: "statement from a key allowed_signers does not list", records: func(f *fleet) {
+			other := newSigner(f.t, f.t.TempDir(), "mallory@example.org")
+			person := f.person
+			f.person = other
+			f.upstreamRecord(stagingOutcome("staging-2026-10", start.Add(-300*time.Hour), fTarget, nil), nil)
+			f.person = person
+		}, want: []string{"never closed a round in staging", "its statement does not verify"}},
+		{name: "closed green and soaked", records: func(f *fleet) {
+			f.upstreamRecord(stagingOutcome("staging-2026-09", start.Add(-900*time.Hour), fTarget, func(k *promotion.Kernel) { k.FellBack = []string{} }), nil)
+			f.upstreamRecord(stagingOutcome("staging-2026-10", start.Add(-300*time.Hour), fTarget, nil), nil)
+		}, proven: true, want: []string{"## Promotion from staging", "closed green in staging's round staging-2026-09", "certified by alice@example.org"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFleet(t, production)
+			tt.records(f)
+			_, res := f.call("plan_round", map[string]any{"round": prodRound})
+			md := f.planMD(prodRound)
+			if tt.proven {
+				if res.Status != StatusOK {
+					t.Fatalf("plan_round of a proven kernel: %s %v", res.Status, res.Reasons)
+				}
+				for _, w := range tt.want {
+					if !strings.Contains(md, w) {
+						t.Errorf("plan.md does not say %q:\n%s", w, md)
+					}
+				}
+				if _, res := f.approve("sign_plan", nil); res.Status != StatusOK {
+					t.Fatalf("sign_plan: %s %v", res.Status, res.Reasons)
+				}
+				return
+			}
+			if res.Status != StatusFailed {
+				t.Fatalf("plan_round of an unproven kernel: %s %v", res.Status, res.Reasons)
+			}
+			for _, node := range []string{"cp-1", "gpu-1", "gpu-2"} {
+				if !strings.Contains(reasons(res), node+": ") {
+					t.Errorf("no blocker on %s: %v", node, res.Reasons)
+				}
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(reasons(res), w) || !strings.Contains(md, w) {
+					t.Errorf("the blocker does not say %q:\n%v\nplan.md:\n%s", w, res.Reasons, md)
+				}
+			}
+			if !strings.Contains(reasons(res), "accept_unproven_kernel") {
+				t.Errorf("the blocker does not say how a person promotes it anyway: %v", res.Reasons)
+			}
+			if st := f.state(); st.Stop == nil {
+				t.Fatal("a plan with a promotion blocker did not stop the round")
+			}
+			if _, res := f.call("drain_node", map[string]any{"node": "cp-1"}); res.Status != StatusRefused {
+				t.Fatalf("a drain under a blocked plan: %s %v", res.Status, res.Reasons)
+			}
+			if f.node("cp-1").Spec.Unschedulable {
+				t.Fatal("cp-1 was cordoned under a blocked plan")
+			}
+		})
+	}
+}
+
+// A person promotes a kernel that never ran upstream with a signed
+// statement naming the kernel, the environment, the round and the reason:
+// the re-plan takes it, names the residual risk in plan.md, and the plan
+// is signed. A statement for another kernel, or one edited, is refused
+// and keeps nothing.
+func TestPersonPromotesAKernelWithoutProof(t *testing.T) {
+	f := newFleet(t, production)
+	if _, res := f.call("plan_round", map[string]any{"round": prodRound}); res.Status != StatusFailed {
+		t.Fatalf("plan_round of a kernel staging never ran: %s %v", res.Status, res.Reasons)
+	}
+	const reason = "staging is rebuilt this month; the kernel ran 30 days in the lab"
+	ask := func(kernel string) string {
+		t.Helper()
+		_, res := f.call("accept_unproven_kernel", map[string]any{"kernel": kernel, "reason": reason})
+		if res.Status != StatusApprovalRequired || res.Approval == nil {
+			t.Fatalf("accept_unproven_kernel without a statement: %s %v", res.Status, res.Reasons)
+		}
+		return res.Approval.Request
+	}
+	text := ask(fTarget)
+	for _, w := range []string{"kind: kernel_promoted", "environment: production", "round: " + prodRound, "kernel: " + fTarget,
+		"summary: not proven in staging: kernel " + fTarget + " never closed a round in staging"} {
+		if !strings.Contains(text, w) {
+			t.Errorf("the statement does not say %q:\n%s", w, text)
+		}
+	}
+	// Signed for another kernel, presented for this one.
+	other := f.person.sign(t, ask("6.8.0-52-generic"))
+	if _, res := f.call("accept_unproven_kernel", map[string]any{"kernel": fTarget, "reason": reason, "attestation": other}); res.Status != StatusRefused ||
+		!strings.Contains(reasons(res), "signed for kernel 6.8.0-52-generic") {
+		t.Fatalf("a statement for another kernel: %s %v", res.Status, res.Reasons)
+	}
+	// Edited after signing: the signature no longer holds.
+	signed := f.person.sign(t, text)
+	edited := strings.Replace(signed, "reason: staging", "reason: Staging", 1)
+	if _, res := f.call("accept_unproven_kernel", map[string]any{"kernel": fTarget, "reason": "Staging" + strings.TrimPrefix(reason, "staging"), "attestation": edited}); res.Status != StatusRefused {
+		t.Fatalf("an edited statement: %s %v", res.Status, res.Reasons)
+	}
+	m, res := f.call("accept_unproven_kernel", map[string]any{"kernel": fTarget, "reason": reason, "attestation": signed})
+	if res.Status != StatusOK || m["principal"] != "alice@example.org" {
+		t.Fatalf("accept_unproven_kernel: %s %v %v", res.Status, res.Reasons, m)
+	}
+	if _, res := f.call("accept_unproven_kernel", map[string]any{"kernel": fTarget, "reason": reason, "attestation": signed}); res.Status != StatusRefused {
+		t.Fatalf("the same statement twice: %s %v", res.Status, res.Reasons)
+	}
+	if res := f.decide(map[string]any{"decision": "resume", "reason": "kernel promoted by a person"}); res.Status != StatusOK {
+		t.Fatalf("resume: %s %v", res.Status, res.Reasons)
+	}
+	f.must(StatusOK, "plan_round", map[string]any{"round": prodRound})
+	md := f.planMD(prodRound)
+	for _, w := range []string{"promoted into production by alice@example.org without proof from staging",
+		"kernel " + fTarget + " runs in production without a soaked green round in staging: alice@example.org promoted it (" + reason + ")"} {
+		if !strings.Contains(md, w) {
+			t.Errorf("plan.md does not say %q:\n%s", w, md)
+		}
+	}
+	// The promotion counts as this server's kept statement, verified
+	// again: it holds after a restart.
+	f.restart()
+	if _, res := f.approve("sign_plan", nil); res.Status != StatusOK {
+		t.Fatalf("sign_plan after a restart: %s %v", res.Status, res.Reasons)
+	}
+}
+
+// Rounds are per environment: a production server plans only rounds named
+// after production, and a server without an environment has no gate.
+func TestRoundsAreNamedAfterTheirEnvironment(t *testing.T) {
+	f := newFleet(t, production)
+	if _, res := f.call("plan_round", map[string]any{"round": "staging-2026-11"}); res.Status != StatusRefused ||
+		!strings.Contains(reasons(res), "not a round of environment production") {
+		t.Fatalf("plan_round of staging's round on a production server: %s %v", res.Status, res.Reasons)
+	}
+	if _, err := os.Stat(filepath.Join(f.repo, "rounds", "staging-2026-11")); !os.IsNotExist(err) {
+		t.Fatalf("the refused plan left rounds/staging-2026-11: %v", err)
+	}
+	plain := newFleet(t)
+	plain.must(StatusOK, "plan_round", map[string]any{"round": fRound})
+	if md := plain.planMD(fRound); strings.Contains(md, "Promotion") {
+		t.Errorf("a server without an environment planned with a promotion gate:\n%s", md)
+	}
+}
+
+// Staging's whole round on the rig, then its outcome certified: refused
+// before the close; after it, the statement names each kernel and what
+// happened to it (here every gate was red and accepted), and the signed
+// record is committed. Brought to a production server's repository, it
+// verifies there and blocks the kernel for its red gates.
+func TestStagingCertifiesItsOutcomeForProduction(t *testing.T) {
+	f := newFleet(t, func(c *config.Config) { c.Environment = "staging" })
+	const id = "staging-2026-11"
+	f.must(StatusOK, "plan_round", map[string]any{"round": id})
+	if _, res := f.approve("sign_plan", nil); res.Status != StatusOK {
+		t.Fatalf("sign_plan: %s %v", res.Status, res.Reasons)
+	}
+	if _, res := f.call("certify_outcome", nil); res.Status != StatusRefused || !strings.Contains(reasons(res), "not closed") {
+		t.Fatalf("certify_outcome of an open round: %s %v", res.Status, res.Reasons)
+	}
+	f.preflight("cp-1")
+	f.windowThrough("cp-1", true)
+	f.gateAccepted("cp-1")
+	for _, n := range []string{"gpu-1", "gpu-2"} {
+		f.preflight(n)
+		if _, res := f.approve("approve_window", map[string]any{"node": n}); res.Status != StatusOK {
+			t.Fatalf("approve_window %s: %s %v", n, res.Status, res.Reasons)
+		}
+		f.windowThrough(n, false)
+		f.gateAccepted(n)
+	}
+	f.must(StatusOK, "record_fleet_check", nil)
+	f.advance(49 * time.Hour)
+	if _, res := f.approve("autoremove", nil); res.Status != StatusOK {
+		t.Fatalf("autoremove: %s %v", res.Status, res.Reasons)
+	}
+	f.must(StatusOK, "close_round", nil)
+
+	_, res := f.call("certify_outcome", nil)
+	if res.Status != StatusApprovalRequired || res.Approval == nil {
+		t.Fatalf("certify_outcome without a statement: %s %v", res.Status, res.Reasons)
+	}
+	text := res.Approval.Request
+	for _, w := range []string{"kind: round_outcome", "environment: staging", "round: " + id, "outcome-digest: sha256:",
+		"summary: kernel " + fTarget + ": promoted on 3 node(s) (cp-1, gpu-1, gpu-2); red checks: cp-1: gate, gpu-1: gate, gpu-2: gate"} {
+		if !strings.Contains(text, w) {
+			t.Errorf("the statement does not say %q:\n%s", w, text)
+		}
+	}
+	m := f.must(StatusOK, "certify_outcome", map[string]any{"attestation": f.person.sign(t, text)})
+	if m["principal"] != "alice@example.org" || m["record"] != "rounds/"+id+"/outcome.json" {
+		t.Fatalf("certify_outcome: %v", m)
+	}
+	branch := strings.TrimSpace(gitRun(t, f.repo, "rev-parse", "--abbrev-ref", "HEAD"))
+	files := gitRun(t, f.repo, "ls-tree", "-r", "--name-only", branch, "rounds/"+id)
+	for _, want := range []string{"rounds/" + id + "/" + promotion.OutcomeFile, "rounds/" + id + "/" + promotion.StatementFile} {
+		if !strings.Contains(files, want) {
+			t.Errorf("%s not committed on %s:\n%s", want, branch, files)
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(f.repo, "rounds", id, promotion.OutcomeFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := promotion.Decode(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, ok := o.Kernel(fTarget); !ok || k.Green() || !o.Green() {
+		t.Fatalf("the record: round green %v, kernel %+v", o.Green(), k)
+	}
+	statement, err := os.ReadFile(filepath.Join(f.repo, "rounds", id, promotion.StatementFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The production server of the same team (the same person's key).
+	p := newFleet(t, production)
+	signers, err := os.ReadFile(f.cfg.Approvals.AllowedSigners)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p.cfg.Approvals.AllowedSigners, signers, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.person = f.person
+	p.restart()
+	dir := filepath.Join(p.repo, "rounds", id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{promotion.OutcomeFile: raw, promotion.StatementFile: statement} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gitRun(t, p.repo, "add", "rounds")
+	gitRun(t, p.repo, "commit", "-qm", "merge staging's round")
+	p.advance(30 * 24 * time.Hour)
+	_, res = p.call("plan_round", map[string]any{"round": "production-2026-12"})
+	if res.Status != StatusFailed || !strings.Contains(reasons(res), "failed checks (cp-1: gate, gpu-1: gate, gpu-2: gate) in staging's round "+id) {
+		t.Fatalf("production's plan of a kernel red in staging: %s %v", res.Status, res.Reasons)
+	}
+}
