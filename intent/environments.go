@@ -339,3 +339,25 @@ func upstreamCycles(envs map[string]environmentDoc, sortedNames []string) [][]st
 func insideRepo(p string) bool {
 	return !path.IsAbs(p) && !filepath.IsAbs(p) && filepath.IsLocal(filepath.FromSlash(p))
 }
+
+// Of names the environment round id belongs to ("<env>-<month>"): the
+// longest environment name that prefixes it, "" when none does.
+func (e Environments) Of(roundID string) string {
+	best := ""
+	for n := range e {
+		if strings.HasPrefix(roundID, n+"-") && len(n) > len(best) {
+			best = n
+		}
+	}
+	return best
+}
+
+// MarkEnvironments sets each lesson's Environment from its round (Of).
+func (e Environments) MarkEnvironments(c *Component) {
+	if c == nil || len(e) == 0 {
+		return
+	}
+	for i := range c.Lessons {
+		c.Lessons[i].Environment = e.Of(c.Lessons[i].Round)
+	}
+}

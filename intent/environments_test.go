@@ -296,3 +296,18 @@ func TestExampleEnvironments(t *testing.T) {
 		t.Errorf("production = %+v", p)
 	}
 }
+
+func TestEnvironmentsOf(t *testing.T) {
+	envs := Environments{"prod": {Name: "prod"}, "prod-eu": {Name: "prod-eu"}, "staging": {Name: "staging"}}
+	for id, want := range map[string]string{"prod-2026-11": "prod", "prod-eu-2026-11": "prod-eu", "staging-2026-11": "staging",
+		"2026-11": "", "stagingx-2026-11": "", "prod": ""} {
+		if got := envs.Of(id); got != want {
+			t.Errorf("Of(%q) = %q, want %q", id, got, want)
+		}
+	}
+	c := &Component{Lessons: []Lesson{{Round: "staging-2026-10"}, {Round: "2025-10"}}}
+	envs.MarkEnvironments(c)
+	if c.Lessons[0].Environment != "staging" || c.Lessons[1].Environment != "" {
+		t.Errorf("marked %+v", c.Lessons)
+	}
+}

@@ -75,6 +75,10 @@ type Lesson struct {
 	Date     string `json:"date,omitempty"`
 	Round    string `json:"round,omitempty"`
 	Property string `json:"property,omitempty" jsonschema:"id of the property the lesson bears on"`
+	// Environment is the environment whose round wrote the lesson, when
+	// environments.yaml names one and the round is named after it
+	// (MarkEnvironments); empty otherwise.
+	Environment string `json:"environment,omitempty" jsonschema:"environment of the round that wrote it (staging's lessons in production)"`
 	// Text is the entry's body.
 	Text string `json:"text"`
 }

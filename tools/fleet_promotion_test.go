@@ -352,3 +352,43 @@ func TestStagingCertifiesItsOutcomeForProduction(t *testing.T) {
 		t.Fatalf("production's plan of a kernel red in staging: %s %v", res.Status, res.Reasons)
 	}
 }
+
+// Lessons carried: a lesson staging's round wrote (in the shared intent
+// repository) appears in production's plan.md marked with its
+// environment and round, and read_intent says which environment wrote it.
+func TestStagingLessonsReachProductionsPlan(t *testing.T) {
+	f := newFleet(t, production)
+	start := f.now
+	f.upstreamRecord(stagingOutcome("staging-2026-10", start.Add(-300*time.Hour), fTarget, nil), nil)
+	const lesson = "The canary's RDMA rail came up 90 s after the driver pod; wait for the rail before the smoke test."
+	p := filepath.Join(f.repo, "gpu-fleet", "lessons.md")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b, []byte("\n## 2026-10-21 · round staging-2026-10 · `P4`\n\n"+lesson+"\n")...)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitRun(t, f.repo, "commit", "-qam", "merge staging's lesson")
+	f.must(StatusOK, "plan_round", map[string]any{"round": prodRound})
+	if md := f.planMD(prodRound); !strings.Contains(md, "(from staging, round staging-2026-10): "+lesson) {
+		t.Errorf("plan.md does not carry staging's lesson with its source:\n%s", md)
+	}
+	m := f.must(StatusOK, "read_intent", map[string]any{"component": "gpu-fleet"})
+	found := false
+	for _, l := range m["component"].(map[string]any)["lessons"].([]any) {
+		l := l.(map[string]any)
+		if l["round"] == "staging-2026-10" {
+			found = true
+			if l["environment"] != "staging" {
+				t.Errorf("read_intent's lesson of staging-2026-10 names environment %v", l["environment"])
+			}
+		} else if l["environment"] != nil {
+			t.Errorf("read_intent's lesson of round %v names environment %v", l["round"], l["environment"])
+		}
+	}
+	if !found {
+		t.Errorf("read_intent does not list staging's lesson: %v", m["component"].(map[string]any)["lessons"])
+	}
+}

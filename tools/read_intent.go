@@ -47,7 +47,14 @@ func ReadIntent() Tool {
 		if err != nil {
 			return ReadIntentOut{}, service.IntentError("read component "+in.Component, err)
 		}
+		// Lessons written in another environment's rounds (staging's, read
+		// in production) say so.
 		res := Result{NextAction: "Keep its properties in mind; when the live system contradicts one, record_lesson kind=open_question naming the property."}
+		if envs, err := intent.LoadEnvironments(r.Root()); err != nil {
+			res.Reasons = append(res.Reasons, "the lessons' environments are unknown: "+err.Error())
+		} else {
+			envs.MarkEnvironments(c)
+		}
 		if len(c.Problems) > 0 {
 			res.Reasons = append(res.Reasons, c.Problems...)
 		}

@@ -207,6 +207,10 @@ type Note struct {
 	Kind      string `json:"kind"` // "lesson" or "open_question"
 	Ref       string `json:"ref,omitempty"`
 	Text      string `json:"text"`
+	// Source is where a lesson carried from the upstream environment was
+	// written ("staging, round staging-2026-11"); empty for this
+	// environment's own.
+	Source string `json:"source,omitempty"`
 }
 
 // Fleet is the whole reviewed plan of a round.

@@ -78,6 +78,9 @@ func Markdown(w io.Writer, f Fleet) error {
 		if nt.Ref != "" {
 			ref = " " + nt.Ref
 		}
+		if nt.Source != "" {
+			ref += " (from " + nt.Source + ")"
+		}
 		p("- %s %s%s: %s\n", nt.Component, strings.ReplaceAll(nt.Kind, "_", " "), ref, oneLine(nt.Text))
 	}
 	p("\n## Signing\n\nSign the plan digest before the first cordon: `mcp-patch approve` renders this plan from plan.json itself and shows it before it signs. ")

@@ -37,8 +37,10 @@ func (d *Service) PlanOrder(ctx context.Context, id string, p Progress) (Plannin
 	if err := window.AdmitPlanRound(id, d.Book.CurrentID()); err != nil {
 		return Planning{}, err
 	}
-	if d.Config != nil {
-		if err := RoundOfEnvironment(id, d.Config.Environment); err != nil {
+	if env, envs, ok, err := d.Environment(); err != nil {
+		return Planning{}, err
+	} else if ok {
+		if err := RoundOfEnvironment(id, env.Name, envs); err != nil {
 			return Planning{}, err
 		}
 	}

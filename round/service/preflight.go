@@ -93,7 +93,8 @@ func (d *Service) PlanIntent(ctx context.Context, roundID string, st intent.Sett
 	if err != nil {
 		return plan.Intent{}, err
 	}
-	return preflight.WithPromotion(preflight.IntentOf(st, d.planComponents(roundID), facts), gate, facts), nil
+	comps := d.planComponents(roundID)
+	return preflight.CarryLessons(preflight.WithPromotion(preflight.IntentOf(st, comps, facts), gate, facts), gate, comps), nil
 }
 
 // planComponents are the intent's components whose lessons and open

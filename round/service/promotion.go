@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/intent"
@@ -30,35 +29,40 @@ import (
 const promotedTool = "accept_unproven_kernel"
 
 // Environment is the environment this server serves, as the intent
-// repository's environments.yaml defines it; ok is false when the config
-// names none (the repository is served as one environment).
-func (d *Service) Environment() (intent.Environment, bool, error) {
+// repository's environments.yaml defines it, with all of them; ok is false
+// when the config names none (the repository is served as one
+// environment).
+func (d *Service) Environment() (env intent.Environment, all intent.Environments, ok bool, err error) {
 	if d.Config == nil || d.Config.Environment == "" {
-		return intent.Environment{}, false, nil
+		return intent.Environment{}, nil, false, nil
 	}
 	if d.Config.IntentRepo == "" {
-		return intent.Environment{}, false, answer.Refuse("Start the server with --intent-repo PATH.", "environment "+d.Config.Environment+" is configured, but no intent repository is")
+		return intent.Environment{}, nil, false, answer.Refuse("Start the server with --intent-repo PATH.", "environment "+d.Config.Environment+" is configured, but no intent repository is")
 	}
 	envs, err := intent.LoadEnvironments(d.Config.IntentRepo)
 	if err != nil {
-		return intent.Environment{}, false, IntentError("read "+intent.EnvironmentsFile, err)
+		return intent.Environment{}, nil, false, IntentError("read "+intent.EnvironmentsFile, err)
 	}
 	if err := envs.Check(d.Config.Environment); err != nil {
-		return intent.Environment{}, false, answer.Refuse("Fix environment in the server's config or the repository's "+intent.EnvironmentsFile+".", err.Error())
+		return intent.Environment{}, nil, false, answer.Refuse("Fix environment in the server's config or the repository's "+intent.EnvironmentsFile+".", err.Error())
 	}
-	env, _ := envs.Get(d.Config.Environment)
-	return env, true, nil
+	env, _ = envs.Get(d.Config.Environment)
+	return env, envs, true, nil
 }
 
-// RoundOfEnvironment refuses a round id that does not name environment env
-// as its prefix ("<env>-"): rounds of the environments of one repository
-// never share an id. Any id goes when env is "". Pure.
-func RoundOfEnvironment(id, env string) error {
-	if env == "" || strings.HasPrefix(id, env+"-") {
+// RoundOfEnvironment refuses a round id that is not named after
+// environment env ("<env>-<month>"; envs.Of): rounds of the environments of
+// one repository never share an id, and prod's server does not plan
+// prod-eu's round. Any id goes when env is "". Pure.
+func RoundOfEnvironment(id, env string, envs intent.Environments) error {
+	if env == "" {
 		return nil
 	}
-	return answer.Refuse(fmt.Sprintf("Name the round %s-<month>, e.g. %s-2026-12.", env, env),
-		fmt.Sprintf("round %s is not a round of environment %s: the rounds of each environment are named after it", id, env), "nothing was changed")
+	if owner := envs.Of(id); owner != env {
+		return answer.Refuse(fmt.Sprintf("Name the round %s-<month>, e.g. %s-2026-12.", env, env),
+			fmt.Sprintf("round %s is not a round of environment %s: the rounds of each environment are named after it", id, env), "nothing was changed")
+	}
+	return nil
 }
 
 // PromotionGate is the promotion gate of round roundID: nil when this
@@ -66,7 +70,7 @@ func RoundOfEnvironment(id, env string) error {
 // Upstream outcome records that do not verify are in the gate's Rejected,
 // named; a gate that cannot be built at all is an error (the plan stops).
 func (d *Service) PromotionGate(ctx context.Context, roundID string) (*promotion.Gate, error) {
-	env, ok, err := d.Environment()
+	env, _, ok, err := d.Environment()
 	if err != nil || !ok || env.Upstream == "" {
 		return nil, err
 	}
@@ -140,7 +144,7 @@ type Certified struct {
 // now, writes rounds/<id>/outcome.json and outcome.statement and commits
 // them.
 func (d *Service) CertifyOutcome(ctx context.Context, roundID, attestation string) (Certified, error) {
-	env, ok, err := d.Environment()
+	env, envs, ok, err := d.Environment()
 	if err != nil {
 		return Certified{}, err
 	}
@@ -155,12 +159,12 @@ func (d *Service) CertifyOutcome(ctx context.Context, roundID, attestation strin
 		roundID = d.Book.CurrentID()
 	}
 	if roundID == "" {
-		roundID = lastRound(d.Book.Root, env.Name)
+		roundID = lastRound(d.Book.Root, env.Name, envs)
 	}
 	if roundID == "" {
 		return Certified{}, answer.Refuse("Name the round: round ids are under rounds/ in the intent repository.", "environment "+env.Name+" has no round here", "nothing was written")
 	}
-	if err := RoundOfEnvironment(roundID, env.Name); err != nil {
+	if err := RoundOfEnvironment(roundID, env.Name, envs); err != nil {
 		return Certified{}, err
 	}
 	st, _, err := d.RoundState(roundID)
@@ -228,14 +232,14 @@ func (d *Service) CertifyOutcome(ctx context.Context, roundID, attestation strin
 
 // lastRound is the last round of environment env under root's rounds/
 // ("<env>-<month>" names sort by month): "" when there is none.
-func lastRound(root, env string) string {
+func lastRound(root, env string, envs intent.Environments) string {
 	entries, err := os.ReadDir(filepath.Join(root, "rounds"))
 	if err != nil {
 		return ""
 	}
 	last := ""
 	for _, e := range entries {
-		if e.IsDir() && strings.HasPrefix(e.Name(), env+"-") && round.ValidRoundID(e.Name()) && e.Name() > last {
+		if e.IsDir() && envs.Of(e.Name()) == env && round.ValidRoundID(e.Name()) && e.Name() > last {
 			last = e.Name()
 		}
 	}
@@ -254,7 +258,7 @@ type Promoted struct {
 // attestation it answers the statement to sign, which names what the
 // gate finds missing now.
 func (d *Service) PromoteUnproven(ctx context.Context, roundID, kernel, reason, attestation string) (Promoted, error) {
-	env, ok, err := d.Environment()
+	env, envs, ok, err := d.Environment()
 	if err != nil {
 		return Promoted{}, err
 	}
@@ -268,7 +272,7 @@ func (d *Service) PromoteUnproven(ctx context.Context, roundID, kernel, reason, 
 	if !round.ValidRoundID(roundID) {
 		return Promoted{}, answer.Refuse("Use a round id such as "+env.Name+"-2026-12.", fmt.Sprintf("round id %q is not valid", roundID))
 	}
-	if err := RoundOfEnvironment(roundID, env.Name); err != nil {
+	if err := RoundOfEnvironment(roundID, env.Name, envs); err != nil {
 		return Promoted{}, err
 	}
 	gate, err := d.PromotionGate(ctx, roundID)

@@ -289,7 +289,7 @@ func Run(ctx context.Context, in Input, hosts Hosts, drains Drains, p Progress) 
 		evicted[r.Node] = r.Value.pods
 	}
 	return plan.Build(plan.Input{Round: in.Round, Order: Positions(in.Order), Facts: facts, Revision: in.Revision,
-		Placement: PlacementOf(in.Placement, in.Inventory, evicted, in.Settings), Intent: WithPromotion(IntentOf(in.Settings, in.Components, facts), in.Promotion, facts),
+		Placement: PlacementOf(in.Placement, in.Inventory, evicted, in.Settings), Intent: CarryLessons(WithPromotion(IntentOf(in.Settings, in.Components, facts), in.Promotion, facts), in.Promotion, in.Components),
 		Risks: in.Risks}), nil
 }
 
@@ -308,6 +308,49 @@ func WithPromotion(it plan.Intent, gate *promotion.Gate, facts map[string]plan.F
 		}
 	}
 	it.Promotion = p
+	return it
+}
+
+// CarryLessons marks or adds the lessons written upstream (gate nil: it
+// unchanged): every lesson of an upstream round whose outcome record the
+// gate verified, and of the newest upstream round that wrote any, each
+// with its source environment and round. Pure.
+func CarryLessons(it plan.Intent, gate *promotion.Gate, comps []*intent.Component) plan.Intent {
+	if gate == nil || gate.Upstream == "" {
+		return it
+	}
+	prefix := gate.Upstream + "-"
+	carried := map[string]bool{}
+	for _, p := range gate.Proofs {
+		carried[p.Outcome.Round] = true
+	}
+	newest := ""
+	for _, c := range comps {
+		for _, l := range c.Lessons {
+			if strings.HasPrefix(l.Round, prefix) && l.Round > newest {
+				newest = l.Round
+			}
+		}
+	}
+	if newest != "" {
+		carried[newest] = true
+	}
+	notes := slices.Clone(it.Notes)
+	for _, c := range comps {
+		for _, l := range c.Lessons {
+			if !strings.HasPrefix(l.Round, prefix) || !carried[l.Round] {
+				continue
+			}
+			source := gate.Upstream + ", round " + l.Round
+			i := slices.IndexFunc(notes, func(n plan.Note) bool { return n.Component == c.Name && n.Kind == "lesson" && n.Ref == l.Heading })
+			if i >= 0 {
+				notes[i].Source = source
+				continue
+			}
+			notes = append(notes, plan.Note{Component: c.Name, Kind: "lesson", Ref: l.Heading, Text: l.Text, Source: source})
+		}
+	}
+	it.Notes = notes
 	return it
 }
 
