@@ -56,7 +56,7 @@ func constrainInput(tool string, s *jsonschema.Schema) {
 
 // inputEnums are the closed sets of values some inputs take.
 var inputEnums = map[string][]any{
-	"record_decision.decision": {"resume", "abort", "hypervisor_snapshot_taken", "residual_risk_accepted"},
+	"record_decision.decision": {"resume", "abort", "hypervisor_snapshot_taken", "residual_risk_accepted", "outcome_certified", "kernel_promoted"},
 	"record_decision.step":     {"verify", "gpu_acceptance", "gate", "fleet_check"},
 	"record_lesson.kind":       {"lesson", "open_question"},
 	"round_status.window":      {"pending", "open", "closed"},

@@ -23,7 +23,7 @@ func production(c *config.Config) { c.Environment = "production" }
 
 // upstreamRecord commits the outcome record of a staging round to the
 // repository, with the statement signing it by the rig's person (as
-// certify_outcome writes them and a merge brings them), and answers the
+// record_decision outcome_certified writes them and a merge brings them), and answers the
 // record's path. edit, when set, changes the record after it was signed.
 func (f *fleet) upstreamRecord(o promotion.Outcome, edit func(*promotion.Outcome)) string {
 	f.t.Helper()
@@ -155,7 +155,7 @@ func TestProductionPlansOnlyWhatStagingProved(t *testing.T) {
 					t.Errorf("the blocker does not say %q:\n%v\nplan.md:\n%s", w, res.Reasons, md)
 				}
 			}
-			if !strings.Contains(reasons(res), "accept_unproven_kernel") {
+			if !strings.Contains(reasons(res), "record_decision kernel_promoted") {
 				t.Errorf("the blocker does not say how a person promotes it anyway: %v", res.Reasons)
 			}
 			if st := f.state(); st.Stop == nil {
@@ -184,9 +184,9 @@ func TestPersonPromotesAKernelWithoutProof(t *testing.T) {
 	const reason = "staging is rebuilt this month; the kernel ran 30 days in the lab"
 	ask := func(kernel string) string {
 		t.Helper()
-		_, res := f.call("accept_unproven_kernel", map[string]any{"kernel": kernel, "reason": reason})
+		_, res := f.call("record_decision", map[string]any{"decision": "kernel_promoted", "kernel": kernel, "reason": reason})
 		if res.Status != StatusApprovalRequired || res.Approval == nil {
-			t.Fatalf("accept_unproven_kernel without a statement: %s %v", res.Status, res.Reasons)
+			t.Fatalf("kernel_promoted without a statement: %s %v", res.Status, res.Reasons)
 		}
 		return res.Approval.Request
 	}
@@ -199,21 +199,21 @@ func TestPersonPromotesAKernelWithoutProof(t *testing.T) {
 	}
 	// Signed for another kernel, presented for this one.
 	other := f.person.sign(t, ask("6.8.0-52-generic"))
-	if _, res := f.call("accept_unproven_kernel", map[string]any{"kernel": fTarget, "reason": reason, "attestation": other}); res.Status != StatusRefused ||
+	if _, res := f.call("record_decision", map[string]any{"decision": "kernel_promoted", "kernel": fTarget, "reason": reason, "attestation": other}); res.Status != StatusRefused ||
 		!strings.Contains(reasons(res), "signed for kernel 6.8.0-52-generic") {
 		t.Fatalf("a statement for another kernel: %s %v", res.Status, res.Reasons)
 	}
 	// Edited after signing: the signature no longer holds.
 	signed := f.person.sign(t, text)
 	edited := strings.Replace(signed, "reason: staging", "reason: Staging", 1)
-	if _, res := f.call("accept_unproven_kernel", map[string]any{"kernel": fTarget, "reason": "Staging" + strings.TrimPrefix(reason, "staging"), "attestation": edited}); res.Status != StatusRefused {
+	if _, res := f.call("record_decision", map[string]any{"decision": "kernel_promoted", "kernel": fTarget, "reason": "Staging" + strings.TrimPrefix(reason, "staging"), "attestation": edited}); res.Status != StatusRefused {
 		t.Fatalf("an edited statement: %s %v", res.Status, res.Reasons)
 	}
-	m, res := f.call("accept_unproven_kernel", map[string]any{"kernel": fTarget, "reason": reason, "attestation": signed})
+	m, res := f.call("record_decision", map[string]any{"decision": "kernel_promoted", "kernel": fTarget, "reason": reason, "attestation": signed})
 	if res.Status != StatusOK || m["principal"] != "alice@example.org" {
-		t.Fatalf("accept_unproven_kernel: %s %v %v", res.Status, res.Reasons, m)
+		t.Fatalf("kernel_promoted: %s %v %v", res.Status, res.Reasons, m)
 	}
-	if _, res := f.call("accept_unproven_kernel", map[string]any{"kernel": fTarget, "reason": reason, "attestation": signed}); res.Status != StatusRefused {
+	if _, res := f.call("record_decision", map[string]any{"decision": "kernel_promoted", "kernel": fTarget, "reason": reason, "attestation": signed}); res.Status != StatusRefused {
 		t.Fatalf("the same statement twice: %s %v", res.Status, res.Reasons)
 	}
 	if res := f.decide(map[string]any{"decision": "resume", "reason": "kernel promoted by a person"}); res.Status != StatusOK {
@@ -261,12 +261,13 @@ func TestRoundsAreNamedAfterTheirEnvironment(t *testing.T) {
 func TestStagingCertifiesItsOutcomeForProduction(t *testing.T) {
 	f := newFleet(t, func(c *config.Config) { c.Environment = "staging" })
 	const id = "staging-2026-11"
+	certify := map[string]any{"decision": "outcome_certified"}
 	f.must(StatusOK, "plan_round", map[string]any{"round": id})
 	if _, res := f.approve("sign_plan", nil); res.Status != StatusOK {
 		t.Fatalf("sign_plan: %s %v", res.Status, res.Reasons)
 	}
-	if _, res := f.call("certify_outcome", nil); res.Status != StatusRefused || !strings.Contains(reasons(res), "not closed") {
-		t.Fatalf("certify_outcome of an open round: %s %v", res.Status, res.Reasons)
+	if _, res := f.call("record_decision", certify); res.Status != StatusRefused || !strings.Contains(reasons(res), "not closed") {
+		t.Fatalf("outcome_certified of an open round: %s %v", res.Status, res.Reasons)
 	}
 	f.preflight("cp-1")
 	f.windowThrough("cp-1", true)
@@ -286,9 +287,9 @@ func TestStagingCertifiesItsOutcomeForProduction(t *testing.T) {
 	}
 	f.must(StatusOK, "close_round", nil)
 
-	_, res := f.call("certify_outcome", nil)
+	_, res := f.call("record_decision", certify)
 	if res.Status != StatusApprovalRequired || res.Approval == nil {
-		t.Fatalf("certify_outcome without a statement: %s %v", res.Status, res.Reasons)
+		t.Fatalf("outcome_certified without a statement: %s %v", res.Status, res.Reasons)
 	}
 	text := res.Approval.Request
 	for _, w := range []string{"kind: round_outcome", "environment: staging", "round: " + id, "outcome-digest: sha256:",
@@ -297,9 +298,9 @@ func TestStagingCertifiesItsOutcomeForProduction(t *testing.T) {
 			t.Errorf("the statement does not say %q:\n%s", w, text)
 		}
 	}
-	m := f.must(StatusOK, "certify_outcome", map[string]any{"attestation": f.person.sign(t, text)})
-	if m["principal"] != "alice@example.org" || m["record"] != "rounds/"+id+"/outcome.json" {
-		t.Fatalf("certify_outcome: %v", m)
+	m, res := f.call("record_decision", map[string]any{"decision": "outcome_certified", "attestation": f.person.sign(t, text)})
+	if res.Status != StatusOK || m["principal"] != "alice@example.org" || !strings.Contains(reasons(res), "rounds/"+id+"/outcome.json") {
+		t.Fatalf("outcome_certified: %s %v", res.Status, res.Reasons)
 	}
 	branch := strings.TrimSpace(gitRun(t, f.repo, "rev-parse", "--abbrev-ref", "HEAD"))
 	files := gitRun(t, f.repo, "ls-tree", "-r", "--name-only", branch, "rounds/"+id)

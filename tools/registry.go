@@ -13,6 +13,6 @@ func builtin() []Tool {
 		PlanRound(), RoundStatus(), RecordDecision(), CloseRound(), ShowPlan(), SignPlan(), ApproveWindow(), ReplanNode(),
 		InspectNode(), SimulateUpgrade(), DownloadUpdates(), SnapshotNode(), VerifyNode(), FleetCheck(), RecordInspection(), RecordSimulation(), RecordVerification(),
 		DrainNode(), InstallUpdates(), TrialBoot(), UncordonNode(), GPUAcceptance(), PromoteKernel(), CheckGate(), CloseWindow(), RecordFleetCheck(),
-		Autoremove(), FallbackDrill(), RollbackNode(), CertifyOutcome(), AcceptUnprovenKernel(),
+		Autoremove(), FallbackDrill(), RollbackNode(),
 	}
 }

@@ -75,7 +75,7 @@ func (g Gate) Judge(kernel string) Verdict {
 		v.Risk = fmt.Sprintf("kernel %s runs in %s without a soaked green round in %s: %s promoted it (%s)", kernel, g.Environment, g.Upstream, p.Principal, p.Reason)
 		return v
 	}
-	v.Fix = fmt.Sprintf("Let %s close a green round in %s and soak %s, or have a person promote it anyway (accept_unproven_kernel: a signed statement naming the kernel, %s and the reason).",
+	v.Fix = fmt.Sprintf("Let %s close a green round in %s and soak %s, or have a person promote it anyway (record_decision kernel_promoted: a signed statement naming the kernel, %s and the reason).",
 		kernel, g.Upstream, durationWords(g.Soak), g.Environment)
 	proofs := slices.Clone(g.Proofs)
 	slices.SortFunc(proofs, func(a, b Proof) int { return a.Outcome.Closed.Compare(b.Outcome.Closed) })

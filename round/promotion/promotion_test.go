@@ -43,7 +43,7 @@ func TestJudge(t *testing.T) {
 		risk     bool
 	}{
 		{name: "never ran upstream", gate: promotion.Gate{},
-			why: "kernel " + k + " never closed a round in staging", fix: "accept_unproven_kernel"},
+			why: "kernel " + k + " never closed a round in staging", fix: "record_decision kernel_promoted"},
 		{name: "other kernel only", gate: promotion.Gate{Proofs: []promotion.Proof{{Outcome: outcome("staging", "s1", t0, green("6.8.0-50-generic", "gpu-1"))}}},
 			why: "never closed a round in staging"},
 		{name: "another environment's round proves nothing", gate: promotion.Gate{Proofs: []promotion.Proof{{Outcome: outcome("production-b", "p1", t0, green(k, "gpu-1"))}}},

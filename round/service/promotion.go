@@ -26,7 +26,7 @@ import (
 
 // promotedTool is the tool a kernel's promotion statement is kept under in
 // the round's proofs (Step names the kernel).
-const promotedTool = "accept_unproven_kernel"
+const promotedTool = "kernel_promoted"
 
 // Environment is the environment this server serves, as the intent
 // repository's environments.yaml defines it, with all of them; ok is false

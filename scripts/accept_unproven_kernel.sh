@@ -1,7 +1,0 @@
-#!/bin/sh
-# accept_unproven_kernel: Accept a kernel not proven upstream.
-# The CLI twin of the MCP tool of the same name: same input, same output.
-#   scripts/accept_unproven_kernel.sh --json '<input>'   or per-field flags (see --help)
-# Exit: 0 ok, 1 refused/failed/approval_required, 2 usage, 3 in progress.
-set -eu
-exec "${MCP_PATCH:-mcp-patch}" tool accept_unproven_kernel "$@"
