@@ -632,6 +632,17 @@ func (j *Journal) OtherActors(rec Record) (Record, error) {
 		Until: rec.Until, Detail: rec.Detail})
 }
 
+// Promotion records the promotion gate's verdict on kernel as the plan
+// took it (round.KindPromotion). Allowed at any time.
+func (j *Journal) Promotion(kernel, detail, approvalID string) (Record, error) {
+	if kernel == "" || strings.TrimSpace(detail) == "" {
+		return Record{}, fmt.Errorf("record promotion for round %s: empty kernel or detail", j.roundID)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appendLocked(Record{Kind: KindPromotion, Kernel: kernel, Detail: detail, ApprovalID: approvalID})
+}
+
 // StartRollback records that rollback_node begins on node (before it acts).
 func (j *Journal) StartRollback(node string, m Meta) (Record, error) {
 	j.mu.Lock()

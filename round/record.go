@@ -41,6 +41,12 @@ const (
 	// taken for the round and let go; the GPU Operator's per-node
 	// driver-upgrade skip set on a node. It changes no step's state.
 	KindOtherActors Kind = "other_actors"
+	// KindPromotion records the promotion gate's verdict on a target
+	// kernel as the round's plan took it (Kernel; Detail: the proof or what
+	// is missing, and a person's promotion as a residual risk; ApprovalID:
+	// that person's kept statement). Written by the server when it writes
+	// the plan, from what it verified itself.
+	KindPromotion Kind = "promotion"
 )
 
 // ActorEvent says what a KindOtherActors record records.

@@ -177,6 +177,23 @@ func RenderReport(w io.Writer, s *State) error {
 		fmt.Fprintf(&b, "- %s\n", e.text)
 	}
 
+	if len(s.Promotions) > 0 {
+		b.WriteString("\n## Promotion\n\n")
+		seen := map[string]bool{}
+		for i := len(s.Promotions) - 1; i >= 0; i-- {
+			p := s.Promotions[i]
+			if seen[p.Kernel] {
+				continue
+			}
+			seen[p.Kernel] = true
+			fmt.Fprintf(&b, "- %s: %s", mdLine(p.Kernel), mdLine(p.Detail))
+			if p.ApprovalID != "" {
+				fmt.Fprintf(&b, " (statement %s)", mdLine(p.ApprovalID))
+			}
+			b.WriteString("\n")
+		}
+	}
+
 	b.WriteString("\n## Lessons\n\n")
 	if len(s.Lessons) == 0 {
 		b.WriteString("None recorded.\n")

@@ -66,6 +66,9 @@ type State struct {
 	// the report: each wait's start, change and end, kured's lock taken
 	// and given back, a driver-upgrade skip set.
 	OtherActors []Notification `json:"other_actors,omitempty"`
+	// Promotions are the promotion gate's verdicts as the plan took them
+	// (promotion records), in order; the last one of a kernel stands.
+	Promotions []Promotion `json:"promotions,omitempty"`
 }
 
 // Wait is a node's drain waiting for another party.
@@ -489,6 +492,12 @@ func (s *State) apply(rec Record) error {
 		return nil
 	case KindOtherActors:
 		return s.applyOtherActors(rec)
+	case KindPromotion:
+		if rec.Kernel == "" || strings.TrimSpace(rec.Detail) == "" {
+			return errors.New("promotion record without kernel or detail")
+		}
+		s.Promotions = append(s.Promotions, Promotion{Seq: rec.Seq, Time: rec.Time, Kernel: rec.Kernel, Detail: rec.Detail, ApprovalID: rec.ApprovalID})
+		return nil
 	}
 	return fmt.Errorf("unknown record kind %q", rec.Kind)
 }
@@ -801,4 +810,23 @@ func (s *State) applyDecision(rec Record) {
 			s.maybeCloseWindow(s.Node(rec.Node), rec)
 		}
 	}
+}
+
+// Promotion is a promotion record: the gate's verdict on one target kernel.
+type Promotion struct {
+	Seq        uint64    `json:"seq"`
+	Time       time.Time `json:"time"`
+	Kernel     string    `json:"kernel"`
+	Detail     string    `json:"detail"`
+	ApprovalID string    `json:"approval_id,omitempty"`
+}
+
+// LastPromotion is the last promotion record of kernel, if any.
+func (s *State) LastPromotion(kernel string) (Promotion, bool) {
+	for i := len(s.Promotions) - 1; i >= 0; i-- {
+		if s.Promotions[i].Kernel == kernel {
+			return s.Promotions[i], true
+		}
+	}
+	return Promotion{}, false
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/promotion"
 	"github.com/mcp-patch/mcp-patch/round/service"
 )
@@ -226,6 +227,16 @@ func TestPersonPromotesAKernelWithoutProof(t *testing.T) {
 		if !strings.Contains(md, w) {
 			t.Errorf("plan.md does not say %q:\n%s", w, md)
 		}
+	}
+	// The round's own record says so, and its report names the risk.
+	if ps := f.state().Promotions; len(ps) != 2 || !strings.Contains(ps[0].Detail, "never closed a round in staging") ||
+		!strings.Contains(ps[1].Detail, "residual risk: kernel "+fTarget+" runs in production") {
+		t.Errorf("the journal's promotion records: %+v", ps)
+	}
+	var report strings.Builder
+	err := round.RenderReport(&report, f.state())
+	if err != nil || !strings.Contains(report.String(), "## Promotion") || !strings.Contains(report.String(), "alice@example.org promoted it ("+reason+")") {
+		t.Errorf("the report does not name the promotion: %v\n%s", err, report.String())
 	}
 	// The promotion counts as this server's kept statement, verified
 	// again: it holds after a restart.

@@ -100,6 +100,9 @@ func ReplanNode() Tool {
 		if err := d.WriteFleetPlan(s.ID, g); err != nil {
 			return out, err
 		}
+		if err := service.JournalPromotion(s, g); err != nil {
+			return out, err
+		}
 		out.Reasons = append(out.Reasons, fmt.Sprintf("%s re-planned: revision %d, digest %s", in.Node, g.Revision, g.Digest))
 		for _, b := range live.Blockers {
 			out.Reasons = append(out.Reasons, "blocker: "+b.String())

@@ -164,5 +164,8 @@ func (d *Service) WritePlanDocument(ctx context.Context, kc *kube.Clients, s *wi
 	if err := d.WriteFleetPlan(in.Round, f); err != nil {
 		return plan.Fleet{}, err
 	}
+	if err := JournalPromotion(s, f); err != nil {
+		return plan.Fleet{}, err
+	}
 	return f, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/plan"
 	"github.com/mcp-patch/mcp-patch/round/promotion"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
@@ -88,6 +89,30 @@ func (d *Service) PromotionGate(ctx context.Context, roundID string) (*promotion
 	}
 	return &promotion.Gate{Environment: env.Name, Upstream: env.Upstream, Soak: env.PromotionSoak(), Now: d.Clock(),
 		Proofs: proofs, Rejected: rejected, Promoted: promoted}, nil
+}
+
+// JournalPromotion records in round s the promotion gate's verdicts as
+// plan f took them (round.KindPromotion), each only when it says something
+// new of its kernel: the round's report lists them, a person's promotion
+// as a residual risk.
+func JournalPromotion(s *window.Round, f plan.Fleet) error {
+	if f.Promotion == nil {
+		return nil
+	}
+	st := s.Journal.State()
+	for _, v := range f.Promotion.Kernels {
+		detail := v.Why
+		if v.Risk != "" {
+			detail += "; residual risk: " + v.Risk
+		}
+		if last, ok := st.LastPromotion(v.Kernel); ok && last.Detail == detail {
+			continue
+		}
+		if _, err := s.Journal.Promotion(v.Kernel, detail, ""); err != nil {
+			return fmt.Errorf("journal the promotion of %s: %w", v.Kernel, err)
+		}
+	}
+	return nil
 }
 
 // verifyOutcome verifies a committed outcome statement (promotion.VerifyFunc).
