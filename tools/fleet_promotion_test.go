@@ -247,7 +247,8 @@ func TestPersonPromotesAKernelWithoutProof(t *testing.T) {
 }
 
 // Rounds are per environment: a production server plans only rounds named
-// after production, and a server without an environment has no gate.
+// after production, each environment's round runs on its own compliance
+// clock, and a server without an environment has no gate.
 func TestRoundsAreNamedAfterTheirEnvironment(t *testing.T) {
 	f := newFleet(t, production)
 	if _, res := f.call("plan_round", map[string]any{"round": "staging-2026-11"}); res.Status != StatusRefused ||
@@ -256,6 +257,18 @@ func TestRoundsAreNamedAfterTheirEnvironment(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(f.repo, "rounds", "staging-2026-11")); !os.IsNotExist(err) {
 		t.Fatalf("the refused plan left rounds/staging-2026-11: %v", err)
+	}
+	// Production's compliance clock is its own: external-facing, 2 days.
+	s := newFleet(t, func(c *config.Config) { c.Environment = "staging" })
+	m := s.must(StatusOK, "plan_round", map[string]any{"round": "staging-2026-11"})
+	if eta, _ := m["eta"].(map[string]any); eta == nil || eta["deadline"] != "2026-11-17T08:00:00Z" {
+		t.Errorf("staging's (internal, 14 days) deadline: %v", m["eta"])
+	}
+	p := newFleet(t, production)
+	p.upstreamRecord(stagingOutcome("staging-2026-10", p.now.Add(-300*time.Hour), fTarget, nil), nil)
+	m = p.must(StatusOK, "plan_round", map[string]any{"round": prodRound})
+	if eta, _ := m["eta"].(map[string]any); eta == nil || eta["deadline"] != "2026-11-05T08:00:00Z" {
+		t.Errorf("production's (external-facing, 2 days) deadline: %v", m["eta"])
 	}
 	plain := newFleet(t)
 	plain.must(StatusOK, "plan_round", map[string]any{"round": fRound})

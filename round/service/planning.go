@@ -37,9 +37,11 @@ func (d *Service) PlanOrder(ctx context.Context, id string, p Progress) (Plannin
 	if err := window.AdmitPlanRound(id, d.Book.CurrentID()); err != nil {
 		return Planning{}, err
 	}
-	if env, envs, ok, err := d.Environment(); err != nil {
+	env, envs, inEnv, err := d.Environment()
+	if err != nil {
 		return Planning{}, err
-	} else if ok {
+	}
+	if inEnv {
 		if err := RoundOfEnvironment(id, env.Name, envs); err != nil {
 			return Planning{}, err
 		}
@@ -69,6 +71,11 @@ func (d *Service) PlanOrder(ctx context.Context, id string, p Progress) (Plannin
 	var soakHours, deadlineDays int
 	if k := settings.Kernel; k != nil {
 		soakHours, deadlineDays = k.SoakHours, k.ComplianceDeadlineDays.Internal
+	}
+	if inEnv {
+		// The environment's compliance clock: 2 days external-facing,
+		// 14 internal, unless environments.yaml says otherwise.
+		deadlineDays = env.ComplianceDeadlineDays
 	}
 	soak, deadline := window.RoundClocks(soakHours, deadlineDays, d.Clock())
 	j, err := d.Book.Journal(id, true)
