@@ -46,11 +46,14 @@ var Kinds = []Kind{ApprovalNeeded, RoundStopped, WindowClosed, NodeRolledBack, R
 
 // Event is one notice. Fields a kind does not use stay empty.
 type Event struct {
-	Kind  Kind      `json:"kind"`
-	Round string    `json:"round"`
-	Node  string    `json:"node,omitempty"`
-	Step  string    `json:"step,omitempty"`
-	Time  time.Time `json:"time"`
+	Kind Kind `json:"kind"`
+	// Environment is the environment of the round (environments.yaml),
+	// when the server serves one.
+	Environment string    `json:"environment,omitempty"`
+	Round       string    `json:"round"`
+	Node        string    `json:"node,omitempty"`
+	Step        string    `json:"step,omitempty"`
+	Time        time.Time `json:"time"`
 	// Tool and Request describe an approval needed: the tool, the request
 	// in plain words, the command a person runs to sign, and its expiry.
 	Tool        string    `json:"tool,omitempty"`
@@ -67,6 +70,9 @@ type Event struct {
 func (e Event) Text() string {
 	var b strings.Builder
 	where := e.Round
+	if e.Environment != "" {
+		where += " (" + e.Environment + ")"
+	}
 	if e.Node != "" {
 		where += " node " + e.Node
 	}

@@ -387,3 +387,21 @@ func TestSettleWaitsForRecordedOutcomes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A server of one environment names it in every notification: the JSON
+// field and the words of the text.
+func TestEventNamesItsEnvironment(t *testing.T) {
+	e := approval()
+	e.Environment = "production"
+	want := "mcp-patch round 2026-11 (production) node gpu-03: drain_node waits for your signature"
+	if got := e.Text(); !strings.HasPrefix(got, want) {
+		t.Errorf("text %q, want it to start %q", got, want)
+	}
+	b, err := json.Marshal(e)
+	if err != nil || !strings.Contains(string(b), `"environment":"production"`) {
+		t.Errorf("json %s %v", b, err)
+	}
+	if b, _ := json.Marshal(approval()); strings.Contains(string(b), "environment") {
+		t.Errorf("an event of no environment names one: %s", b)
+	}
+}

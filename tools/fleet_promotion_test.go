@@ -244,6 +244,8 @@ func TestPersonPromotesAKernelWithoutProof(t *testing.T) {
 	if _, res := f.approve("sign_plan", nil); res.Status != StatusOK {
 		t.Fatalf("sign_plan after a restart: %s %v", res.Status, res.Reasons)
 	}
+	// The stop reached people naming the environment.
+	f.hooks.waitFor(t, `"kind":"round_stopped"`, `"environment":"production"`, "round "+prodRound+" (production) node cp-1 stopped")
 }
 
 // Rounds are per environment: a production server plans only rounds named

@@ -43,6 +43,9 @@ type Ops struct {
 	// round's alert settings (nil: none).
 	Alerts   func() (src alerts.Source, ok bool, err error)
 	Settings func(round string) *intent.AlertSettings
+	// Environment is the environment this server serves (config
+	// environment); every notification names it. Empty: none.
+	Environment string
 
 	log   *slog.Logger
 	queue chan observed
@@ -137,6 +140,7 @@ func (o *Ops) Wait() { o.wg.Wait() }
 func (o *Ops) handle(ctx context.Context, ob observed) {
 	step, notes := Actions(ob.rec, ob.st)
 	for _, n := range notes {
+		n.Environment = o.Environment
 		o.Notifier.Notify(n)
 	}
 	if ob.rec.Kind == round.KindStepStarted && ob.rec.Step == round.StepDrain {
@@ -166,7 +170,7 @@ func (o *Ops) ApprovalNeeded(tool, roundID, node string, summary []string, expir
 	if !o.Metrics.ApprovalPending(metrics.Pending{Tool: tool, Node: node, Round: roundID, Since: now, Expires: expires}) {
 		return
 	}
-	o.Notifier.Notify(notify.Event{Kind: notify.ApprovalNeeded, Round: roundID, Node: node, Tool: tool,
+	o.Notifier.Notify(notify.Event{Kind: notify.ApprovalNeeded, Environment: o.Environment, Round: roundID, Node: node, Tool: tool,
 		Request:     strings.Join(summary, "; "),
 		SignCommand: "mcp-patch approve request.txt (the request text from the tool result, or from mcp-patch tool " + tool + ")",
 		Expires:     expires})
@@ -185,7 +189,7 @@ func (o *Ops) RolledBack(roundID, node, why string) {
 	if o == nil {
 		return
 	}
-	o.Notifier.Notify(notify.Event{Kind: notify.NodeRolledBack, Round: roundID, Node: node, Why: why,
+	o.Notifier.Notify(notify.Event{Kind: notify.NodeRolledBack, Environment: o.Environment, Round: roundID, Node: node, Why: why,
 		Decide: "the round stays stopped: resume (the node stays on its old kernel), retry the node later, or abort (record_decision)"})
 }
 

@@ -54,6 +54,9 @@ func wireOps(ctx context.Context, d *Service) (func(), error) {
 	}
 	d.Ops = ops.New(n, m, nodes, d.Log)
 	d.Ops.Alerts = d.alertSource
+	if d.Config != nil {
+		d.Ops.Environment = d.Config.Environment
+	}
 	d.Ops.Settings = func(id string) *intent.AlertSettings {
 		if d.Intent == nil {
 			return nil
