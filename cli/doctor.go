@@ -113,6 +113,9 @@ func runDoctor(ctx context.Context, d *tools.Deps, w io.Writer) int {
 	d.Cluster = func(context.Context) (*kube.Clients, error) { return cl, clErr }
 	report(sshChecks(ctx, d)...)
 	report(intentCheck(c))
+	if c.IntentRepo != "" {
+		report(environmentCheck(c))
+	}
 	report(signersCheck(c, d.Now()))
 	report(trustChecks(c, "")...)
 	report(tokenCheck(c))
@@ -255,6 +258,36 @@ func intentCheck(c *config.Config) check {
 	}
 	return okf(what, "%s is clean on %s; round commits go to %s (protected: %s)",
 		r.Root(), head.Name().Short(), branch, strings.Join(c.Git.Protected, ", "))
+}
+
+// environmentCheck says which environment of the intent repository's
+// environments.yaml this server serves, and what its rounds are held to;
+// a repository that defines environments served with none named is a
+// warning: its rounds would have no promotion gate.
+func environmentCheck(c *config.Config) check {
+	const what = "environment"
+	envs, err := intent.LoadEnvironments(c.IntentRepo)
+	if err != nil {
+		return failf(what, "%v; fix %s in the intent repository", err, intent.EnvironmentsFile)
+	}
+	if len(envs) == 0 && c.Environment == "" {
+		return okf(what, "the intent repository has one environment (no %s)", intent.EnvironmentsFile)
+	}
+	if err := envs.Check(c.Environment); err != nil {
+		if c.Environment == "" {
+			ch := okf(what, "%s defines %s and this server serves none of them: its rounds have no promotion gate and no compliance clock of their own; set environment (MCP_PATCH_ENVIRONMENT)",
+				intent.EnvironmentsFile, strings.Join(envs.Names(), ", "))
+			ch.warn = true
+			return ch
+		}
+		return failf(what, "%v", err)
+	}
+	env, _ := envs.Get(c.Environment)
+	msg := fmt.Sprintf("serves %s (%s, compliance deadline %d days); rounds are named %s-<month>", env.Name, env.Compliance, env.ComplianceDeadlineDays, env.Name)
+	if env.Upstream != "" {
+		msg += fmt.Sprintf("; plans only kernels proven in %s and soaked %d hours there", env.Upstream, env.PromotionSoakHours)
+	}
+	return okf(what, "%s", msg)
 }
 
 func clipList(items []string, n int) string {
