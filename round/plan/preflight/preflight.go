@@ -294,11 +294,14 @@ func Run(ctx context.Context, in Input, hosts Hosts, drains Drains, p Progress) 
 }
 
 // WithPromotion adds the promotion gate's verdict on every target kernel
-// of facts to it (gate nil: it unchanged). Pure.
+// of facts to it (gate nil: it unchanged). The gate supersedes the
+// intent's hand-kept kernel.test_environment and tested_kernels, which
+// the plan then leaves out. Pure.
 func WithPromotion(it plan.Intent, gate *promotion.Gate, facts map[string]plan.Facts) plan.Intent {
 	if gate == nil {
 		return it
 	}
+	it.TestEnvironment, it.TestedKernels = "", nil
 	p := &plan.Promotion{Environment: gate.Environment, Upstream: gate.Upstream, Verdicts: map[string]promotion.Verdict{}}
 	for _, f := range facts {
 		if f.Target != "" && f.Target != f.Running {

@@ -25,6 +25,12 @@ func TestWithPromotionJudgesEachMovingKernelOnce(t *testing.T) {
 	if got := WithPromotion(plan.Intent{}, nil, facts); got.Promotion != nil {
 		t.Fatalf("no gate: %+v", got.Promotion)
 	}
+	if got := WithPromotion(plan.Intent{TestEnvironment: "lab", TestedKernels: []string{"x"}}, nil, facts); got.TestEnvironment != "lab" {
+		t.Errorf("no gate: the hand-kept test environment went: %+v", got)
+	}
+	if got := WithPromotion(plan.Intent{TestEnvironment: "lab", TestedKernels: []string{"x"}}, gate, facts); got.TestEnvironment != "" || got.TestedKernels != nil {
+		t.Errorf("the gate did not supersede the hand-kept test environment: %+v", got)
+	}
 	got := WithPromotion(plan.Intent{}, gate, facts).Promotion
 	if got == nil || got.Environment != "production" || got.Upstream != "staging" || len(got.Verdicts) != 2 {
 		t.Fatalf("promotion %+v", got)
