@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/promotion"
@@ -260,6 +262,23 @@ func TestRoundsAreNamedAfterTheirEnvironment(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(f.repo, "rounds", "staging-2026-11")); !os.IsNotExist(err) {
 		t.Fatalf("the refused plan left rounds/staging-2026-11: %v", err)
 	}
+	// A production server pointed at staging's cluster (environments.yaml:
+	// production is kubeconfig context production) plans nothing.
+	cl, err := f.d.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := *cl
+	wrong.Context = "staging"
+	f.d.Cluster = func(context.Context) (*kube.Clients, error) { return &wrong, nil }
+	if _, res := f.call("plan_round", map[string]any{"round": prodRound}); res.Status != StatusRefused ||
+		!strings.Contains(reasons(res), "this server uses kubeconfig context staging, and environment production is context production") {
+		t.Fatalf("plan_round against staging's cluster: %s %v", res.Status, res.Reasons)
+	}
+	if _, err := os.Stat(filepath.Join(f.repo, "rounds", prodRound)); !os.IsNotExist(err) {
+		t.Fatalf("the refused plan left rounds/%s: %v", prodRound, err)
+	}
+
 	// Production's compliance clock is its own: external-facing, 2 days.
 	s := newFleet(t, func(c *config.Config) { c.Environment = "staging" })
 	m := s.must(StatusOK, "plan_round", map[string]any{"round": "staging-2026-11"})

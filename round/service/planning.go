@@ -58,6 +58,11 @@ func (d *Service) PlanOrder(ctx context.Context, id string, p Progress) (Plannin
 	if err != nil {
 		return Planning{}, err
 	}
+	if inEnv {
+		if err := EnvironmentReach(env, kc.Context, d.Config.SSH.Inventory, d.Config.IntentRepo); err != nil {
+			return Planning{}, err
+		}
+	}
 	p(0, 0, "inventory and placement") // the total is known with the order
 	inv, pl, err := d.InventoryAndPlacement(ctx, kc, settings)
 	if err != nil {

@@ -66,6 +66,27 @@ func RoundOfEnvironment(id, env string, envs intent.Environments) error {
 	return nil
 }
 
+// EnvironmentReach refuses a server whose cluster or inventory is not its
+// environment's, as environments.yaml names them: production's server
+// pointed at staging's kubeconfig context (or the reverse) would patch the
+// wrong cluster. kubeContext is the context in use ("" in a cluster: not
+// compared); inventory is the config's ssh.inventory, repoRoot the
+// intent repository that env.Inventory is relative to. Pure.
+func EnvironmentReach(env intent.Environment, kubeContext, inventory, repoRoot string) error {
+	if env.Context != "" && kubeContext != "" && kubeContext != env.Context {
+		return answer.Refuse(fmt.Sprintf("Point this server at environment %s's cluster (kubeconfig context %s), or set environment to the one it serves.", env.Name, env.Context),
+			fmt.Sprintf("this server uses kubeconfig context %s, and environment %s is context %s in %s", kubeContext, env.Name, env.Context, intent.EnvironmentsFile), "nothing was changed")
+	}
+	if env.Inventory != "" && inventory != "" {
+		want := filepath.Clean(filepath.Join(repoRoot, env.Inventory))
+		if got, err := filepath.Abs(inventory); err == nil && filepath.Clean(got) != want {
+			return answer.Refuse(fmt.Sprintf("Set ssh.inventory to %s, or set environment to the one this inventory serves.", want),
+				fmt.Sprintf("this server's SSH inventory is %s, and environment %s's is %s in %s", got, env.Name, env.Inventory, intent.EnvironmentsFile), "nothing was changed")
+		}
+	}
+	return nil
+}
+
 // PromotionGate is the promotion gate of round roundID: nil when this
 // server serves no environment or its environment has no upstream one.
 // Upstream outcome records that do not verify are in the gate's Rejected,
