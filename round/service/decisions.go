@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/policy"
@@ -66,6 +67,14 @@ func (d *Service) decisionProven(roundID string) func(round.Record) error {
 		}
 		return nil
 	}
+}
+
+// statementToSign is the answer that a person signs statement text (a
+// decision, a record) before the call goes on.
+func statementToSign(text string, summary []string, expires time.Time) *NeedApproval {
+	return &NeedApproval{Request: text, Summary: summary, Expires: expires,
+		Command:    "mcp-patch approve statement.txt   (save the text as statement.txt)",
+		AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 statement.txt && cat statement.txt statement.txt.sig"}
 }
 
 // A Decision is a person's decision as record_decision takes it.
@@ -133,9 +142,7 @@ func (d *Service) Decide(ctx context.Context, in Decision) (Decided, error) {
 		if err != nil {
 			return Decided{}, answer.Refuse("Give a reason (plain ASCII) and, for accepted risk, a review trigger like driver-version-change:550.90.07.", "cannot build the statement: "+err.Error())
 		}
-		return Decided{}, &NeedApproval{Request: text, Summary: summary, Expires: exp,
-			Command:    "mcp-patch approve statement.txt   (save the text as statement.txt)",
-			AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 statement.txt && cat statement.txt statement.txt.sig"}
+		return Decided{}, statementToSign(text, summary, exp)
 	}
 	a, req, err := d.Approvals.VerifyAttestation(ctx, in.Attestation, dk.kind, binding, summary)
 	if err != nil {

@@ -236,9 +236,7 @@ func (d *Service) CertifyOutcome(ctx context.Context, roundID, attestation strin
 		if err != nil {
 			return Certified{}, fmt.Errorf("build the outcome statement: %w", err)
 		}
-		return Certified{Lines: lines}, &NeedApproval{Request: text, Summary: lines, Expires: exp,
-			Command:    "mcp-patch approve statement.txt   (save the text as statement.txt)",
-			AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 statement.txt && cat statement.txt statement.txt.sig"}
+		return Certified{Lines: lines}, statementToSign(text, lines, exp)
 	}
 	a, req, err := d.Approvals.VerifyRecord(ctx, attestation, policy.KindRoundOutcome)
 	if err != nil {
@@ -336,9 +334,7 @@ func (d *Service) PromoteUnproven(ctx context.Context, roundID, kernel, reason, 
 		if err != nil {
 			return Promoted{}, answer.Refuse("Give a kernel release (uname -r, e.g. 6.8.0-49-generic) and a reason in plain ASCII.", "cannot build the statement: "+err.Error(), "nothing was recorded")
 		}
-		return Promoted{Verdict: v}, &NeedApproval{Request: text, Summary: summary, Expires: exp,
-			Command:    "mcp-patch approve statement.txt   (save the text as statement.txt)",
-			AltCommand: "ssh-keygen -Y sign -n mcp-patch -f ~/.ssh/id_ed25519 statement.txt && cat statement.txt statement.txt.sig"}
+		return Promoted{Verdict: v}, statementToSign(text, summary, exp)
 	}
 	a, req, err := d.Approvals.VerifyRecord(ctx, attestation, policy.KindKernelPromoted)
 	if err == nil {
