@@ -131,7 +131,7 @@ func TestBuiltinSchemas(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ tool, prop, want string }{
-		{"record_decision", "decision", `"enum":["resume","abort","hypervisor_snapshot_taken","residual_risk_accepted"]`},
+		{"record_decision", "decision", `"enum":["resume","abort","hypervisor_snapshot_taken","residual_risk_accepted","outcome_certified","kernel_promoted"]`},
 		{"record_lesson", "kind", `"enum":["lesson","open_question"]`},
 		{"record_lesson", "text", `"maxLength":16384`},
 		{"plan_round", "round", `"pattern":"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"`},
