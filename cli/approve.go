@@ -14,12 +14,13 @@ import (
 	"golang.org/x/term"
 
 	"github.com/mcp-patch/mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/round/inbox"
 )
 
 func (a *app) approveCommand() *cobra.Command {
 	var f approveFlags
 	c := &cobra.Command{
-		Use:   "approve [flags] REQUEST-FILE|-",
+		Use:   "approve [flags] REQUEST-FILE|-|INBOX-ID",
 		Short: "Show an approval request in plain words and sign it with your SSH key",
 		Long: `Show an approval request in plain words and sign it with your SSH key
 (namespace mcp-patch): from ssh-agent (hardware keys included) or a key file.
@@ -29,13 +30,18 @@ A request to sign a round's plan (sign_plan) or a whole window
 (approve_window) is shown with the plan it binds, rendered by this binary
 from the round's plan.json (--plan, or rounds/<round>/plan.json of the
 intent repository), never from plan.md; a plan.json whose digest is not
-the request's is not signed.`,
+the request's is not signed.
+
+INBOX-ID signs a request waiting in the inbox (mcp-patch approvals lists
+them, ROUND:NODE:STEP): the approval is left there, and the server that
+asked uses it when the step is called again.`,
 		Example: `  mcp-patch approve request.txt
   mcp-patch approve --key ~/.ssh/id_ed25519 -o approval.txt request.txt
-  mcp-patch approve --plan rounds/2026-11/plan.json request.txt`,
+  mcp-patch approve --plan rounds/2026-11/plan.json request.txt
+  mcp-patch approve production-2026-12:gpu-3:drain_node`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usagef("approve takes one request file (or - for stdin), got %d arguments", len(args))
+				return usagef("approve takes one request file (or - for stdin, or an inbox id), got %d arguments", len(args))
 			}
 			return nil
 		},
@@ -48,6 +54,7 @@ the request's is not signed.`,
 	fl.StringVar(&f.keyFP, "key-fingerprint", "", "with ssh-agent: the SHA256 fingerprint of the key to use (when it holds several)")
 	fl.BoolVar(&f.yes, "yes", false, "do not ask for confirmation (you have read the request)")
 	fl.StringVarP(&f.out, "output", "o", "", "write the approval to this file instead of stdout")
+	fl.StringVar(&f.inbox, "inbox", "", "the inbox `directory` an INBOX-ID waits in (default: the config's approvals.inbox)")
 	fl.StringVar(&f.plan, "plan", "", "the round's plan.json, shown with a sign_plan or approve_window request (default: rounds/<round>/plan.json in the intent repository)")
 	return c
 }
@@ -57,7 +64,9 @@ type approveFlags struct {
 	// plan is the plan.json a plan or window request is shown from; ""
 	// means the round's in the intent repository.
 	plan string
-	yes  bool
+	// inbox is the inbox an INBOX-ID is read from; "" means the config's.
+	inbox string
+	yes   bool
 }
 
 // runApprove is `mcp-patch approve FILE|-`: a person reads the request in
@@ -67,8 +76,26 @@ func runApprove(ctx context.Context, g *globals, stdio IO, f approveFlags, file 
 	keyFile, keyFP, yes, out := &f.keyFile, &f.keyFP, &f.yes, &f.out
 	var text []byte
 	var err error
+	// An argument that is no file but an inbox id signs the request
+	// waiting in the inbox.
+	var entry *inbox.Entry
+	var in inbox.Dir
 	if file == "-" {
 		text, err = io.ReadAll(io.LimitReader(stdio.Stdin, policy.MaxRequestBytes+1))
+	} else if _, serr := os.Stat(file); errors.Is(serr, os.ErrNotExist) && inbox.ValidID(file) == nil {
+		in = inbox.Dir(f.inbox)
+		if in == "" {
+			c, err := g.load(stdio.Getenv)
+			if err != nil {
+				fmt.Fprintln(stdio.Stderr, "mcp-patch approve:", err)
+				return ExitUsage
+			}
+			in = inbox.Dir(c.InboxDir())
+		}
+		var e inbox.Entry
+		if e, err = in.Get(file); err == nil {
+			entry, text = &e, []byte(e.Request)
+		}
 	} else {
 		text, err = os.ReadFile(file)
 	}
@@ -80,6 +107,15 @@ func runApprove(ctx context.Context, g *globals, stdio IO, f approveFlags, file 
 	if err != nil {
 		fmt.Fprintln(stdio.Stderr, "mcp-patch approve: this is not a valid request; do not sign it:", err)
 		return ExitNotOK
+	}
+	if entry != nil {
+		if why := inboxMismatch(*entry, req); why != "" {
+			fmt.Fprintln(stdio.Stderr, "mcp-patch approve: not signed: the inbox entry "+entry.ID+" "+why)
+			return ExitNotOK
+		}
+		if entry.Environment != "" {
+			fmt.Fprintf(stdio.Stderr, "Environment: %s (server %s), waiting since %s\n", entry.Environment, or(entry.Server, "unnamed"), entry.Since.UTC().Format(time.RFC3339))
+		}
 	}
 	c, err := g.load(stdio.Getenv)
 	if err != nil {
@@ -126,6 +162,21 @@ func runApprove(ctx context.Context, g *globals, stdio IO, f approveFlags, file 
 		return ExitNotOK
 	}
 	approval := policy.FormatApproval(req, res.Signature)
+	if entry != nil {
+		if err := in.Sign(entry.ID, approval); err != nil {
+			fmt.Fprintln(stdio.Stderr, "mcp-patch approve: leave the approval in the inbox:", err)
+			return ExitNotOK
+		}
+		if *out != "" {
+			if err := os.WriteFile(*out, []byte(approval), 0o600); err != nil {
+				fmt.Fprintln(stdio.Stderr, "mcp-patch approve:", err)
+				return ExitNotOK
+			}
+		}
+		fmt.Fprintf(stdio.Stderr, "Signed with %s %s. The approval waits in the inbox; %s runs on %s when it is called again (the server verifies it first).\n",
+			res.KeyType, res.Fingerprint, entry.Step, entry.Node)
+		return ExitOK
+	}
 	if *out != "" {
 		if err := os.WriteFile(*out, []byte(approval), 0o600); err != nil {
 			fmt.Fprintln(stdio.Stderr, "mcp-patch approve:", err)
@@ -136,6 +187,23 @@ func runApprove(ctx context.Context, g *globals, stdio IO, f approveFlags, file 
 	}
 	fmt.Fprintf(stdio.Stderr, "Signed with %s %s. Hand the approval back to the operator.\n", res.KeyType, res.Fingerprint)
 	return ExitOK
+}
+
+// inboxMismatch says why an inbox entry's request is not what the entry
+// says it waits for ("" when it is): what a person reads in the listing
+// is what they sign.
+func inboxMismatch(e inbox.Entry, req policy.Request) string {
+	switch {
+	case req.Round != e.Round:
+		return fmt.Sprintf("is listed for round %s, but its request is for round %s", e.Round, req.Round)
+	case req.Tool != e.Step:
+		return fmt.Sprintf("is listed for %s, but its request is for %s", e.Step, req.Tool)
+	case req.Node != e.Node:
+		return fmt.Sprintf("is listed for node %s, but its request is for %s", e.Node, req.Node)
+	case e.Environment != "" && req.Environment != "" && req.Environment != e.Environment:
+		return fmt.Sprintf("is listed for environment %s, but its request is for %s", e.Environment, req.Environment)
+	}
+	return ""
 }
 
 // unsignable says why a person must not sign req now: it would stay valid

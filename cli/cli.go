@@ -247,7 +247,7 @@ func (a *app) rootCommand() *cobra.Command {
 	root.AddGroup(&cobra.Group{ID: "run", Title: "Running a round:"}, &cobra.Group{ID: "setup", Title: "Setting up:"}, &cobra.Group{ID: "lab", Title: "Trying it out:"})
 	root.SetHelpCommandGroupID("setup")
 	root.SetCompletionCommandGroupID("setup")
-	for _, c := range []*cobra.Command{a.serveCommand(), a.toolCommand(), a.approveCommand(), a.roundCommand()} {
+	for _, c := range []*cobra.Command{a.serveCommand(), a.toolCommand(), a.approvalsCommand(), a.approveCommand(), a.roundCommand()} {
 		c.GroupID = "run"
 		root.AddCommand(c)
 	}

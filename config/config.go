@@ -178,6 +178,13 @@ type Approvals struct {
 	// AllowLabOnly accepts keys whose allowed_signers line is labelled
 	// lab-only. Only the lab sets it; production refuses them.
 	AllowLabOnly bool `json:"allow_lab_only,omitempty"`
+	// Inbox is the directory where the server leaves each approval request
+	// it issues, and its round's status, for `mcp-patch approvals`; a
+	// person's approval signed from there (`mcp-patch approve ID`) is
+	// picked up at the step's next call. The servers of several
+	// environments on one admin host name one directory here, so one
+	// inbox lists them all. Default <state_dir>/inbox.
+	Inbox string `json:"inbox,omitempty" jsonschema:"description=Directory of pending approval requests, shared by the servers of every environment (default <state_dir>/inbox)"`
 }
 
 // Verify configures how the intent repository's verify.sh scripts run. The
@@ -402,6 +409,20 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	if v := getenv("MCP_PATCH_ALLOWED_SIGNERS"); v != "" {
 		c.Approvals.AllowedSigners = v
 	}
+	if v := getenv("MCP_PATCH_INBOX"); v != "" {
+		c.Approvals.Inbox = v
+	}
+}
+
+// InboxDir is the approvals inbox: approvals.inbox, or <state_dir>/inbox.
+func (c *Config) InboxDir() string {
+	if c.Approvals.Inbox != "" {
+		return c.Approvals.Inbox
+	}
+	if c.StateDir == "" {
+		return ""
+	}
+	return filepath.Join(c.StateDir, "inbox")
 }
 
 // Validate reports every problem, each naming its field.

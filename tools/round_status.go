@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/inbox"
 	"github.com/mcp-patch/mcp-patch/round/service"
 	"github.com/mcp-patch/mcp-patch/round/window"
 )
@@ -32,6 +33,9 @@ type RoundStatusOut struct {
 	Maintenance *window.MaintenanceView `json:"maintenance,omitempty" jsonschema:"where the round stands against the intent's maintenance windows"`
 	// Plan is the reviewed plan: its digest, signature and signature count.
 	Plan *service.PlanStatus `json:"plan,omitempty"`
+	// Environments is each environment's round as its server last left
+	// it in the approvals inbox (a server with an environment only).
+	Environments []inbox.Status `json:"environments,omitempty" jsonschema:"each environment's round, phase and compliance deadline, as its server left it in the approvals inbox"`
 }
 
 // RoundStatus is the round_status tool.
@@ -96,6 +100,12 @@ func RoundStatus() Tool {
 			}
 		}
 		out.Reasons = append(out.Reasons, window.StatusReasons(status)...)
+		if envs, waiting, err := d.EnvironmentsView(d.Clock()); err != nil {
+			out.Reasons = append(out.Reasons, "the other environments' rounds cannot be read from the inbox: "+err.Error())
+		} else if len(envs) > 0 {
+			out.Environments = envs
+			out.Reasons = append(out.Reasons, fmt.Sprintf("%d request(s) of %d environment(s) wait for a signature in the inbox (mcp-patch approvals)", waiting, len(envs)))
+		}
 		return out, nil
 	})
 }

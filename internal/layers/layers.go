@@ -59,7 +59,7 @@ var Project = Layering{
 		{Name: "the open round", Packages: []string{"round/service", "round/window", "round/ops"}},
 		{Name: "reporting", Packages: []string{"metrics", "notify"}},
 		{Name: "the plan and the book", Packages: []string{"round/plan", "round/plan/...", "round/book", "round/promotion"}},
-		{Name: "records", Packages: []string{"round", "intent"}},
+		{Name: "records", Packages: []string{"round", "round/inbox", "intent"}},
 		{Name: "cluster and hosts", Packages: []string{"kube", "kube/...", "host", "host/..."}},
 		{Name: "foundations", Packages: []string{"policy", "answer", "mcptool", "round/maintenance", "config", "internal/table", "internal/layers", "scripts", "examples", "deploy"}},
 	},

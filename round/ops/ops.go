@@ -21,6 +21,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/metrics"
 	"github.com/mcp-patch/mcp-patch/notify"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/inbox"
 	"github.com/mcp-patch/mcp-patch/round/maintenance"
 )
 
@@ -172,7 +173,7 @@ func (o *Ops) ApprovalNeeded(tool, roundID, node string, summary []string, expir
 	}
 	o.Notifier.Notify(notify.Event{Kind: notify.ApprovalNeeded, Environment: o.Environment, Round: roundID, Node: node, Tool: tool,
 		Request:     strings.Join(summary, "; "),
-		SignCommand: "mcp-patch approve request.txt (the request text from the tool result, or from mcp-patch tool " + tool + ")",
+		SignCommand: "mcp-patch approve " + inbox.ID(roundID, node, tool) + " (it waits in the inbox: mcp-patch approvals lists it; or the request text from the tool result as request.txt)",
 		Expires:     expires})
 }
 

@@ -153,6 +153,11 @@ func (d *Service) Authorize(ctx context.Context, roundID, tool string, plan wind
 	}
 	bind := Binding{Node: plan.Target(), Round: roundID, Digest: plan.Digest(), Summary: plan.Summary(), Principals: rule.Names}
 	var notes []string
+	fromInbox := false
+	if approval == "" {
+		// A person's approval signed in the inbox for exactly this step.
+		approval, fromInbox = d.inboxApproval(roundID, bind.Node, tool)
+	}
 	if approval == "" {
 		// A per-window approval covers the step when its signature
 		// verifies again now and binds the live digest, once per step.
@@ -186,20 +191,23 @@ func (d *Service) Authorize(ctx context.Context, roundID, tool string, plan wind
 			}
 		}
 		if ok {
+			d.inboxUsed(roundID, bind.Node, tool)
 			d.Log.Info("step covered by its window approval", "tool", tool, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
 			return a, nil
-		}
-		text, exp, err := d.Approvals.Request(tool, bind)
-		if err != nil {
-			return Approved{}, fmt.Errorf("build approval request: %w", err)
 		}
 		if len(rule.Names) > 0 {
 			notes = append(notes, "who signs: "+rule.Words())
 		}
-		d.Ops.ApprovalNeeded(tool, bind.Round, bind.Node, bind.Summary, exp, d.Clock())
-		return Approved{}, &NeedApproval{Request: text, Summary: bind.Summary, Expires: exp, Notes: notes}
+		return Approved{}, d.askApproval(tool, bind, notes)
 	}
 	a, err := d.Approvals.Verify(ctx, approval, tool, bind)
+	if err != nil && fromInbox {
+		why := d.inboxRefused(roundID, bind.Node, tool, err)
+		if errors.Is(err, policy.ErrPrincipalNotAllowed) {
+			return Approved{}, answer.Refuse("Ask "+strings.Join(rule.Names, " or ")+" to sign the request: call again without the approval to get it.", why, rule.Words(), "nothing was executed")
+		}
+		return Approved{}, answer.Refuse("Ask a person to sign a new request: call again without the approval to get it.", why, "nothing was executed")
+	}
 	if errors.Is(err, policy.ErrPrincipalNotAllowed) {
 		return Approved{}, answer.Refuse("Ask "+strings.Join(rule.Names, " or ")+" to sign the request: call again without the approval to get it.",
 			"approval refused: "+err.Error(), rule.Words(), "nothing was executed")
@@ -216,9 +224,14 @@ func (d *Service) Authorize(ctx context.Context, roundID, tool string, plan wind
 		return Approved{}, answer.Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was executed")
 	}
 	if err := d.Approvals.Consume(ctx, a); err != nil {
-		return Approved{}, answer.Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was executed")
+		why := "approval could not be used: " + err.Error()
+		if fromInbox {
+			why = d.inboxRefused(roundID, bind.Node, tool, err)
+		}
+		return Approved{}, answer.Refuse("Ask a person to sign a new request.", why, "nothing was executed")
 	}
 	d.Ops.ApprovalUsed(tool, bind.Node)
-	d.Log.Info("approved step", "tool", tool, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest)
+	d.inboxUsed(roundID, bind.Node, tool)
+	d.Log.Info("approved step", "tool", tool, "node", bind.Node, "round", roundID, "principal", a.Principal, "approval", a.ID, "digest", a.Digest, "from_inbox", fromInbox)
 	return a, nil
 }

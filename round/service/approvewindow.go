@@ -75,6 +75,7 @@ func (d *Service) ApproveWindow(ctx context.Context, node, approval string) (Win
 	if d.Approvals == nil {
 		return WindowApproved{}, answer.Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")
 	}
+	approval, fromInbox := d.givenOrInbox(approval, s.ID, node, "approve_window")
 	if approval == "" {
 		err := d.RequestApproval("approve_window", bind)
 		var n *NeedApproval
@@ -84,6 +85,10 @@ func (d *Service) ApproveWindow(ctx context.Context, node, approval string) (Win
 		return WindowApproved{}, err
 	}
 	a, err := d.Approvals.Verify(ctx, approval, "approve_window", bind)
+	if err != nil && fromInbox {
+		return WindowApproved{}, answer.Refuse("Ask a person to sign a new request: call approve_window without the approval to get it.",
+			d.inboxRefused(s.ID, node, "approve_window", err), rule.Words(), "nothing was recorded")
+	}
 	if errors.Is(err, policy.ErrPrincipalNotAllowed) {
 		return WindowApproved{}, answer.Refuse("Ask "+strings.Join(rule.Names, " or ")+" to sign the request: call approve_window without the approval to get it.",
 			"approval refused: "+err.Error(), rule.Words(), "nothing was recorded")
@@ -102,8 +107,13 @@ func (d *Service) ApproveWindow(ctx context.Context, node, approval string) (Win
 		return WindowApproved{}, answer.Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was recorded")
 	}
 	if err := d.Approvals.Consume(ctx, a); err != nil {
-		return WindowApproved{}, answer.Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")
+		why := "approval could not be used: " + err.Error()
+		if fromInbox {
+			why = d.inboxRefused(s.ID, node, "approve_window", err)
+		}
+		return WindowApproved{}, answer.Refuse("Ask a person to sign a new request.", why, "nothing was recorded")
 	}
+	d.inboxUsed(s.ID, node, "approve_window")
 	if err := d.SaveWindowSignature(s.ID, ws); err != nil {
 		return WindowApproved{}, fmt.Errorf("record the window approval: %w", err)
 	}

@@ -179,11 +179,13 @@ func (d *Service) CommitRoundNamed(ctx context.Context, s *window.Round, why str
 		return err
 	})
 	if errors.Is(err, intent.ErrNoChange) {
+		d.leaveStatus(s)
 		return "(no change)", names, nil
 	}
 	if err != nil {
 		return "", names, err
 	}
+	d.leaveStatus(s)
 	return c.Hash, names, nil
 }
 

@@ -453,12 +453,19 @@ func (d *Service) PlanStatus(ctx context.Context, id string, st0 *round.State) (
 }
 
 // RequestApproval answers approval_required for a request that binds p.
+// The request is left in the inbox too (askApproval).
 func (d *Service) RequestApproval(tool string, p Binding) error {
-	text, exp, err := d.Approvals.Request(tool, p)
-	if err != nil {
-		return fmt.Errorf("build approval request: %w", err)
+	return d.askApproval(tool, p, nil)
+}
+
+// givenOrInbox is the approval a call hands in, else one a person signed
+// in the inbox for tool on node in roundID ("": none; fromInbox says
+// which).
+func (d *Service) givenOrInbox(approval, roundID, node, tool string) (string, bool) {
+	if approval != "" {
+		return approval, false
 	}
-	return &NeedApproval{Request: text, Summary: p.Summary, Expires: exp}
+	return d.inboxApproval(roundID, node, tool)
 }
 
 // PlanNextCall puts the plan's own calls before a window step that would

@@ -77,12 +77,17 @@ func (d *Service) SignPlan(ctx context.Context, approval string) (PlanSigned, er
 	if d.Approvals == nil {
 		return PlanSigned{}, answer.Refuse("Ask the operator to configure approvals.allowed_signers.", "no allowed_signers file is configured")
 	}
+	approval, fromInbox := d.givenOrInbox(approval, s.ID, bind.Node, "sign_plan")
 	if approval == "" {
 		return PlanSigned{}, d.RequestApproval("sign_plan", bind)
 	}
 	a, err := d.Approvals.Verify(ctx, approval, "sign_plan", bind)
 	if err != nil {
-		return PlanSigned{}, answer.Refuse("Ask a person to sign a new request: call sign_plan without the approval to get it.", "approval refused: "+err.Error(), "nothing was recorded")
+		why := "approval refused: " + err.Error()
+		if fromInbox {
+			why = d.inboxRefused(s.ID, bind.Node, "sign_plan", err)
+		}
+		return PlanSigned{}, answer.Refuse("Ask a person to sign a new request: call sign_plan without the approval to get it.", why, "nothing was recorded")
 	}
 	// The kept signature carries what the report says of it: the
 	// report is rendered from what the server kept.
@@ -96,8 +101,13 @@ func (d *Service) SignPlan(ctx context.Context, approval string) (PlanSigned, er
 		return PlanSigned{}, answer.Refuse("Ask the operator to check the server's state directory.", err.Error(), "nothing was recorded")
 	}
 	if err := d.Approvals.Consume(ctx, a); err != nil {
-		return PlanSigned{}, answer.Refuse("Ask a person to sign a new request.", "approval could not be used: "+err.Error(), "nothing was recorded")
+		why := "approval could not be used: " + err.Error()
+		if fromInbox {
+			why = d.inboxRefused(s.ID, bind.Node, "sign_plan", err)
+		}
+		return PlanSigned{}, answer.Refuse("Ask a person to sign a new request.", why, "nothing was recorded")
 	}
+	d.inboxUsed(s.ID, bind.Node, "sign_plan")
 	if ps, err = d.KeptPlanSignatures(s.ID); err != nil {
 		return PlanSigned{}, fmt.Errorf("record the plan signature: %w", err)
 	}
