@@ -4,11 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/host/steps"
 	"github.com/mcp-patch/mcp-patch/kube"
 	"github.com/mcp-patch/mcp-patch/policy"
 	"github.com/mcp-patch/mcp-patch/round"
@@ -307,6 +309,9 @@ func TestStagingCertifiesItsOutcomeForProduction(t *testing.T) {
 	f := newFleet(t, func(c *config.Config) { c.Environment = "staging" })
 	const id = "staging-2026-11"
 	certify := map[string]any{"decision": "outcome_certified"}
+	for _, n := range []string{"gpu-1", "gpu-2"} {
+		f.host(n).Packages = []steps.PlannedPackage{nvidiaDriver}
+	}
 	f.must(StatusOK, "plan_round", map[string]any{"round": id})
 	if _, res := f.approve("sign_plan", nil); res.Status != StatusOK {
 		t.Fatalf("sign_plan: %s %v", res.Status, res.Reasons)
@@ -338,7 +343,7 @@ func TestStagingCertifiesItsOutcomeForProduction(t *testing.T) {
 	}
 	text := res.Approval.Request
 	for _, w := range []string{"kind: round_outcome", "environment: staging", "round: " + id, "outcome-digest: sha256:",
-		"summary: kernel " + fTarget + ": promoted on 3 node(s) (cp-1, gpu-1, gpu-2); red checks: cp-1: gate, gpu-1: gate, gpu-2: gate"} {
+		"summary: kernel " + fTarget + ": promoted on 3 node(s) (cp-1, gpu-1, gpu-2); red checks: cp-1: gate, gpu-1: gate, gpu-2: gate; with NVIDIA " + nvidiaDriverWords} {
 		if !strings.Contains(text, w) {
 			t.Errorf("the statement does not say %q:\n%s", w, text)
 		}
@@ -362,7 +367,7 @@ func TestStagingCertifiesItsOutcomeForProduction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k, ok := o.Kernel(fTarget); !ok || k.Green() || !o.Green() {
+	if k, ok := o.Kernel(fTarget); !ok || k.Green() || !o.Green() || !slices.Equal(k.Nvidia, []string{nvidiaDriverWords}) {
 		t.Fatalf("the record: round green %v, kernel %+v", o.Green(), k)
 	}
 	statement, err := os.ReadFile(filepath.Join(f.repo, "rounds", id, promotion.StatementFile))
@@ -396,6 +401,48 @@ func TestStagingCertifiesItsOutcomeForProduction(t *testing.T) {
 	_, res = p.call("plan_round", map[string]any{"round": "production-2026-12"})
 	if res.Status != StatusFailed || !strings.Contains(reasons(res), "failed checks (cp-1: gate, gpu-1: gate, gpu-2: gate) in staging's round "+id) {
 		t.Fatalf("production's plan of a kernel red in staging: %s %v", res.Status, res.Reasons)
+	}
+}
+
+var nvidiaDriver = steps.PlannedPackage{Name: "nvidia-driver-550", Action: "upgrade", OldVersion: "550.90.07-0ubuntu1", NewVersion: "550.127.05-0ubuntu1", Class: "nvidia"}
+
+const nvidiaDriverWords = "nvidia-driver-550 550.127.05-0ubuntu1"
+
+// The NVIDIA driver moves with the kernel on the GPU servers: a staging
+// record of the kernel alone proves it for the control-plane node, not
+// for the GPU servers, whose blocker names the driver staging never ran
+// with it; a soaked green staging round with the driver proves both.
+func TestProductionJudgesTheNvidiaDriverWithTheKernel(t *testing.T) {
+	f := newFleet(t, production)
+	for _, n := range []string{"gpu-1", "gpu-2"} {
+		f.host(n).Packages = []steps.PlannedPackage{nvidiaDriver}
+	}
+	f.upstreamRecord(stagingOutcome("staging-2026-09", f.now.Add(-900*time.Hour), fTarget, nil), nil)
+	_, res := f.call("plan_round", map[string]any{"round": prodRound})
+	if res.Status != StatusFailed {
+		t.Fatalf("plan_round with a driver staging never ran: %s %v", res.Status, res.Reasons)
+	}
+	why := "kernel " + fTarget + " with NVIDIA " + nvidiaDriverWords + " never closed a round in staging: staging's round staging-2026-09 closed green with it but without NVIDIA " + nvidiaDriverWords
+	for _, n := range []string{"gpu-1", "gpu-2"} {
+		if !strings.Contains(reasons(res), n+": "+why) {
+			t.Errorf("no driver blocker on %s: %v", n, res.Reasons)
+		}
+	}
+	if strings.Contains(reasons(res), "cp-1: ") {
+		t.Errorf("cp-1 moves no driver and its kernel is proven, yet it is blocked: %v", res.Reasons)
+	}
+	if md := f.planMD(prodRound); !strings.Contains(md, "| "+fTarget+" | "+nvidiaDriverWords+" | **no** |") {
+		t.Errorf("plan.md does not show the driver's verdict:\n%s", md)
+	}
+
+	f.upstreamRecord(stagingOutcome("staging-2026-10", f.now.Add(-300*time.Hour), fTarget, func(k *promotion.Kernel) { k.Nvidia = []string{nvidiaDriverWords} }), nil)
+	if res := f.decide(map[string]any{"decision": "resume", "reason": "staging ran the driver with the kernel"}); res.Status != StatusOK {
+		t.Fatalf("resume: %s %v", res.Status, res.Reasons)
+	}
+	f.must(StatusOK, "plan_round", map[string]any{"round": prodRound})
+	if md := f.planMD(prodRound); !strings.Contains(md, "| "+fTarget+" | "+nvidiaDriverWords+" | yes | kernel "+fTarget+" closed green in staging's round staging-2026-10") ||
+		!strings.Contains(md, "| "+fTarget+" | - | yes | kernel "+fTarget+" closed green in staging's round staging-2026-09") {
+		t.Errorf("plan.md does not show the proofs of the kernel alone and with the driver:\n%s", md)
 	}
 }
 

@@ -213,8 +213,9 @@ type Intent struct {
 type Promotion struct {
 	Environment string `json:"environment"`
 	Upstream    string `json:"upstream"`
-	// Verdicts maps a target kernel to its verdict; a target kernel
-	// without one is a blocker.
+	// Verdicts maps a target kernel with the NVIDIA packages moved with
+	// it (promotion.Key) to its verdict; one without a verdict is a
+	// blocker.
 	Verdicts map[string]promotion.Verdict `json:"-"`
 }
 
@@ -244,6 +245,9 @@ func Build(in Input) Fleet {
 		f.Notes = []Note{}
 	}
 	targets := map[string]bool{}
+	// promoted are the kernels with the NVIDIA packages moved with them,
+	// as the promotion gate judged them (promotion.Key).
+	promoted := map[string]bool{}
 	for i, pos := range in.Order {
 		facts, ok := in.Facts[pos.Node]
 		if !ok {
@@ -252,6 +256,7 @@ func Build(in Input) Fleet {
 		n := BuildNode(i+1, pos, facts, in.Placement, in.Intent)
 		if n.Target != "" {
 			targets[n.Target] = true
+			promoted[promotion.Key(n.Target, NvidiaMoves(facts.Packages))] = true
 		}
 		f.Blockers = append(f.Blockers, n.Blockers...)
 		f.Nodes = append(f.Nodes, n)
@@ -259,7 +264,7 @@ func Build(in Input) Fleet {
 	f.TestEnvironment = testEnvironment(in.Intent, targets)
 	if p := in.Intent.Promotion; p != nil {
 		f.Promotion = &FleetPromotion{Environment: p.Environment, Upstream: p.Upstream, Kernels: []promotion.Verdict{}}
-		for _, k := range sortedKeys(targets) {
+		for _, k := range sortedKeys(promoted) {
 			f.Promotion.Kernels = append(f.Promotion.Kernels, promotionVerdict(p, k))
 		}
 	}
@@ -346,7 +351,7 @@ func BuildNode(position int, pos Position, facts Facts, pl Placement, it Intent)
 			}
 		}
 		if p := it.Promotion; p != nil {
-			if v := promotionVerdict(p, n.Target); !v.Proven {
+			if v := promotionVerdict(p, promotion.Key(n.Target, NvidiaMoves(facts.Packages))); !v.Proven {
 				n.Blockers = append(n.Blockers, Blocker{Node: pos.Node, Cause: v.Why, Fix: v.Fix, Check: CheckPromotion})
 			} else if v.Risk != "" {
 				n.Risks = append(n.Risks, v.Risk)
@@ -542,14 +547,30 @@ func sortedKeys[V any](m map[string]V) []string {
 	return ks
 }
 
-// promotionVerdict is the gate's verdict on kernel; a kernel the gate did
-// not judge is not proven.
-func promotionVerdict(p *Promotion, kernel string) promotion.Verdict {
-	if v, ok := p.Verdicts[kernel]; ok {
+// promotionVerdict is the gate's verdict on a kernel with the NVIDIA
+// packages moved with it (promotion.Key); one the gate did not judge is
+// not proven.
+func promotionVerdict(p *Promotion, key string) promotion.Verdict {
+	if v, ok := p.Verdicts[key]; ok {
 		return v
 	}
-	return promotion.Verdict{Kernel: kernel, Why: "kernel " + kernel + " was not judged against " + p.Upstream + "'s records",
+	kernel, _, _ := strings.Cut(key, " with ")
+	return promotion.Verdict{Kernel: kernel, Why: "kernel " + key + " was not judged against " + p.Upstream + "'s records",
 		Fix: "plan the round again"}
+}
+
+// NvidiaMoves are the NVIDIA packages a node's upgrade installs or
+// upgrades, "name version", sorted: what the promotion gate judges with
+// the kernel (pure).
+func NvidiaMoves(pkgs []Package) []string {
+	var out []string
+	for _, p := range pkgs {
+		if p.Class == "nvidia" && p.NewVersion != "" && (p.Action == "install" || p.Action == "upgrade") {
+			out = append(out, p.Name+" "+p.NewVersion)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func testEnvironment(it Intent, targets map[string]bool) string {
@@ -682,6 +703,24 @@ func packageLine(p Package) string {
 		return p.Name + " (new) -> " + p.NewVersion
 	}
 	return p.Name + " " + orDash(p.OldVersion) + " -> " + p.NewVersion
+}
+
+// NvidiaInstalled reads back what a node's plan lines of NVIDIA packages
+// (Packages.Nvidia, as packageLine words them) install: "name version",
+// sorted; removals are not installs (pure; NvidiaMoves of the same
+// packages).
+func NvidiaInstalled(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		name, _, _ := strings.Cut(l, " ")
+		i := strings.LastIndex(l, " -> ")
+		if name == "" || i < 0 || strings.HasPrefix(l[i+4:], "(") || l[i+4:] == "" {
+			continue
+		}
+		out = append(out, name+" "+l[i+4:])
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func orBranch(a, b string) string {

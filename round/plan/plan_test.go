@@ -542,9 +542,17 @@ func TestDriverContainer(t *testing.T) {
 
 func TestPromotionGate(t *testing.T) {
 	in := input(PerWindow)
-	in.Intent.Promotion = &Promotion{Environment: "production", Upstream: "staging", Verdicts: map[string]promotion.Verdict{
-		target: {Kernel: target, Why: "kernel " + target + " is still soaking in staging until 2026-12-08 10:00 UTC", Fix: "Let it soak."},
-	}}
+	// The gate's verdicts as preflight.WithPromotion keys them: the kernel
+	// with the NVIDIA packages each node moves with it.
+	verdicts := map[string]promotion.Verdict{}
+	for _, f := range in.Facts {
+		if f.Target != "" && f.Target != f.Running {
+			nv := NvidiaMoves(f.Packages)
+			verdicts[promotion.Key(f.Target, nv)] = promotion.Verdict{Kernel: f.Target, Nvidia: nv,
+				Why: "kernel " + target + " is still soaking in staging until 2026-12-08 10:00 UTC", Fix: "Let it soak."}
+		}
+	}
+	in.Intent.Promotion = &Promotion{Environment: "production", Upstream: "staging", Verdicts: verdicts}
 	fl := Build(in)
 	var blocked []string
 	for _, b := range fl.Blockers {
@@ -564,19 +572,22 @@ func TestPromotionGate(t *testing.T) {
 	if moving == 0 || len(blocked) != moving || fl.Ready() {
 		t.Fatalf("%d nodes move, %d blocked by the promotion gate: %v", moving, len(blocked), blocked)
 	}
-	if fl.Promotion == nil || len(fl.Promotion.Kernels) != 1 || fl.Promotion.Kernels[0].Proven {
+	if fl.Promotion == nil || len(fl.Promotion.Kernels) != len(verdicts) || len(verdicts) < 2 || fl.Promotion.Kernels[0].Proven {
 		t.Fatalf("fleet promotion %+v", fl.Promotion)
 	}
 	var b bytes.Buffer
 	if err := Markdown(&b, fl); err != nil {
 		t.Fatal(err)
 	}
-	if md := b.String(); !strings.Contains(md, "## Promotion from staging") || !strings.Contains(md, "| "+target+" | **no** | kernel "+target+" is still soaking") {
+	if md := b.String(); !strings.Contains(md, "## Promotion from staging") || !strings.Contains(md, "| "+target+" | - | **no** | kernel "+target+" is still soaking") ||
+		!strings.Contains(md, " | linux-modules-nvidia-") {
 		t.Fatalf("plan.md has no promotion section:\n%s", md)
 	}
 
 	// A person's promotion: planned, with the risk on every moving node.
-	in.Intent.Promotion.Verdicts[target] = promotion.Verdict{Kernel: target, Proven: true, Why: "promoted by bob", Risk: "kernel runs without proof: bob promoted it (CVE)"}
+	for k, v := range in.Intent.Promotion.Verdicts {
+		in.Intent.Promotion.Verdicts[k] = promotion.Verdict{Kernel: target, Nvidia: v.Nvidia, Proven: true, Why: "promoted by bob", Risk: "kernel runs without proof: bob promoted it (CVE)"}
+	}
 	fl = Build(in)
 	if !fl.Ready() {
 		t.Fatalf("a promoted kernel still blocks: %v", fl.Blockers)

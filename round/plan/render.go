@@ -40,17 +40,21 @@ func Markdown(w io.Writer, f Fleet) error {
 		p("\n")
 	}
 	if pr := f.Promotion; pr != nil {
-		p("## Promotion from %s\n\nThis round runs in %s: a target kernel is planned only with proof from %s (a round there that closed green, certified by a person's signature, and soaked since) or a person's signed promotion.\n\n", pr.Upstream, pr.Environment, pr.Upstream)
-		p("| kernel | proven | why |\n|---|---|---|\n")
+		p("## Promotion from %s\n\nThis round runs in %s: a target kernel, with the NVIDIA packages moved with it, is planned only with proof from %s (a round there that closed green with them, certified by a person's signature, and soaked since) or a person's signed promotion.\n\n", pr.Upstream, pr.Environment, pr.Upstream)
+		p("| kernel | NVIDIA packages with it | proven | why |\n|---|---|---|---|\n")
 		for _, v := range pr.Kernels {
 			word := "**no**"
 			if v.Proven {
 				word = "yes"
 			}
-			p("| %s | %s | %s |\n", v.Kernel, word, cell(v.Why))
+			nv := "-"
+			if len(v.Nvidia) > 0 {
+				nv = strings.Join(v.Nvidia, ", ")
+			}
+			p("| %s | %s | %s | %s |\n", v.Kernel, cell(nv), word, cell(v.Why))
 		}
 		if len(pr.Kernels) == 0 {
-			p("| - | - | no node gets a new kernel |\n")
+			p("| - | - | - | no node gets a new kernel |\n")
 		}
 		p("\n")
 	}

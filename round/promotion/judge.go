@@ -51,6 +51,9 @@ type Gate struct {
 // says about it.
 type Verdict struct {
 	Kernel string `json:"kernel"`
+	// Nvidia are the NVIDIA packages ("name version") the plan moves with
+	// the kernel, judged with it.
+	Nvidia []string `json:"nvidia,omitempty"`
 	Proven bool   `json:"proven"`
 	// Why is the proof in words (or the person's promotion), or what is
 	// missing.
@@ -66,8 +69,23 @@ type Verdict struct {
 // otherwise any upstream round where the kernel fell back, was rolled back
 // or failed a check blocks it; otherwise the earliest upstream round that
 // closed green with it proves it once its soak has run.
-func (g Gate) Judge(kernel string) Verdict {
-	v := Verdict{Kernel: kernel}
+func (g Gate) Judge(kernel string) Verdict { return g.JudgeWith(kernel, nil) }
+
+// Key names a kernel with the NVIDIA packages moved with it, as the
+// plan's verdicts are keyed.
+func Key(kernel string, nvidia []string) string {
+	if len(nvidia) == 0 {
+		return kernel
+	}
+	return kernel + " with " + strings.Join(nvidia, ", ")
+}
+
+// JudgeWith decides one target kernel with the NVIDIA driver or module
+// packages ("name version") the plan moves with it: besides the kernel,
+// the green upstream round that proves it must have installed each of
+// them with it (a person's promotion of the kernel covers them).
+func (g Gate) JudgeWith(kernel string, nvidia []string) Verdict {
+	v := Verdict{Kernel: kernel, Nvidia: slices.Clone(nvidia)}
 	if i := slices.IndexFunc(g.Promoted, func(p Promoted) bool { return p.Kernel == kernel }); i >= 0 {
 		p := g.Promoted[i]
 		v.Proven = true
@@ -79,7 +97,7 @@ func (g Gate) Judge(kernel string) Verdict {
 		kernel, g.Upstream, durationWords(g.Soak), g.Environment)
 	proofs := slices.Clone(g.Proofs)
 	slices.SortFunc(proofs, func(a, b Proof) int { return a.Outcome.Closed.Compare(b.Outcome.Closed) })
-	var bad, notGreen []string
+	var bad, notGreen, otherNvidia []string
 	var green *Proof
 	for i, p := range proofs {
 		o := p.Outcome
@@ -102,12 +120,20 @@ func (g Gate) Judge(kernel string) Verdict {
 		case !k.Green():
 			notGreen = append(notGreen, fmt.Sprintf("%s's round %s promoted it on no node", o.Environment, o.Round))
 		case green == nil:
+			if missing := missingNvidia(k, nvidia); len(missing) > 0 {
+				otherNvidia = append(otherNvidia, fmt.Sprintf("%s's round %s closed green with it but without NVIDIA %s", o.Environment, o.Round, strings.Join(missing, ", ")))
+				continue
+			}
 			green = &proofs[i]
 		}
 	}
 	switch {
 	case len(bad) > 0:
 		v.Why = "kernel " + kernel + " " + strings.Join(bad, "; ")
+	case green == nil && len(otherNvidia) > 0:
+		v.Why = "kernel " + kernel + " with NVIDIA " + strings.Join(nvidia, ", ") + " never closed a round in " + g.Upstream + ": " + strings.Join(otherNvidia, "; ")
+		v.Fix = fmt.Sprintf("Let %s close a green round with these NVIDIA packages and soak %s, pin the NVIDIA packages to the versions %s ran, or have a person promote the kernel anyway (record_decision kernel_promoted).",
+			g.Upstream, durationWords(g.Soak), g.Upstream)
 	case green != nil:
 		until := green.Outcome.Closed.Add(g.Soak)
 		closed := green.Outcome.Closed.UTC().Format(timeWords)
@@ -119,6 +145,9 @@ func (g Gate) Judge(kernel string) Verdict {
 		v.Fix = ""
 		v.Why = fmt.Sprintf("kernel %s closed green in %s's round %s on %s (certified by %s, %s) and soaked %s until %s",
 			kernel, g.Upstream, green.Outcome.Round, closed, green.Principal, green.Path, durationWords(g.Soak), until.UTC().Format(timeWords))
+		if len(nvidia) > 0 {
+			v.Why += "; with NVIDIA " + strings.Join(nvidia, ", ")
+		}
 	case len(notGreen) > 0:
 		v.Why = "kernel " + kernel + ": " + strings.Join(notGreen, "; ")
 	default:
@@ -132,6 +161,18 @@ func (g Gate) Judge(kernel string) Verdict {
 		v.Why += "; upstream records that prove nothing: " + strings.Join(rs, "; ")
 	}
 	return v
+}
+
+// missingNvidia are the packages of want that k's round did not install
+// with it (an NVIDIA package at another version is missing).
+func missingNvidia(k Kernel, want []string) []string {
+	var out []string
+	for _, p := range want {
+		if !slices.Contains(k.Nvidia, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func notGreenWhy(o Outcome) string {

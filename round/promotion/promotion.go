@@ -68,6 +68,10 @@ type Kernel struct {
 	// Red are the failed checks on it, "node: step" (verify,
 	// gpu_acceptance, gate), even where a person accepted the risk.
 	Red []string `json:"red"`
+	// Nvidia are the NVIDIA packages the round's signed plan installed
+	// with the kernel on the nodes where it was promoted, "name version",
+	// sorted (none: the round moved no NVIDIA package with it).
+	Nvidia []string `json:"nvidia,omitempty"`
 }
 
 // Green reports whether the kernel ran the round without a fallback,
@@ -154,6 +158,9 @@ func (o Outcome) Lines() []string {
 		}
 		if len(k.Red) > 0 {
 			line += "; red checks: " + names(k.Red)
+		}
+		if len(k.Nvidia) > 0 {
+			line += "; with NVIDIA " + strings.Join(k.Nvidia, ", ")
 		}
 		out = append(out, line)
 	}

@@ -24,6 +24,16 @@ func green(k string, nodes ...string) promotion.Kernel {
 	return promotion.Kernel{Kernel: k, Promoted: nodes, FellBack: []string{}, RolledBack: []string{}, Red: []string{}}
 }
 
+const (
+	drv  = "nvidia-driver-550 550.127.05-0ubuntu1"
+	mods = "linux-modules-nvidia-550-6.8.0-51-generic 6.8.0-51.52"
+)
+
+func withNvidia(k promotion.Kernel, pkgs ...string) promotion.Kernel {
+	k.Nvidia = pkgs
+	return k
+}
+
 func TestJudge(t *testing.T) {
 	const k = "6.8.0-51-generic"
 	week := 7 * 24 * time.Hour
@@ -38,10 +48,26 @@ func TestJudge(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		gate     promotion.Gate
+		nvidia   []string
 		proven   bool
 		why, fix string
 		risk     bool
 	}{
+		{name: "soaked with the NVIDIA packages it ran upstream", gate: promotion.Gate{Now: t0.Add(week), Proofs: []promotion.Proof{{Outcome: outcome("staging", "s1", t0, withNvidia(green(k, "gpu-1"), drv, mods))}}},
+			nvidia: []string{mods}, proven: true, why: "soaked 7 day(s) until 2026-12-08 10:00 UTC; with NVIDIA " + mods},
+		{name: "NVIDIA packages never run upstream with the kernel", gate: promotion.Gate{Now: t0.Add(week), Proofs: []promotion.Proof{{Outcome: outcome("staging", "s1", t0, withNvidia(green(k, "gpu-1"), drv))}}},
+			nvidia: []string{drv, mods}, why: "kernel " + k + " with NVIDIA " + drv + ", " + mods + " never closed a round in staging: staging's round s1 closed green with it but without NVIDIA " + mods,
+			fix: "pin the NVIDIA packages"},
+		{name: "a record without NVIDIA packages proves none", gate: promotion.Gate{Now: t0.Add(week), Proofs: []promotion.Proof{{Outcome: outcome("staging", "s1", t0, green(k, "gpu-1"))}}},
+			nvidia: []string{mods}, why: "without NVIDIA " + mods},
+		{name: "a later green round with the NVIDIA packages proves them once soaked", gate: promotion.Gate{Now: t0.Add(week + 2*time.Hour), Proofs: []promotion.Proof{
+			{Outcome: outcome("staging", "s1", t0, green(k, "gpu-1"))}, {Outcome: outcome("staging", "s2", t0.Add(time.Hour), withNvidia(green(k, "gpu-1"), mods))}}},
+			nvidia: []string{mods}, proven: true, why: "round s2"},
+		{name: "a later green round with the NVIDIA packages still soaking", gate: promotion.Gate{Now: t0.Add(week), Proofs: []promotion.Proof{
+			{Outcome: outcome("staging", "s1", t0, green(k, "gpu-1"))}, {Outcome: outcome("staging", "s2", t0.Add(time.Hour), withNvidia(green(k, "gpu-1"), mods))}}},
+			nvidia: []string{mods}, why: "still soaking in staging until 2026-12-08 11:00 UTC (round s2"},
+		{name: "a person's promotion covers the NVIDIA packages", gate: promotion.Gate{Promoted: []promotion.Promoted{{Kernel: k, Principal: "bob", Reason: "r", ApprovalID: "abc"}}},
+			nvidia: []string{mods}, proven: true, why: "promoted into production by bob", risk: true},
 		{name: "never ran upstream", gate: promotion.Gate{},
 			why: "kernel " + k + " never closed a round in staging", fix: "record_decision kernel_promoted"},
 		{name: "other kernel only", gate: promotion.Gate{Proofs: []promotion.Proof{{Outcome: outcome("staging", "s1", t0, green("6.8.0-50-generic", "gpu-1"))}}},
@@ -77,7 +103,7 @@ func TestJudge(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := tc.gate
 			g.Environment, g.Upstream, g.Soak = "production", "staging", week
-			v := g.Judge(k)
+			v := g.JudgeWith(k, tc.nvidia)
 			if v.Proven != tc.proven || !strings.Contains(v.Why, tc.why) || (v.Risk != "") != tc.risk {
 				t.Fatalf("Judge = %+v, want proven %v, why containing %q, risk %v", v, tc.proven, tc.why, tc.risk)
 			}

@@ -222,6 +222,13 @@ func (d *Service) CertifyOutcome(ctx context.Context, roundID, attestation strin
 			"round "+roundID+" is not closed: its outcome is not known yet", "nothing was written")
 	}
 	o := window.OutcomeOf(st, env.Name)
+	// The NVIDIA packages installed with each kernel, from the plan the
+	// person signed: without it, the record proves no NVIDIA package.
+	if f, _, err := d.SignedPlan(ctx, roundID); err == nil {
+		o = OutcomeNvidia(o, f)
+	} else {
+		d.Log.Warn("the outcome names no NVIDIA package: the round's signed plan cannot be read", "round", roundID, "err", err)
+	}
 	raw, err := o.Encode()
 	if err != nil {
 		return Certified{}, fmt.Errorf("encode the outcome of round %s: %w", roundID, err)
@@ -288,6 +295,27 @@ func lastRound(root, env string, envs intent.Environments) string {
 		}
 	}
 	return last
+}
+
+// OutcomeNvidia adds to each kernel of o the NVIDIA packages the signed
+// plan f installed with it on the nodes where it was promoted (pure).
+func OutcomeNvidia(o promotion.Outcome, f plan.Fleet) promotion.Outcome {
+	ks := slices.Clone(o.Kernels)
+	for i, k := range ks {
+		var nv []string
+		for _, n := range f.Nodes {
+			if n.Target == k.Kernel && slices.Contains(k.Promoted, n.Node) {
+				nv = append(nv, plan.NvidiaInstalled(n.Packages.Nvidia)...)
+			}
+		}
+		slices.Sort(nv)
+		ks[i].Nvidia = slices.Compact(nv)
+		if len(ks[i].Nvidia) == 0 {
+			ks[i].Nvidia = nil
+		}
+	}
+	o.Kernels = ks
+	return o
 }
 
 // Promoted is a person's promotion of a kernel, recorded.

@@ -2,10 +2,13 @@ package service
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/policy"
+	"github.com/mcp-patch/mcp-patch/round/plan"
+	"github.com/mcp-patch/mcp-patch/round/promotion"
 )
 
 func TestRoundOfEnvironment(t *testing.T) {
@@ -74,5 +77,28 @@ func TestEnvironmentReach(t *testing.T) {
 	}
 	if err := EnvironmentReach(intent.Environment{Name: "staging"}, "anything", "/any/inventory.yaml", repo); err != nil {
 		t.Errorf("an environment that names neither: %v", err)
+	}
+}
+
+// The outcome names the NVIDIA packages the signed plan installed with
+// each kernel on the nodes where it was promoted, not on a node that fell
+// back or moved to another kernel.
+func TestOutcomeNvidia(t *testing.T) {
+	const k = "6.8.0-51-generic"
+	o := promotion.Outcome{Kernels: []promotion.Kernel{
+		{Kernel: k, Promoted: []string{"gpu-1"}, FellBack: []string{"gpu-2"}},
+		{Kernel: "6.8.0-52-generic", Promoted: []string{"cp-1"}},
+	}}
+	f := plan.Fleet{Nodes: []plan.Node{
+		{Node: "gpu-1", Target: k, Packages: plan.Packages{Nvidia: []string{"nvidia-driver-550 550.90 -> 550.127", "nvidia-dkms-535 535.1 -> (remove)"}}},
+		{Node: "gpu-2", Target: k, Packages: plan.Packages{Nvidia: []string{"nvidia-driver-560 560.1 -> 560.2"}}},
+		{Node: "cp-1", Target: "6.8.0-52-generic"},
+	}}
+	got := OutcomeNvidia(o, f)
+	if !slices.Equal(got.Kernels[0].Nvidia, []string{"nvidia-driver-550 550.127"}) || got.Kernels[1].Nvidia != nil {
+		t.Fatalf("OutcomeNvidia = %+v", got.Kernels)
+	}
+	if o.Kernels[0].Nvidia != nil {
+		t.Fatal("OutcomeNvidia changed its input")
 	}
 }

@@ -30,6 +30,9 @@ type Host struct {
 	mu sync.Mutex
 	// Running and Target kernels; Digest is the package plan's digest.
 	Running, Target, Digest string
+	// Packages are more packages the upgrade moves beside the target
+	// kernel's image (an NVIDIA driver, say).
+	Packages []steps.PlannedPackage
 	// InstallState is what install status answers ("" = not_started).
 	InstallState string
 	ExitCode     int
@@ -143,6 +146,10 @@ func (h *Host) Simulate(ctx context.Context, node string) (steps.Simulation, err
 	sim.Plan.Digest, sim.Plan.TargetKernel = h.Digest, h.Target
 	sim.Plan.Lines = []string{"Inst linux-image-" + h.Target}
 	sim.Plan.Packages = []steps.PlannedPackage{{Name: "linux-image-" + h.Target, Action: "install", NewVersion: "1"}}
+	for _, p := range h.Packages {
+		sim.Plan.Packages = append(sim.Plan.Packages, p)
+		sim.Plan.Lines = append(sim.Plan.Lines, "Inst "+p.Name)
+	}
 	if h.BootFreeKB > 0 {
 		free := h.BootFreeKB
 		sim.Boot = steps.BootSpace{Dir: "/boot", FreeKB: &free, NeedKB: BootNeedKB, NewKernels: []string{h.Target}, Short: free < BootNeedKB}

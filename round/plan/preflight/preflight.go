@@ -305,14 +305,17 @@ func WithPromotion(it plan.Intent, gate *promotion.Gate, facts map[string]plan.F
 	p := &plan.Promotion{Environment: gate.Environment, Upstream: gate.Upstream, Verdicts: map[string]promotion.Verdict{}}
 	for _, f := range facts {
 		if f.Target != "" && f.Target != f.Running {
-			if _, ok := p.Verdicts[f.Target]; !ok {
-				p.Verdicts[f.Target] = gate.Judge(f.Target)
+			nv := plan.NvidiaMoves(f.Packages)
+			if k := promotion.Key(f.Target, nv); !hasVerdict(p, k) {
+				p.Verdicts[k] = gate.JudgeWith(f.Target, nv)
 			}
 		}
 	}
 	it.Promotion = p
 	return it
 }
+
+func hasVerdict(p *plan.Promotion, key string) bool { _, ok := p.Verdicts[key]; return ok }
 
 // CarryLessons marks or adds the lessons written upstream (gate nil: it
 // unchanged): every lesson of an upstream round whose outcome record the
