@@ -54,7 +54,7 @@ type Verdict struct {
 	// Nvidia are the NVIDIA packages ("name version") the plan moves with
 	// the kernel, judged with it.
 	Nvidia []string `json:"nvidia,omitempty"`
-	Proven bool   `json:"proven"`
+	Proven bool     `json:"proven"`
 	// Why is the proof in words (or the person's promotion), or what is
 	// missing.
 	Why string `json:"why"`
