@@ -84,7 +84,10 @@ type Elector struct {
 	// observed is closed once the election has seen the leader Lease.
 	observed     chan struct{}
 	observedOnce sync.Once
-	stop         context.CancelFunc
+	// changed is closed and replaced whenever the election changes
+	// (started, stopped, a new leader seen): Wait's signal.
+	changed chan struct{}
+	stop    context.CancelFunc
 	done         chan struct{}
 }
 
@@ -102,7 +105,7 @@ func New(kc kubernetes.Interface, cfg Config, log *slog.Logger, now func() time.
 		now = time.Now
 	}
 	e := &Elector{kc: kc, cfg: cfg, log: log.With("lease", cfg.Namespace+"/"+cfg.Name, "identity", cfg.Identity), now: now,
-		observed: make(chan struct{})}
+		observed: make(chan struct{}), changed: make(chan struct{})}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
@@ -127,9 +130,16 @@ func New(kc kubernetes.Interface, cfg Config, log *slog.Logger, now func() time.
 	return e, nil
 }
 
+// changedLocked wakes every Wait; e.mu is held.
+func (e *Elector) changedLocked() {
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
 func (e *Elector) started(term context.Context) {
 	e.mu.Lock()
 	e.term = term
+	e.changedLocked()
 	e.mu.Unlock()
 	e.seen()
 	e.log.Info("this server leads: it runs the round's destructive steps")
@@ -139,6 +149,7 @@ func (e *Elector) stopped() {
 	e.mu.Lock()
 	was := e.term != nil
 	e.term = nil
+	e.changedLocked()
 	e.mu.Unlock()
 	if was {
 		e.log.Warn("this server no longer leads: it refuses destructive steps")
@@ -146,6 +157,9 @@ func (e *Elector) stopped() {
 }
 
 func (e *Elector) newLeader(identity string) {
+	e.mu.Lock()
+	e.changedLocked()
+	e.mu.Unlock()
 	e.seen()
 	if identity != e.cfg.Identity {
 		e.log.Info("the leader is another server: this one follows", "leader", identity)
@@ -200,6 +214,23 @@ func (e *Elector) IsLeader() bool {
 	return term != nil && term.Err() == nil && e.le.IsLeader()
 }
 
+// Wait waits, bounded by ctx, until IsLeader is leading.
+func (e *Elector) Wait(ctx context.Context, leading bool) error {
+	for {
+		e.mu.Lock()
+		changed := e.changed
+		e.mu.Unlock()
+		if e.IsLeader() == leading {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("wait until leading is %v: %w", leading, context.Cause(ctx))
+		}
+	}
+}
+
 // Leader is the identity of the leader this server last saw; "" before it
 // saw one.
 func (e *Elector) Leader() string { return e.le.GetLeader() }
@@ -248,9 +279,16 @@ func (e *Elector) Admit(ctx context.Context) (Fence, error) {
 // Leases read again from the API server, judged by DecideFence. nil: act;
 // an error (wrapping ErrFenced): do nothing.
 func (e *Elector) Check(ctx context.Context, f Fence) error {
+	return e.checkAs(ctx, f, e.IsLeader())
+}
+
+// checkAs is Check with this server's belief that it leads given: a
+// leader whose clock is held back believes it still leads after another
+// took over, and the Leases read again must fence it all the same.
+func (e *Elector) checkAs(ctx context.Context, f Fence, leading bool) error {
 	leader, window, err := e.read(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrFenced, err)
 	}
-	return DecideFence(f, leader, window, e.IsLeader(), e.now())
+	return DecideFence(f, leader, window, leading, e.now())
 }
