@@ -88,7 +88,7 @@ type Elector struct {
 	// (started, stopped, a new leader seen): Wait's signal.
 	changed chan struct{}
 	stop    context.CancelFunc
-	done         chan struct{}
+	done    chan struct{}
 }
 
 // New makes the elector of cfg.Identity over kc. log gets the election's
