@@ -56,6 +56,10 @@ type Service struct {
 	Serial window.Serial
 	// Lease, when set, replaces the window Lease on the cluster (tests).
 	Lease window.Lease
+	// Leader, when set, replaces the leader election on the cluster
+	// (tests); else it runs when leader_election is on (leader.go).
+	Leader Leadership
+	leader leaderKeeping
 	// Drainer, when set, replaces the cluster's drain (tests).
 	Drainer window.Cluster
 	// Others, when set, replaces who else maintains a node (tests); with a
