@@ -3,7 +3,11 @@ package tools
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +42,16 @@ func electorOn(t *testing.T, r *wrig, objs ...*coordinationv1.Lease) *leader.Ele
 	return e
 }
 
+// roundAudit is the round's audit log ("" while there is none).
+func roundAudit(t *testing.T, r *wrig) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(r.root, "rounds", wRound, "audit.jsonl"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // A follower refuses a destructive tool before anything is done, naming
 // the leader, and answers read-only tools.
 func TestFollowerRefusesDestructiveNamingTheLeader(t *testing.T) {
@@ -50,7 +64,9 @@ func TestFollowerRefusesDestructiveNamingTheLeader(t *testing.T) {
 	if err := e.Observed(ctx); err != nil {
 		t.Fatal(err)
 	}
+	r.d.Audit = r.d.RecordAudit
 	before := r.journalBytes(t)
+	auditBefore := roundAudit(t, r)
 
 	for _, args := range []map[string]any{{"node": wNode}, {"node": wNode, "approval": "signed:anything"}} {
 		_, res := r.call(t, "drain_node", args)
@@ -65,7 +81,14 @@ func TestFollowerRefusesDestructiveNamingTheLeader(t *testing.T) {
 		t.Fatalf("a follower acted: %+v, window Lease %q", r.kube.Actions, r.lease.Holder)
 	}
 	if !bytes.Equal(before, r.journalBytes(t)) {
-		t.Error("a follower's refused drain wrote the journal")
+		t.Error("a follower's refused drain wrote the round's journal")
+	}
+	if !bytes.Equal(auditBefore, roundAudit(t, r)) {
+		t.Error("a follower's refused drain wrote the round's audit log")
+	}
+	spill, err := os.ReadFile(filepath.Join(r.d.Config.StateDir, "audit.jsonl"))
+	if err != nil || !bytes.Contains(spill, []byte(`"tool":"drain_node"`)) || !bytes.Contains(spill, []byte(`"follower":true`)) {
+		t.Errorf("the follower's audit in its state directory: %v\n%s", err, spill)
 	}
 	if _, res := r.call(t, "round_status", map[string]any{}); res.Status == StatusRefused || res.Status == StatusFailed {
 		t.Fatalf("round_status on a follower: %s %v", res.Status, res.Reasons)

@@ -80,6 +80,21 @@ func (d *Service) Leadership(ctx context.Context) (Leadership, error) {
 	return e, nil
 }
 
+// Following reports, without waiting, whether this server takes part in
+// an election and does not lead now: what it answers then changes nothing
+// of the round the leader writes.
+func (d *Service) Following() bool {
+	l := d.Leader
+	if l == nil {
+		d.leader.mu.Lock()
+		if e := d.leader.elector; e != nil {
+			l = e
+		}
+		d.leader.mu.Unlock()
+	}
+	return l != nil && !l.IsLeader()
+}
+
 // CloseLeader ends this server's part in the election; a leader lets
 // the leader Lease go, so another server takes over at once.
 func (d *Service) CloseLeader() {

@@ -100,6 +100,10 @@ type AuditRecord struct {
 	// refused, failed).
 	Status  string   `json:"status"`
 	Reasons []string `json:"reasons,omitempty"`
+	// Follower: the call came to a server that does not lead; its
+	// record goes to the state directory, never into the round the
+	// leader writes.
+	Follower bool `json:"follower,omitempty"`
 	// Args are the call's arguments, never written: the audit log uses them
 	// to keep argument text out of the reasons (round.AuditText).
 	Args any `json:"-"`
