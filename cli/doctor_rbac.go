@@ -12,7 +12,7 @@ import (
 // rbacOptions are the namespaces and names the configuration grants the
 // rules on.
 func rbacOptions(c *config.Config) rbac.Options {
-	return rbac.Options{LeaseNamespace: c.Kube.LeaseNamespace, NonceConfigMap: c.Approvals.NonceConfigMap}
+	return rbac.Options{LeaseNamespace: c.Kube.LeaseNamespace, NonceConfigMap: c.Approvals.NonceConfigMap, LeaderLease: c.LeaderElection.LeaseName}
 }
 
 // permissionChecks ask the API server, with a SelfSubjectAccessReview per

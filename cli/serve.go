@@ -68,6 +68,7 @@ func runServe(ctx context.Context, g *globals, f serveFlags, stdio IO) error {
 		return err
 	}
 	defer cleanup()
+	go startLeaderElection(ctx, d, log)
 	go retakeWindowLease(ctx, d, log)
 	server := tools.NewServer(tools.Builtin(), d, Version)
 	if *metricsAddr != "" {
@@ -97,6 +98,16 @@ func memoryLimit(mib int, gomemlimit string) (int64, bool) {
 		return 0, false
 	}
 	return int64(mib) << 20, true
+}
+
+// startLeaderElection starts this server's part in the election when
+// leader_election is on, in the background so an unreachable API server
+// does not hold up the MCP handshake; the first call that needs it starts
+// it otherwise.
+func startLeaderElection(ctx context.Context, d *tools.Deps, log *slog.Logger) {
+	if _, err := d.Leadership(ctx); err != nil {
+		log.Warn("leader election not started; the first destructive call tries again", "err", err)
+	}
 }
 
 // retakeWindowLease takes the window Lease again when the journal shows a

@@ -88,6 +88,66 @@ type Config struct {
 	Kube      Kube      `json:"kube"`
 	Notify    Notify    `json:"notify"`
 	Verify    Verify    `json:"verify"`
+	// LeaderElection lets two or more servers of one cluster elect one
+	// leader; off (the default), this server is the only one and acts
+	// alone.
+	LeaderElection LeaderElection `json:"leader_election"`
+}
+
+// LeaderElection configures the election of one leader among the servers
+// of a cluster on a coordination.k8s.io Lease (client-go's leaderelection).
+// Only the leader runs destructive steps, each fenced just before it acts;
+// a follower answers read-only tools and refuses destructive ones, naming
+// the leader. The Lease lives in kube.lease_namespace, beside the window
+// Lease, and names this server by identity.
+type LeaderElection struct {
+	// Enabled turns the election on. Default false: one server.
+	Enabled bool `json:"enabled,omitempty" jsonschema:"description=Elect one leader among the servers of this cluster; only the leader runs destructive steps (default false: this server acts alone)"`
+	// LeaseName is the leader Lease in kube.lease_namespace. Default
+	// mcp-patch-leader; never the window Lease's name.
+	LeaseName string `json:"lease_name,omitempty" jsonschema:"description=Name of the leader Lease in kube.lease_namespace (default mcp-patch-leader)"`
+	// LeaseDuration is how long a candidate waits, without seeing the
+	// leader renew, before it takes the Lease over (whole seconds, the
+	// Lease keeps seconds). Default 15s.
+	LeaseDuration Duration `json:"lease_duration,omitempty"`
+	// RenewDeadline is how long the leader keeps trying to renew before
+	// it gives leadership up. Default 10s; shorter than lease_duration.
+	RenewDeadline Duration `json:"renew_deadline,omitempty"`
+	// RetryPeriod is the pause between attempts to take or renew the
+	// Lease. Default 2s; renew_deadline must exceed 1.2 times it.
+	RetryPeriod Duration `json:"retry_period,omitempty"`
+}
+
+// DefaultLeaderLease is the leader Lease's default name.
+const DefaultLeaderLease = "mcp-patch-leader"
+
+// windowLeaseName is kube/windowlock's Lease, which the leader Lease must
+// not share.
+const windowLeaseName = "mcp-patch-window"
+
+// validate reports the election's problems through bad.
+func (l LeaderElection) validate(bad func(field, format string, a ...any)) {
+	for name, d := range map[string]Duration{"leader_election.lease_duration": l.LeaseDuration,
+		"leader_election.renew_deadline": l.RenewDeadline, "leader_election.retry_period": l.RetryPeriod} {
+		if d <= 0 {
+			bad(name, "must be positive")
+		}
+	}
+	if d := l.LeaseDuration.D(); d > 0 && (d < time.Second || d%time.Second != 0) {
+		bad("leader_election.lease_duration", "%s is not a whole number of seconds (the Lease keeps seconds)", d)
+	}
+	if l.RenewDeadline > 0 && l.RenewDeadline >= l.LeaseDuration {
+		bad("leader_election.renew_deadline", "%s is not shorter than leader_election.lease_duration %s: another server could take over while this one still leads", l.RenewDeadline.D(), l.LeaseDuration.D())
+	}
+	if l.RetryPeriod > 0 && float64(l.RenewDeadline) <= 1.2*float64(l.RetryPeriod) {
+		bad("leader_election.retry_period", "%s is too long for leader_election.renew_deadline %s (it must exceed 1.2 retry periods)", l.RetryPeriod.D(), l.RenewDeadline.D())
+	}
+	if errs := validation.IsDNS1123Subdomain(l.LeaseName); len(errs) > 0 {
+		bad("leader_election.lease_name", "%q is not a Lease name: %s", l.LeaseName, strings.Join(errs, "; "))
+	}
+	if l.LeaseName == windowLeaseName {
+		bad("leader_election.lease_name", "%q is the window Lease: the leader needs a Lease of its own", l.LeaseName)
+	}
 }
 
 // Serve configures the MCP transports.
@@ -376,6 +436,8 @@ func DefaultConfig() Config {
 		Verify:    Verify{PassEnv: []string{"KUBECONFIG"}},
 		Kube: Kube{LeaseNamespace: "kube-system", LeaseDuration: Duration(60 * time.Second), LeaseRenew: Duration(20 * time.Second), DrainTimeout: Duration(10 * time.Minute), EvictRetry: Duration(5 * time.Second),
 			SmokeImage: "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", GateSettle: Duration(5 * time.Minute)},
+		LeaderElection: LeaderElection{LeaseName: DefaultLeaderLease, LeaseDuration: Duration(15 * time.Second),
+			RenewDeadline: Duration(10 * time.Second), RetryPeriod: Duration(2 * time.Second)},
 	}
 }
 
@@ -513,6 +575,7 @@ func (c *Config) Validate() error {
 		bad("identity", "must not be empty")
 	}
 	c.Notify.validate(bad)
+	c.LeaderElection.validate(bad)
 	if c.Kube.PrometheusURL != "" && c.Kube.AlertmanagerURL != "" {
 		bad("kube.prometheus_url/alertmanager_url", "set one or neither: the gate reads alerts from one place")
 	}

@@ -189,3 +189,44 @@ func TestEnvironmentFromFileAndEnv(t *testing.T) {
 		t.Errorf("an unset MCP_PATCH_ENVIRONMENT changed environment to %q", c.Environment)
 	}
 }
+
+func TestValidateLeaderElection(t *testing.T) {
+	tests := []struct {
+		name        string
+		edit        func(l *LeaderElection)
+		wantErrPart string // "" means valid
+	}{
+		{name: "defaults, off", edit: func(*LeaderElection) {}},
+		{name: "defaults, on", edit: func(l *LeaderElection) { l.Enabled = true }},
+		{name: "short, for a test", edit: func(l *LeaderElection) {
+			l.LeaseDuration, l.RenewDeadline, l.RetryPeriod = Duration(3*time.Second), Duration(2*time.Second), Duration(500*time.Millisecond)
+		}},
+		{name: "renew deadline as long as the Lease", edit: func(l *LeaderElection) { l.RenewDeadline = l.LeaseDuration },
+			wantErrPart: "leader_election.renew_deadline"},
+		{name: "retry too long for the deadline", edit: func(l *LeaderElection) { l.RetryPeriod = Duration(9 * time.Second) },
+			wantErrPart: "leader_election.retry_period"},
+		{name: "fractional seconds", edit: func(l *LeaderElection) { l.LeaseDuration = Duration(15500 * time.Millisecond) },
+			wantErrPart: "whole number of seconds"},
+		{name: "zero retry", edit: func(l *LeaderElection) { l.RetryPeriod = 0 }, wantErrPart: "leader_election.retry_period: must be positive"},
+		{name: "the window Lease's name", edit: func(l *LeaderElection) { l.LeaseName = "mcp-patch-window" }, wantErrPart: "the window Lease"},
+		{name: "not a name", edit: func(l *LeaderElection) { l.LeaseName = "Leader_Lease" }, wantErrPart: "leader_election.lease_name"},
+		{name: "empty name", edit: func(l *LeaderElection) { l.LeaseName = "" }, wantErrPart: "leader_election.lease_name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Identity = "test"
+			tt.edit(&c.LeaderElection)
+			err := c.Validate()
+			if tt.wantErrPart == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErrPart) {
+				t.Fatalf("Validate = %v, want an error containing %q", err, tt.wantErrPart)
+			}
+		})
+	}
+}

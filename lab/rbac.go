@@ -16,7 +16,7 @@ import (
 // the rules on (the configuration's defaults, as in production).
 func rbacOptions() rbac.Options {
 	c := config.DefaultConfig()
-	return rbac.Options{LeaseNamespace: c.Kube.LeaseNamespace, NonceConfigMap: c.Approvals.NonceConfigMap}
+	return rbac.Options{LeaseNamespace: c.Kube.LeaseNamespace, NonceConfigMap: c.Approvals.NonceConfigMap, LeaderLease: c.LeaderElection.LeaseName}
 }
 
 // bindServiceAccount applies the roles the project ships (kube/rbac, the

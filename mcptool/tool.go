@@ -90,8 +90,9 @@ func (g *progressGuard) next(done float64) bool {
 // framework then does without it.
 type Hooks[D any] struct {
 	// Refuse, before the handler runs, returns the error that refuses the
-	// call outright (a mode that disables the tool's kind); nil lets it run.
-	Refuse func(d D, spec Spec) error
+	// call outright (a mode that disables the tool's kind, a server that
+	// does not lead); nil lets it run.
+	Refuse func(ctx context.Context, d D, spec Spec) error
 	// Answer takes a handler's error before it becomes the result: it may
 	// fill res (an approval to ask for, the approval that let the step
 	// act) and returns the error left to render, nil when res is settled.
@@ -197,7 +198,7 @@ func (t *typedTool[D, In, Out, PO]) run(ctx context.Context, d D, in In, args ma
 	last := &afterAudit{}
 	ctx = context.WithValue(ctx, afterAuditKey{}, last)
 	if t.hooks.Refuse != nil {
-		err = t.hooks.Refuse(d, t.spec)
+		err = t.hooks.Refuse(ctx, d, t.spec)
 	}
 	if err == nil {
 		out, err = t.handle(ctx, d, in, p)

@@ -46,7 +46,7 @@ type echoOut struct {
 // states a node pattern and records the audit and the call's end.
 func testHooks() *Hooks[*server] {
 	return &Hooks[*server]{
-		Refuse: func(d *server, spec Spec) error {
+		Refuse: func(_ context.Context, d *server, spec Spec) error {
 			if d.readOnly && spec.Kind != ReadOnly {
 				return answer.Refuse("Use a read-only tool.", spec.Name+" is disabled")
 			}

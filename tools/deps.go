@@ -53,7 +53,8 @@ func audit(ctx context.Context, d *Deps, spec Spec, in any, res *Result) {
 		digest = "sha256:" + hex.EncodeToString(sum[:])
 	}
 	rec := AuditRecord{Time: d.Clock(), Tool: spec.Name, Kind: spec.Kind.String(),
-		ArgsDigest: digest, Status: string(res.Status), Reasons: res.Reasons, ApprovalID: res.ApprovalID, Args: in}
+		ArgsDigest: digest, Status: string(res.Status), Reasons: res.Reasons, ApprovalID: res.ApprovalID, Args: in,
+		Follower: d.Following()}
 	var n struct {
 		Node string `json:"node"`
 	}
@@ -68,6 +69,9 @@ func audit(ctx context.Context, d *Deps, spec Spec, in any, res *Result) {
 func commitAfterCall(ctx context.Context, d *Deps, spec Spec, res *Result) {
 	if spec.Kind == ReadOnly {
 		return
+	}
+	if res.Status == StatusRefused && d.Following() {
+		return // a follower's refusal changed nothing: the leader commits the round
 	}
 	res.Reasons = append(res.Reasons, d.CommitAfterCall(ctx, fmt.Sprintf("%s (%s)", spec.Name, res.Status))...)
 }

@@ -77,6 +77,13 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 			return zero, err
 		}
 		defer unlock()
+		// With leader election on, only the leader gets here (the
+		// framework refused a follower), and it is fenced: the Leases it
+		// holds, read now, are read again just before Follow or Do acts.
+		fence, err := d.AdmitLeader(ctx, spec.Name)
+		if err != nil {
+			return zero, err
+		}
 		open := t.Open
 		if open == nil {
 			open = (*Deps).OpenRound
@@ -86,6 +93,9 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 			return zero, err
 		}
 		if t.Follow != nil {
+			if err := d.CheckFence(ctx, spec.Name, target, fence); err != nil {
+				return zero, err
+			}
 			out, err := t.Follow(ctx, d, r, in, p)
 			switch {
 			case errors.Is(err, errNotInFlight):
@@ -101,9 +111,17 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 		if err != nil {
 			return zero, d.RecordStop(r, err)
 		}
+		// Fenced before the approval is used up too, so a server that
+		// lost the lead does not spend a person's signature.
+		if err := d.CheckFence(ctx, spec.Name, target, fence); err != nil {
+			return zero, err
+		}
 		a, err := d.Authorize(ctx, r.ID, spec.Name, plan, in.approval())
 		if err != nil {
 			return zero, err
+		}
+		if err := d.CheckFence(ctx, spec.Name, target, fence); err != nil {
+			return zero, fenceAfterApproval(err, a.ID)
 		}
 		out, err := t.Do(ctx, d, r, in, plan, a, p)
 		PO(&out).Contract().ApprovalID = a.ID
@@ -113,6 +131,18 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 		return out, err
 	}
 	return New[In, Out, PO](spec, h)
+}
+
+// fenceAfterApproval is a fence failed after the approval was used up:
+// nothing was executed, and the next try needs a new signature.
+func fenceAfterApproval(err error, id string) error {
+	var ref *Refusal
+	if errors.As(err, &ref) {
+		r := *ref
+		r.Reasons = append(append([]string{}, ref.Reasons...), "approval "+id+" was used up: calling the step on the leader needs a new signature")
+		return &r
+	}
+	return err
 }
 
 // approvedErr carries the approval id of a step that ran and failed.

@@ -17,12 +17,21 @@ import (
 // Builtin, which builds the tools, part of its own initialisation.
 func roundHooks() *mcptool.Hooks[*Deps] {
 	return &mcptool.Hooks[*Deps]{
-		Refuse: func(d *Deps, spec Spec) error {
-			if !modeRefuses(d.Mode, spec.Kind) {
+		Refuse: func(ctx context.Context, d *Deps, spec Spec) error {
+			if modeRefuses(d.Mode, spec.Kind) {
+				return Refuse("Use a read-only tool, or ask the operator to restart the server without this mode.",
+					fmt.Sprintf("the server runs in %s mode: %s tool %s is disabled", d.Mode, spec.Kind, spec.Name))
+			}
+			if spec.Kind == ReadOnly {
 				return nil
 			}
-			return Refuse("Use a read-only tool, or ask the operator to restart the server without this mode.",
-				fmt.Sprintf("the server runs in %s mode: %s tool %s is disabled", d.Mode, spec.Kind, spec.Name))
+			// Only the leader acts: a follower answers read-only tools
+			// and refuses the others, naming the leader.
+			l, err := d.Leadership(ctx)
+			if err != nil {
+				return err
+			}
+			return d.Follower(ctx, l, spec.Name)
 		},
 		Answer: answerCall,
 		Audit: func(ctx context.Context, d *Deps, spec Spec, in any, res *Result) {

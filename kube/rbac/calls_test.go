@@ -77,6 +77,14 @@ var sinks = map[string][]string{
 	"EventSinkImpl": {"create", "patch"},
 }
 
+// lockSinks are client-go's resource locks, handed a group client
+// (Client: kc.CoordinationV1()) by leader election: what they lock and
+// the verbs they use (read the record, create it the first time, take,
+// renew and release it).
+var lockSinks = map[string]request{
+	"LeaseLock": {Group: "coordination.k8s.io", Resource: "leases"},
+}
+
 var groupAccessor = regexp.MustCompile(`^[A-Z][A-Za-z]*V[0-9]+((alpha|beta)[0-9]+)?$`)
 
 // scanner finds the client-go requests of one file.
@@ -168,6 +176,17 @@ func (s *scanner) body(b *ast.BlockStmt) {
 				name = t.Sel.Name
 			case *ast.Ident:
 				name = t.Name
+			}
+			if lock, ok := lockSinks[name]; ok {
+				for _, el := range n.Elts {
+					if kv, ok := el.(*ast.KeyValueExpr); ok {
+						if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "Client" {
+							for _, v := range []string{"get", "create", "update"} {
+								s.add(lock, v, kv.Value.Pos())
+							}
+						}
+					}
+				}
 			}
 			if verbs, ok := sinks[name]; ok {
 				for _, el := range n.Elts {
@@ -321,7 +340,8 @@ func TestRulesAllowEveryCall(t *testing.T) {
 }
 
 // TestScannerFindsCalls: the scan sees each way the code reaches the API
-// (a chain, a bound client, a dynamic resource, an Event sink) and flags
+// (a chain, a bound client, a dynamic resource, an Event sink, a
+// leader election's Lease lock) and flags
 // what it cannot follow.
 func TestScannerFindsCalls(t *testing.T) {
 	src := `package x
@@ -332,6 +352,7 @@ func f() {
 	kc.PolicyV1().Evictions(ns).Evict(ctx, ev)
 	dc.Resource(CNPGClusters).Namespace(ns).List(ctx, opts)
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kc.CoreV1().Events("")})
+	lock := &resourcelock.LeaseLock{LeaseMeta: meta, Client: kc.CoordinationV1()}
 	use(kc.AppsV1().Deployments(ns))
 	kc.StorageV1().StorageClasses().List(ctx, opts)
 	kc.CoreV1().Pods(ns).GetLogs(name, o)
@@ -349,7 +370,8 @@ func f() {
 		got = append(got, c.request.String())
 	}
 	want := []string{`get secrets (group "")`, `update leases (group "coordination.k8s.io")`, `create pods/eviction (group "")`,
-		`list clusters (group "postgresql.cnpg.io")`, `create events (group "")`, `patch events (group "")`, `list storageclasses (group "")`, `get pods/log (group "")`}
+		`list clusters (group "postgresql.cnpg.io")`, `create events (group "")`, `patch events (group "")`,
+		`get leases (group "coordination.k8s.io")`, `create leases (group "coordination.k8s.io")`, `update leases (group "coordination.k8s.io")`, `list storageclasses (group "")`, `get pods/log (group "")`}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("requests (-want +got):\n%s", diff)
 	}

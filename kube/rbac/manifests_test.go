@@ -122,7 +122,7 @@ func stripComments(s string) string {
 // TestOptionsPlaceRoles: another lease namespace and names move the
 // namespaced rules; one namespace for both gives one Role.
 func TestOptionsPlaceRoles(t *testing.T) {
-	objs := rbac.Build(rbac.Rules, rbac.Options{LeaseNamespace: "ops", SmokeNamespace: "ops", LeaseName: "w", NonceConfigMap: "n"})
+	objs := rbac.Build(rbac.Rules, rbac.Options{LeaseNamespace: "ops", SmokeNamespace: "ops", LeaseName: "w", LeaderLease: "l", NonceConfigMap: "n"})
 	if len(objs.Roles) != 1 || objs.Roles[0].Namespace != "ops" {
 		t.Fatalf("roles %+v: want one in ops", objs.Roles)
 	}
@@ -131,8 +131,8 @@ func TestOptionsPlaceRoles(t *testing.T) {
 		names = append(names, r.ResourceNames...)
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"n", "w"}) {
-		t.Errorf("resourceNames %v, want [n w]", names)
+	if !slices.Equal(names, []string{"l", "n", "w"}) {
+		t.Errorf("resourceNames %v, want [l n w]", names)
 	}
 	if objs.ServiceAccount.Namespace != "ops" || objs.RoleBindings[0].Subjects[0].Namespace != "ops" {
 		t.Errorf("ServiceAccount in %q", objs.ServiceAccount.Namespace)

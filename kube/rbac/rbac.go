@@ -52,6 +52,9 @@ type NameOf string
 const (
 	// WindowLease is the window lock Lease (kube/windowlock).
 	WindowLease NameOf = "window-lease"
+	// LeaderLease is the Lease the servers elect their leader on
+	// (kube/leader).
+	LeaderLease NameOf = "leader-lease"
 	// NonceConfigMap is the used-nonce ConfigMap (kube/usednonces).
 	NonceConfigMap NameOf = "nonce-configmap"
 	// KuredDaemonSet is kured's DaemonSet, which carries its lock.
@@ -90,7 +93,7 @@ var Rules = []Rule{
 	{Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations", Verbs: []string{"list"}, Scope: Cluster,
 		Why: "the admission webhooks the gate checks (kube/gate)"},
 	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"get"}, Scope: Cluster,
-		Why: "the kube-vip Lease (the API VIP's holder) and the window Lease (kube, kube/windowlock)"},
+		Why: "the kube-vip Lease (the API VIP's holder), the window Lease and the leader Lease, read again to fence each destructive step (kube, kube/windowlock, kube/leader)"},
 	{Group: "", Resource: "pods/log", Verbs: []string{"get"}, Scope: Cluster,
 		Why: "a failing driver pod's last log lines, in GPU acceptance (kube/gpucheck)"},
 	{Group: "maintenance.nvidia.com", Resource: "nodemaintenances", Verbs: []string{"list"}, Scope: Cluster,
@@ -99,9 +102,11 @@ var Rules = []Rule{
 		Why: "CloudNativePG clusters: the primary's node and every instance ready (kube, kube/gate)"},
 
 	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"create"}, Scope: LeaseNamespace,
-		Why: "take the window Lease the first time (kube/windowlock)"},
+		Why: "take the window Lease and the leader Lease the first time (kube/windowlock, kube/leader)"},
 	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"update"}, Scope: LeaseNamespace, ResourceName: WindowLease,
 		Why: "take, renew and release the window Lease (kube/windowlock)"},
+	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"update"}, Scope: LeaseNamespace, ResourceName: LeaderLease,
+		Why: "take, renew and release the leader Lease when leader_election is on (kube/leader, through client-go's leaderelection)"},
 	{Group: "maintenance.nvidia.com", Resource: "nodemaintenances", Verbs: []string{"create", "get", "delete"}, Scope: LeaseNamespace,
 		Why: "the round's own NodeMaintenance request per window, read for Ready and deleted at the window's end (kube/actors)"},
 	{Group: "", Resource: "configmaps", Verbs: []string{"create"}, Scope: LeaseNamespace,
@@ -131,6 +136,8 @@ type Options struct {
 	SmokeNamespace string
 	// LeaseName is the window Lease. Empty: mcp-patch-window.
 	LeaseName string
+	// LeaderLease is leader_election.lease_name. Empty: mcp-patch-leader.
+	LeaderLease string
 	// NonceConfigMap is approvals.nonce_configmap. Empty: mcp-patch-used-nonces.
 	NonceConfigMap string
 	// KuredDaemonSet is kured's DaemonSet name. Empty: kured.
@@ -154,6 +161,7 @@ func (o Options) WithDefaults() Options {
 	def(&o.SmokeNamespace, "default")
 	def(&o.KuredDaemonSet, "kured")
 	def(&o.LeaseName, "mcp-patch-window")
+	def(&o.LeaderLease, "mcp-patch-leader")
 	def(&o.NonceConfigMap, "mcp-patch-used-nonces")
 	def(&o.Name, "mcp-patch")
 	def(&o.ServiceAccountNamespace, o.LeaseNamespace)
@@ -179,6 +187,8 @@ func (o Options) resourceName(n NameOf) string {
 	switch n {
 	case WindowLease:
 		return o.LeaseName
+	case LeaderLease:
+		return o.LeaderLease
 	case NonceConfigMap:
 		return o.NonceConfigMap
 	case KuredDaemonSet:

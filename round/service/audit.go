@@ -37,7 +37,7 @@ func (d *Service) RecordAudit(ctx context.Context, rec AuditRecord) {
 			slog.String("status", string(rec.Status)), slog.String("decision", string(decision)))
 		return
 	}
-	if d.Book != nil && !d.Book.ReadOnly && rec.Kind != "read-only" {
+	if d.Book != nil && !d.Book.ReadOnly && rec.Kind != "read-only" && !rec.Follower {
 		if id := d.Book.CurrentID(); id != "" {
 			if j, err := d.Book.Journal(id, false); err == nil {
 				if _, err := j.Audit(round.AuditEntry{Tool: rec.Tool, Node: rec.Node, Digest: rec.ArgsDigest, Args: rec.Args,

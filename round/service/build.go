@@ -51,7 +51,7 @@ func wire(ctx context.Context, d *Service) (cleanup func(), err error) {
 		}
 	}
 	d.Identity = c.Identity
-	closers = append(closers, d.CloseLease)
+	closers = append(closers, d.CloseLease, d.CloseLeader)
 	d.Audit = d.RecordAudit
 	if c.IntentRepo != "" {
 		repoPath := c.IntentRepo

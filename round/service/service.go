@@ -56,6 +56,10 @@ type Service struct {
 	Serial window.Serial
 	// Lease, when set, replaces the window Lease on the cluster (tests).
 	Lease window.Lease
+	// Leader, when set, replaces the leader election on the cluster
+	// (tests); else it runs when leader_election is on (leader.go).
+	Leader Leadership
+	leader leaderKeeping
 	// Drainer, when set, replaces the cluster's drain (tests).
 	Drainer window.Cluster
 	// Others, when set, replaces who else maintains a node (tests); with a
@@ -96,6 +100,10 @@ type AuditRecord struct {
 	// refused, failed).
 	Status  string   `json:"status"`
 	Reasons []string `json:"reasons,omitempty"`
+	// Follower: the call came to a server that does not lead; its
+	// record goes to the state directory, never into the round the
+	// leader writes.
+	Follower bool `json:"follower,omitempty"`
 	// Args are the call's arguments, never written: the audit log uses them
 	// to keep argument text out of the reasons (round.AuditText).
 	Args any `json:"-"`

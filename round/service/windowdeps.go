@@ -231,6 +231,14 @@ func (d *Service) RetakeWindowLease(ctx context.Context) (string, error) {
 	if d.Mode == config.ModeReadOnly || d.Book == nil || d.Book.CurrentID() == "" {
 		return "", nil
 	}
+	// Only the leader holds a window: a follower leaves it to the leader.
+	l, err := d.Leadership(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := d.Follower(ctx, l, "taking the window Lease again"); err != nil {
+		return "", err
+	}
 	// Read first: a server that starts with no window open opens no
 	// journal for writing (and so writes nothing) until a call needs it.
 	v, err := d.ReadRound()
