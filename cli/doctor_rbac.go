@@ -41,7 +41,13 @@ func permissionChecks(ctx context.Context, cl *kube.Clients, clErr error, c *con
 		if m.Namespace != "" {
 			where = "namespace " + m.Namespace
 		}
-		out = append(out, failf("permission "+m.Verb+" "+m.Rule.Resource, "not allowed in %s (needed for %s); grant %s: kubectl apply -f deploy/kubernetes/rbac.yaml, or `mcp-patch rbac` for this configuration",
+		// Two rules on one resource differ by the object they name
+		// (the window Lease and the leader Lease): each has its line.
+		name := "permission " + m.Verb + " " + m.Rule.Resource
+		if m.Name != "" {
+			name += " " + m.Name
+		}
+		out = append(out, failf(name, "not allowed in %s (needed for %s); grant %s: kubectl apply -f deploy/kubernetes/rbac.yaml, or `mcp-patch rbac` for this configuration",
 			where, m.Rule.Why, m.Grant))
 	}
 	return out

@@ -159,8 +159,10 @@ func TestDoctorOnTheLab(t *testing.T) {
 		wantLine(t, lines, out, "cluster", "ok")
 		wantLine(t, lines, out, "permission create pods/eviction", "FAIL", "every namespace",
 			`grant apiGroups: [""], resources: [pods/eviction], verbs: [create] (ClusterRole mcp-patch)`)
-		wantLine(t, lines, out, "permission update leases", "FAIL", "namespace kube-system",
+		wantLine(t, lines, out, "permission update leases mcp-patch-window", "FAIL", "namespace kube-system",
 			"resourceNames: [mcp-patch-window] (Role mcp-patch in namespace kube-system)")
+		wantLine(t, lines, out, "permission update leases mcp-patch-leader", "FAIL", "namespace kube-system", "leader_election",
+			"resourceNames: [mcp-patch-leader] (Role mcp-patch in namespace kube-system)")
 		wantLine(t, lines, out, "permission create pods", "FAIL", "namespace default", "(Role mcp-patch in namespace default)")
 		if _, ok := lines["permissions"]; ok {
 			t.Errorf("a permissions ok line beside the missing ones:\n%s", out)

@@ -19,6 +19,8 @@ type Missing struct {
 	Verb string
 	// Namespace the review asked about; "" for every namespace.
 	Namespace string
+	// Name is the one object the rule is limited to; "" for any.
+	Name string
 	// Grant is the rule that grants it and where the shipped manifests
 	// hold it.
 	Grant string
@@ -45,7 +47,7 @@ func Check(ctx context.Context, kc kubernetes.Interface, rules []Rule, o Options
 			if !got.Status.Allowed {
 				one := r
 				one.Verbs = []string{v}
-				missing = append(missing, Missing{Rule: r, Verb: v, Namespace: ns, Grant: fmt.Sprintf("%s (%s)", one.text(o), o.Where(r.Scope))})
+				missing = append(missing, Missing{Rule: r, Verb: v, Namespace: ns, Name: o.resourceName(r.ResourceName), Grant: fmt.Sprintf("%s (%s)", one.text(o), o.Where(r.Scope))})
 			}
 		}
 	}
