@@ -276,6 +276,18 @@ type Git struct {
 	Protected []string `json:"protected,omitempty"`
 	// Remote, when set, is pushed to after each commit (over SSH, known_hosts checked).
 	Remote string `json:"remote,omitempty"`
+	// PushRequired: no destructive step runs past a record of the round
+	// that is not on Remote. Before each one the working branch is pushed
+	// (a no-op when the remote has it); a push that fails refuses the
+	// step, and every answer says the record is not pushed. Implied by
+	// leader_election: another server resumes from what the remote holds.
+	PushRequired bool `json:"push_required,omitempty" jsonschema:"description=Refuse destructive steps while the round's record is not pushed to git.remote (implied by leader_election.enabled)"`
+}
+
+// PushRequired says whether destructive steps wait for the round's record
+// to be on git.remote (git.push_required, or leader election).
+func (c *Config) PushRequired() bool {
+	return c.Git.Remote != "" && (c.Git.PushRequired || c.LeaderElection.Enabled)
 }
 
 // Kube configures the Kubernetes side.
@@ -575,6 +587,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Approvals.TTL > 0 && c.Approvals.TTL.D() < time.Minute {
 		bad("approvals.ttl", "%s is shorter than a minute: nobody can read and sign a request that fast", c.Approvals.TTL.D())
+	}
+	if c.Git.PushRequired && c.Git.Remote == "" {
+		bad("git.push_required", "needs git.remote: the record is pushed there before each destructive step")
 	}
 	for _, p := range c.Git.Protected {
 		if p == c.Git.Branch && p != "" {

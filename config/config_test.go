@@ -231,6 +231,44 @@ func TestValidateLeaderElection(t *testing.T) {
 	}
 }
 
+// git.push_required needs a remote; leader election implies it where a
+// remote is configured.
+func TestPushRequired(t *testing.T) {
+	for _, tt := range []struct {
+		name           string
+		remote         string
+		required, lead bool
+		want           bool
+		err            string
+	}{
+		{name: "no remote, not asked", want: false},
+		{name: "asked without a remote", required: true, err: "config git.push_required: needs git.remote"},
+		{name: "asked", remote: "origin", required: true, want: true},
+		{name: "a remote alone", remote: "origin", want: false},
+		{name: "leader election with a remote", remote: "origin", lead: true, want: true},
+		{name: "leader election without a remote", lead: true, want: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Identity = "t"
+			c.Git.Remote, c.Git.PushRequired, c.LeaderElection.Enabled = tt.remote, tt.required, tt.lead
+			err := c.Validate()
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("Validate = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil && !strings.Contains(err.Error(), "leader_election") {
+				t.Fatalf("Validate: %v", err)
+			}
+			if got := c.PushRequired(); got != tt.want {
+				t.Fatalf("PushRequired = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 // node_name comes from the file or MCP_PATCH_NODE_NAME (the downward
 // API's spec.nodeName in the cluster), and must be a node name.
 func TestNodeName(t *testing.T) {

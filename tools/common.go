@@ -75,6 +75,9 @@ func commitRoundLast(ctx context.Context, d *Deps, s *window.Round, why string, 
 		} else {
 			res.Reasons = append(res.Reasons, failed+err.Error())
 		}
+		if why := d.UnpushedReason(); why != "" {
+			res.Reasons = append(res.Reasons, why)
+		}
 	}
 	if onceAudited(ctx, commit) {
 		return

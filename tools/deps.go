@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/round"
@@ -73,5 +74,9 @@ func commitAfterCall(ctx context.Context, d *Deps, spec Spec, res *Result) {
 	if res.Status == StatusRefused && d.Following() {
 		return // a follower's refusal changed nothing: the leader commits the round
 	}
-	res.Reasons = append(res.Reasons, d.CommitAfterCall(ctx, fmt.Sprintf("%s (%s)", spec.Name, res.Status))...)
+	for _, r := range d.CommitAfterCall(ctx, fmt.Sprintf("%s (%s)", spec.Name, res.Status)) {
+		if !slices.Contains(res.Reasons, r) {
+			res.Reasons = append(res.Reasons, r)
+		}
+	}
 }

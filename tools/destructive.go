@@ -93,6 +93,12 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 		if err != nil {
 			return zero, err
 		}
+		// Nothing destructive runs past a record the intent remote does
+		// not hold, when the config requires it (another server resumes
+		// from the remote).
+		if err := d.RequirePushed(ctx, r.ID); err != nil {
+			return zero, err
+		}
 		if t.Follow != nil {
 			if err := d.CheckFence(ctx, spec.Name, target, fence); err != nil {
 				return zero, err

@@ -95,6 +95,9 @@ func (d *Service) CommitAfterCall(ctx context.Context, why string) []string {
 			reasons = append(reasons, "the record of round "+id+" is not committed: "+err.Error())
 		}
 	}
+	if why := d.UnpushedReason(); why != "" {
+		reasons = append(reasons, why)
+	}
 	return reasons
 }
 
@@ -109,7 +112,7 @@ func (d *Service) commitHeld(ctx context.Context, id, why string) error {
 		return err
 	}
 	planJSON, r := d.reportSources(id)
-	_, _, err = d.Book.Commit(ctx, j, id, why, planJSON, r, repo, d.Log)
+	_, _, err = d.Book.Commit(ctx, j, id, why, planJSON, r, pushWatch{d, repo}, d.Log)
 	return err
 }
 

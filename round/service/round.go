@@ -172,7 +172,7 @@ func (d *Service) CommitRoundNamed(ctx context.Context, s *window.Round, why str
 		if body := names.message(); body != "" {
 			msg += "\n\n" + body
 		}
-		c, err = r.CommitFilesSealed(ctx, msg, files.Files, files.Sealed)
+		c, err = pushWatch{d, r}.CommitFilesSealed(ctx, msg, files.Files, files.Sealed)
 		if err == nil || errors.Is(err, intent.ErrNoChange) {
 			d.Book.Committed(s.ID, files)
 		}

@@ -52,6 +52,8 @@ type Service struct {
 
 	// keeper keeps the window Lease (leaseKeeper).
 	keeper leaseKeeping
+	// pushes remembers a push of the round's record that failed (push.go).
+	pushes pushKeeping
 	// Serial lets one call at a time work on a node's window.
 	Serial window.Serial
 	// Lease, when set, replaces the window Lease on the cluster (tests).
