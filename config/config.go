@@ -78,6 +78,13 @@ type Config struct {
 	StateDir string `json:"state_dir,omitempty" jsonschema:"description=Server state directory (used approval nonces)"`
 	// Identity names this server in the window Lease and cordon annotations. Default: hostname.
 	Identity string `json:"identity,omitempty" jsonschema:"description=Server identity for the window lock and cordon records; default is the hostname"`
+	// NodeName is the cluster node this server runs on: a server never
+	// runs a destructive step on it (a drain would evict the server, a
+	// reboot stop it mid-step); a leader hands leadership over instead.
+	// In the cluster it comes from the downward API (spec.nodeName, env
+	// MCP_PATCH_NODE_NAME); empty (the default) on an admin host that is
+	// not a node. A Kubernetes node name (DNS-1123 subdomain).
+	NodeName string `json:"node_name,omitempty" jsonschema:"description=Cluster node this server runs on; it never runs a destructive step on that node and a leader hands leadership over instead (env MCP_PATCH_NODE_NAME; set from spec.nodeName by the downward API in the cluster; empty on an admin host that is not a node)"`
 	// Mode is normal, read-only or disable-destructive.
 	Mode Mode `json:"mode,omitempty" jsonschema:"enum=normal,enum=read-only,enum=disable-destructive"`
 
@@ -477,6 +484,9 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	if v := getenv("MCP_PATCH_ENVIRONMENT"); v != "" {
 		c.Environment = v
 	}
+	if v := getenv("MCP_PATCH_NODE_NAME"); v != "" {
+		c.NodeName = v
+	}
 	if v := getenv("MCP_PATCH_STATE_DIR"); v != "" {
 		c.StateDir = v
 	}
@@ -588,6 +598,11 @@ func (c *Config) Validate() error {
 	}
 	if strings.TrimSpace(c.Identity) == "" {
 		bad("identity", "must not be empty")
+	}
+	if c.NodeName != "" {
+		if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
+			bad("node_name", "%q is not a Kubernetes node name (a DNS-1123 subdomain): %s", c.NodeName, strings.Join(msgs, "; "))
+		}
 	}
 	c.Notify.validate(bad)
 	c.LeaderElection.validate(bad)

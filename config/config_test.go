@@ -268,3 +268,49 @@ func TestPushRequired(t *testing.T) {
 		})
 	}
 }
+
+// node_name comes from the file or MCP_PATCH_NODE_NAME (the downward
+// API's spec.nodeName in the cluster), and must be a node name.
+func TestNodeName(t *testing.T) {
+	tests := []struct {
+		name, file, env string
+		want            string
+		wantErrPart     string // "" means valid
+	}{
+		{name: "unset: an admin host that is not a node"},
+		{name: "from the file", file: "cp-1", want: "cp-1"},
+		{name: "the environment wins", file: "cp-1", env: "gpu-3.example", want: "gpu-3.example"},
+		{name: "not a node name", file: "GPU_3", wantErrPart: `node_name: "GPU_3" is not a Kubernetes node name`},
+		{name: "a bad one from the environment", env: "gpu 3", wantErrPart: `node_name: "gpu 3"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := t.TempDir() + "/c.yaml"
+			text := "identity: x\n"
+			if tt.file != "" {
+				text += "node_name: " + tt.file + "\n"
+			}
+			if err := writeFile(p, text); err != nil {
+				t.Fatal(err)
+			}
+			c, err := Load(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.ApplyEnv(func(k string) string { return map[string]string{"MCP_PATCH_NODE_NAME": tt.env}[k] })
+			err = c.Validate()
+			if tt.wantErrPart != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErrPart) {
+					t.Fatalf("Validate = %v, want an error containing %q", err, tt.wantErrPart)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.NodeName != tt.want {
+				t.Fatalf("node_name = %q, want %q", c.NodeName, tt.want)
+			}
+		})
+	}
+}

@@ -80,7 +80,8 @@ func NewDestructive[In approvable, Out any, P window.Plan, PO interface {
 		// With leader election on, only the leader gets here (the
 		// framework refused a follower), and it is fenced: the Leases it
 		// holds, read now, are read again just before Follow or Do acts.
-		fence, err := d.AdmitLeader(ctx, spec.Name)
+		// No server works on the node it runs on: a leader hands over.
+		fence, err := d.AdmitLeader(ctx, spec.Name, target)
 		if err != nil {
 			return zero, err
 		}

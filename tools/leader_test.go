@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/kube/leader"
 	"github.com/mcp-patch/mcp-patch/round/service"
 )
@@ -150,4 +151,90 @@ type fenceFails struct {
 func (f *fenceFails) Check(context.Context, leader.Fence) error {
 	f.checks++
 	return fmt.Errorf("%w: the leader Lease is now held by \"server-b\" (3 transitions), not this server (\"server-a\")", leader.ErrFenced)
+}
+
+// electors are two servers, "server-a" and "server-b", in one election on
+// one fake API server; server-a leads first, server-b has seen it.
+func electors(t *testing.T) (a, b *leader.Elector) {
+	t.Helper()
+	kc := fake.NewClientset()
+	mk := func(identity string) *leader.Elector {
+		e, err := leader.New(kc, leader.Config{Namespace: "kube-system", Name: "mcp-patch-leader", WindowLease: "mcp-patch-window",
+			Identity: identity, LeaseDuration: time.Minute, RenewDeadline: 40 * time.Second, RetryPeriod: time.Second}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Stop)
+		return e
+	}
+	a, b = mk("server-a"), mk("server-b")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	a.Start(t.Context())
+	if err := a.Wait(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	b.Start(t.Context())
+	if err := b.Observed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// The leader never drains the node it runs on: asked to, it hands the
+// lead over and refuses, having done nothing, and the other server, which
+// runs elsewhere, drains it. A leader running elsewhere is admitted.
+func TestLeaderHandsOverTheNodeItRunsOn(t *testing.T) {
+	r := newWRig(t)
+	a, b := electors(t)
+	r.d.Config.LeaderElection.Enabled = true
+	r.d.Config.LeaderElection.LeaseDuration = config.Duration(time.Minute)
+	r.d.Leader = a
+
+	// Running on another node, the leader's drain goes on to its approval.
+	r.d.Config.NodeName = "cp-1"
+	_, res := r.call(t, "drain_node", map[string]any{"node": wNode})
+	if res.Status != StatusApprovalRequired {
+		t.Fatalf("drain_node %s on the leader running on cp-1: %s %v", wNode, res.Status, res.Reasons)
+	}
+	signed := "signed:" + digestOfRequest(res.Approval.Request)
+	if !a.IsLeader() {
+		t.Fatal("the leader stepped down for another node's drain")
+	}
+
+	// Running on the node to drain, it hands over and does nothing.
+	r.d.Config.NodeName = wNode
+	before := r.journalBytes(t)
+	_, res = r.call(t, "drain_node", map[string]any{"node": wNode, "approval": signed})
+	why := strings.Join(res.Reasons, "; ")
+	if res.Status != StatusRefused || !strings.Contains(why, "this server runs on "+wNode) ||
+		!strings.Contains(why, "(server-a) handed the lead over") || !strings.Contains(why, "nothing was executed") {
+		t.Fatalf("drain_node of the node the leader runs on: %s %q next %q", res.Status, why, res.NextAction)
+	}
+	t.Logf("refused: %q; next: %q", why, res.NextAction)
+	if len(r.kube.Actions) != 0 || r.lease.Holder != "" {
+		t.Fatalf("the leader acted on the node it runs on: %+v, window Lease %q", r.kube.Actions, r.lease.Holder)
+	}
+	if !bytes.Equal(before, r.journalBytes(t)) {
+		t.Error("the refused drain wrote the journal")
+	}
+	if a.IsLeader() {
+		t.Fatal("the leader still leads after handing over")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := b.Wait(ctx, true); err != nil {
+		t.Fatalf("the other server never took the lead: %v", err)
+	}
+
+	// The other server, running elsewhere, drains the node; the approval
+	// was not used up by the refusal.
+	r.d.Leader, r.d.Config.NodeName = b, "cp-1"
+	_, res = r.call(t, "drain_node", map[string]any{"node": wNode, "approval": signed})
+	if res.Status != StatusOK && res.Status != StatusInProgress {
+		t.Fatalf("drain_node on the new leader: %s %v", res.Status, res.Reasons)
+	}
+	if len(r.kube.Actions) == 0 {
+		t.Fatal("the new leader's signed drain did nothing")
+	}
 }

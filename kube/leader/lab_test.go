@@ -227,3 +227,62 @@ func TestHeldBackLeaderIsFenced(t *testing.T) {
 		t.Fatalf("the new leader's step: %v", err)
 	}
 }
+
+// A leader steps down (before the window of the node it runs on): it lets
+// the Lease go, the other server takes the lead, the one that stepped down
+// follows it, and it campaigns again after sitting out, taking the lead
+// back once the other lets go. A follower has nothing to hand over.
+func TestStepDownHandsOver(t *testing.T) {
+	c := labkube.Cluster(t)
+	ns := labkube.Namespace(t, c)
+	ctx := bounded(t)
+	a, b := elector(t, c.Client(), ns, "ops-1/101"), elector(t, c.Client(), ns, "ops-2/202")
+	a.Start(ctx)
+	b.Start(ctx)
+	lead := first(ctx, t, a, b)
+	follow := a
+	if lead == a {
+		follow = b
+	}
+	if err := follow.Observed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := follow.StepDown(ctx, testLease); !errors.Is(err, ErrNotLeading) {
+		t.Fatalf("a follower stepped down: %v", err)
+	}
+
+	stepped := time.Now()
+	l, err := lead.StepDown(ctx, testLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lead.IsLeader() {
+		t.Fatalf("%s still leads after stepping down (Lease %s)", lead.Identity(), l)
+	}
+	if l.Holder == lead.Identity() {
+		t.Fatalf("the leader Lease after the step-down: %s, want free or the other's", l)
+	}
+	if _, err := lead.Admit(ctx); !errors.Is(err, ErrFenced) {
+		t.Fatalf("the server that stepped down admitted a step: %v", err)
+	}
+	if err := follow.Wait(ctx, true); err != nil {
+		t.Fatalf("no takeover after the step-down: %v", err)
+	}
+	t.Logf("takeover after the step-down: %v (Lease %v, retry %v)", time.Since(stepped).Round(time.Millisecond), testLease, testRetry)
+	if _, err := follow.Admit(ctx); err != nil {
+		t.Fatalf("the new leader cannot admit a step: %v", err)
+	}
+
+	// It campaigns again: once the new leader lets go, it leads.
+	follow.Stop()
+	if err := lead.Wait(ctx, true); err != nil {
+		t.Fatalf("the server that stepped down never campaigned again: %v", err)
+	}
+	l, err = ReadLease(ctx, c.Client(), ns, "mcp-patch-leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Holder != lead.Identity() || l.Transitions < 2 {
+		t.Fatalf("leader Lease after the second takeover: %s", l)
+	}
+}

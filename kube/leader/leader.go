@@ -89,6 +89,12 @@ type Elector struct {
 	changed chan struct{}
 	stop    context.CancelFunc
 	done    chan struct{}
+	// endCampaign ends the running campaign (StepDown); campaignEnded is
+	// closed when it has ended; sitOut is how long the next campaign
+	// waits. Set while a campaign runs.
+	endCampaign   context.CancelFunc
+	campaignEnded chan struct{}
+	sitOut        time.Duration
 }
 
 // New makes the elector of cfg.Identity over kc. log gets the election's
@@ -182,9 +188,75 @@ func (e *Elector) Start(ctx context.Context) {
 	go func() {
 		defer close(e.done)
 		for ctx.Err() == nil {
-			e.le.Run(ctx) // returns when the term ends or ctx does
+			e.campaign(ctx)
 		}
 	}()
+}
+
+// campaign runs one campaign: this server takes the Lease or follows,
+// leads while it renews, and lets the Lease go when StepDown or ctx ends
+// it (ReleaseOnCancel). After a step-down it sits out before it returns,
+// so the next campaign starts once another server had time to take over.
+func (e *Elector) campaign(ctx context.Context) {
+	run, end := context.WithCancel(ctx)
+	ended := make(chan struct{})
+	e.mu.Lock()
+	e.endCampaign, e.campaignEnded, e.sitOut = end, ended, 0
+	e.mu.Unlock()
+	e.le.Run(run) // returns when the term ends, or run does
+	end()
+	e.mu.Lock()
+	e.endCampaign = nil
+	sitOut := e.sitOut
+	e.mu.Unlock()
+	close(ended)
+	if sitOut <= 0 {
+		return
+	}
+	e.log.Info("this server stepped down: it sits out before it campaigns again", "sit_out", sitOut)
+	t := time.NewTimer(sitOut)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// ErrNotLeading is StepDown's answer on a server that does not lead.
+var ErrNotLeading = errors.New("this server does not lead")
+
+// StepDown hands leadership over: the leader lets its Lease go at once
+// (ReleaseOnCancel), so another server takes it within a retry period,
+// and campaigns again only after sitOut (at least a lease duration, so
+// the others had their turn). It waits, bounded by ctx, until the term
+// has ended, and returns the leader Lease as the API server holds it
+// then: free, another's, or still this server's where the release failed
+// (it lapses after the lease duration). ErrNotLeading: this server did
+// not lead, and nothing changed.
+func (e *Elector) StepDown(ctx context.Context, sitOut time.Duration) (LeaseState, error) {
+	if sitOut < e.cfg.LeaseDuration {
+		sitOut = e.cfg.LeaseDuration
+	}
+	e.mu.Lock()
+	end, ended := e.endCampaign, e.campaignEnded
+	if end == nil || e.term == nil {
+		e.mu.Unlock()
+		return LeaseState{}, ErrNotLeading
+	}
+	e.sitOut = sitOut
+	e.mu.Unlock()
+	end()
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		return LeaseState{}, fmt.Errorf("step down: the term did not end: %w", context.Cause(ctx))
+	}
+	e.log.Warn("this server stepped down: another server takes the lead", "sit_out", sitOut)
+	l, err := ReadLease(ctx, e.kc, e.cfg.Namespace, e.cfg.Name)
+	if err != nil {
+		return LeaseState{}, fmt.Errorf("step down: %w", err)
+	}
+	return l, nil
 }
 
 // Stop ends the election and waits until it has ended; a leader lets its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/mcp-patch/mcp-patch/answer"
 	"github.com/mcp-patch/mcp-patch/kube/leader"
@@ -28,6 +29,9 @@ type Leadership interface {
 	// Check reads them again just before it acts.
 	Admit(ctx context.Context) (leader.Fence, error)
 	Check(ctx context.Context, f leader.Fence) error
+	// StepDown hands the lead over: the leader lets the Lease go and
+	// campaigns again after sitOut; it answers the Lease as held then.
+	StepDown(ctx context.Context, sitOut time.Duration) (leader.LeaseState, error)
 }
 
 var _ Leadership = (*leader.Elector)(nil)
@@ -114,17 +118,22 @@ type Fenced struct {
 	fence leader.Fence
 }
 
-// AdmitLeader is the leader rule of a call that acts (tool), before
-// anything is done: with leader election off, nil, nil; a follower, or a
-// server that cannot tell who leads, is refused with the leader named; the
-// leader gets the fence its step is checked against (CheckFence) just
-// before it acts.
-func (d *Service) AdmitLeader(ctx context.Context, tool string) (*Fenced, error) {
+// AdmitLeader is the leader rule of a call that acts (tool, on node:
+// window.FleetTarget for the fleet), before anything is done: a follower,
+// or a server that cannot tell who leads, is refused with the leader
+// named; a server asked to work on the node it runs on is refused, the
+// leader after handing the lead over (ownNode); with leader election off,
+// nil, nil; the leader gets the fence its step is checked against
+// (CheckFence) just before it acts.
+func (d *Service) AdmitLeader(ctx context.Context, tool, node string) (*Fenced, error) {
 	l, err := d.Leadership(ctx)
-	if err != nil || l == nil {
+	if err != nil {
 		return nil, err
 	}
 	if err := d.Follower(ctx, l, tool); err != nil {
+		return nil, err
+	}
+	if err := d.ownNode(ctx, l, tool, node); err != nil || l == nil {
 		return nil, err
 	}
 	f, err := l.Admit(ctx)
