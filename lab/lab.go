@@ -10,6 +10,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -29,6 +30,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/mcp-patch/mcp-patch/config"
@@ -98,6 +101,20 @@ type Options struct {
 	// from the running kernel's headers instead of pulling a precompiled
 	// image (with OtherActors).
 	DriverBuiltAtBoot bool
+	// Environment is the environment of the intent repository's
+	// environments.yaml the lab's server serves (config environment): its
+	// kubeconfig context is named after it, as environments.yaml says.
+	// Empty: the server serves the repository as one environment.
+	Environment string
+	// IntentRemote is a bare git repository the lab's intent working copy
+	// is cloned from (SeedIntentRemote makes one), shared with the labs of
+	// the other environments. Empty: the lab makes its own repository
+	// from examples/intent.
+	IntentRemote string
+	// Clock is the lab's clock, shared with the labs of the other
+	// environments (a soak upstream runs on the same time). Nil: a clock
+	// of its own.
+	Clock *Clock
 	// Logger gets the lab's events; Progress one line per stage.
 	Logger   *slog.Logger
 	Progress func(string)
@@ -143,6 +160,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("lab: the VM canary boots with %q or %q, not %q", vm.UEFI, vm.BIOS, o.VMFirmware)
 	case o.VMCanary && o.Canary != 1:
 		return fmt.Errorf("lab: the VM canary is the lab's one canary GPU server: the canary count must be 1, not %d", o.Canary)
+	case o.Environment != "" && len(validation.IsDNS1123Label(o.Environment)) > 0:
+		return fmt.Errorf("lab: environment %q is not an environment name (a DNS-1123 label)", o.Environment)
 	}
 	return nil
 }
@@ -212,6 +231,9 @@ type Lab struct {
 	// Inventory is the SSH inventory the configuration names: the fleet's,
 	// and the VM canary's entry when there is one.
 	Inventory string
+	// Environment is the environment the lab's server serves
+	// (Options.Environment); empty: none named.
+	Environment string
 
 	// drivers is the driver container with its registry (OtherActors).
 	drivers *drivers
@@ -326,7 +348,10 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 			return err
 		}
 	}
-	l.Dir, l.Clock = opts.Dir, &Clock{}
+	l.Dir, l.Clock, l.Environment = opts.Dir, opts.Clock, opts.Environment
+	if l.Clock == nil {
+		l.Clock = &Clock{}
+	}
 	l.firing, l.maintenance = "", [2]time.Time{}
 	l.Fleet, l.World, l.Receiver, l.Alertmanager, l.VMCanary, l.drivers, l.kuredHeld = nil, nil, nil, nil, nil, nil, nil
 	if opts.VMCanary {
@@ -408,7 +433,7 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	}
 
 	say("intent repository (from examples/intent) and a lab-only approval key")
-	if err := l.writeIntentRepo(opts.DrainTimeoutMinutes); err != nil {
+	if err := l.writeIntentRepo(opts.DrainTimeoutMinutes, opts.IntentRemote); err != nil {
 		return fmt.Errorf("lab: intent repository: %w", err)
 	}
 	if err := l.writeApprover(); err != nil {
@@ -417,6 +442,11 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	say("the mcp-patch ServiceAccount, bound to the shipped roles only")
 	if err := l.bindServiceAccount(ctx, opts.RBACRules); err != nil {
 		return fmt.Errorf("lab: %w", err)
+	}
+	if opts.Environment != "" {
+		if err := nameContext(l.ServiceAccountKubeconfig, opts.Environment); err != nil {
+			return fmt.Errorf("lab: %w", err)
+		}
 	}
 	if err := l.writeConfig(opts); err != nil {
 		return fmt.Errorf("lab: config: %w", err)
@@ -551,18 +581,19 @@ var (
 	drainTimeoutLine = regexp.MustCompile(`(?m)^(\s*timeout_minutes:\s*).*$`)
 )
 
-// writeIntentRepo copies examples/intent into the lab, points the model
-// endpoint and the OIDC issuer at the lab's, and commits it on main.
-func (l *Lab) writeIntentRepo(drainMinutes int) error {
+// writeIntentRepo copies examples/intent into the lab (or clones the
+// shared intent remote, when there is one), points the model endpoint and
+// the OIDC issuer at the lab's, and commits it on main.
+func (l *Lab) writeIntentRepo(drainMinutes int, remote string) error {
 	dir := filepath.Join(l.Dir, "intent")
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	sub, err := fs.Sub(examples.Intent, "intent")
-	if err != nil {
-		return err
-	}
-	if err := os.CopyFS(dir, sub); err != nil {
+	if remote != "" {
+		if err := git(l.Dir, "clone", "-q", "-b", "main", remote, dir); err != nil {
+			return err
+		}
+	} else if err := copyExampleIntent(dir); err != nil {
 		return err
 	}
 	edits := map[string]func(string) string{
@@ -595,16 +626,60 @@ func (l *Lab) writeIntentRepo(drainMinutes int) error {
 			return err
 		}
 	}
-	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "-m", "Intent of the lab platform (from examples/intent)"}} {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=lab", "GIT_AUTHOR_EMAIL=lab@mcp-patch.lab",
-			"GIT_COMMITTER_NAME=lab", "GIT_COMMITTER_EMAIL=lab@mcp-patch.lab", "GIT_CONFIG_GLOBAL=/dev/null")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
+	steps := [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "-m", "Intent of the lab platform (from examples/intent)"}}
+	if remote != "" {
+		// The shared intent as this lab's cluster reaches it: the lab's
+		// stand-in for the cluster's own DNS names and registry.
+		steps = [][]string{{"add", "-A"}, {"commit", "-q", "-m", "lab: the endpoints of environment " + cmp.Or(l.Environment, "(none)") + "'s lab"}}
+	}
+	for _, args := range steps {
+		if err := git(dir, args...); err != nil {
+			return err
 		}
 	}
 	l.IntentRepo = dir
+	return nil
+}
+
+// copyExampleIntent writes examples/intent into dir.
+func copyExampleIntent(dir string) error {
+	sub, err := fs.Sub(examples.Intent, "intent")
+	if err != nil {
+		return err
+	}
+	return os.CopyFS(dir, sub)
+}
+
+// git runs git in dir as the lab, with no user configuration.
+func git(dir string, args ...string) error {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=lab", "GIT_AUTHOR_EMAIL=lab@mcp-patch.lab",
+		"GIT_COMMITTER_NAME=lab", "GIT_COMMITTER_EMAIL=lab@mcp-patch.lab", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// nameContext renames the only context of the kubeconfig at path to name
+// and makes it the current one: a lab serving an environment is reached as
+// environments.yaml names its context.
+func nameContext(path, name string) error {
+	kc, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	ctx, ok := kc.Contexts[kc.CurrentContext]
+	if !ok {
+		return fmt.Errorf("kubeconfig %s: no current context", path)
+	}
+	delete(kc.Contexts, kc.CurrentContext)
+	kc.Contexts[name] = ctx
+	kc.CurrentContext = name
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
 	return nil
 }
 
@@ -641,6 +716,7 @@ func (l *Lab) writeApprover() error {
 func (l *Lab) writeConfig(opts Options) error {
 	c := config.DefaultConfig()
 	c.IntentRepo = l.IntentRepo
+	c.Environment = opts.Environment
 	c.StateDir = filepath.Join(l.Dir, "state")
 	c.Identity = "mcp-patch-lab"
 	c.SSH.KnownHosts = []string{l.Fleet.KnownHostsFile()}
