@@ -73,10 +73,14 @@ func SeedIntentRemote(dir string) (string, error) {
 }
 
 // StagingOptions is the staging lab's shape beside a production lab of
-// opts: one control-plane host and one GPU server (the canary), emulated,
-// on a control plane of its own; the rest as opts.
+// opts: two control-plane hosts and one GPU server (the canary), emulated,
+// on a control plane of its own; the rest as opts. Two control-plane
+// hosts, not one: the platform's Postgres runs on them, and a
+// single-instance CloudNativePG cluster has no replica to switch over to,
+// so its primary's node can never be drained (a plan blocker, as it would
+// be on a real cluster).
 func StagingOptions(opts Options) Options {
-	opts.ControlPlanes, opts.Canary, opts.GPUServers = 1, 1, 0
+	opts.ControlPlanes, opts.Canary, opts.GPUServers = 2, 1, 0
 	opts.VMCanary, opts.VMFirmware = false, ""
 	opts.Environment = StagingEnvironment
 	return opts

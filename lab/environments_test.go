@@ -48,7 +48,7 @@ func TestDemoThroughStagingAndProduction(t *testing.T) {
 	}
 
 	// Staging's record: outcome.json and its signed statement committed on
-	// its round branch, the record naming the kernel promoted on both nodes.
+	// its round branch, the record naming the kernel promoted on its three nodes.
 	files, err := gitOutput(staging.IntentRepo, "ls-tree", "-r", "--name-only", res.Staging.Branch, "rounds/"+res.StagingRound)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestDemoThroughStagingAndProduction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !o.Green() || len(o.Kernels) != 1 || len(o.Kernels[0].Promoted) != 2 {
+	if !o.Green() || len(o.Kernels) != 1 || len(o.Kernels[0].Promoted) != 3 {
 		t.Fatalf("staging's outcome: green %v, kernels %+v", o.Green(), o.Kernels)
 	}
 	kernel := o.Kernels[0].Kernel
