@@ -359,6 +359,10 @@ func labDemoEnvironments(ctx context.Context, opts lab.Options, month string, st
 	prodOpts := opts
 	prodOpts.Environment = lab.ProductionEnvironment
 	stagingOpts := lab.StagingOptions(opts)
+	if _, err := time.Parse("2006-01", month); err != nil {
+		fmt.Fprintf(stdio.Stderr, "mcp-patch lab demo: with --environments, --round is the month (YYYY-MM), each environment's round named <env>-<month>; not %q\n", month)
+		return cli.ExitUsage
+	}
 	for _, o := range []lab.Options{stagingOpts, prodOpts} {
 		if err := o.Validate(); err != nil {
 			fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
