@@ -22,11 +22,16 @@ import (
 // the proof from staging and its round closes with every node on the
 // kernel staging proved.
 func TestDemoThroughStagingAndProduction(t *testing.T) {
-	remote, err := SeedIntentRemote(t.TempDir())
+	dir := t.TempDir()
+	remote, err := SeedIntentRemote(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	shared := Options{OtherActors: true, IntentRemote: remote, Clock: &Clock{}}
+	person, err := NewApproverKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := Options{OtherActors: true, IntentRemote: remote, Clock: &Clock{}, ApproverKey: person}
 	staging := upLab(t, StagingOptions(shared))
 	prodOpts := shared
 	prodOpts.ControlPlanes, prodOpts.Canary, prodOpts.GPUServers = 3, 1, 2

@@ -111,6 +111,11 @@ type Options struct {
 	// the other environments. Empty: the lab makes its own repository
 	// from examples/intent.
 	IntentRemote string
+	// ApproverKey is the lab-only approval key file (NewApproverKey) the
+	// lab's person signs with, shared with the labs of the other
+	// environments (one person certifies staging's outcome and approves
+	// production's steps). Empty: a key of the lab's own.
+	ApproverKey string
 	// Clock is the lab's clock, shared with the labs of the other
 	// environments (a soak upstream runs on the same time). Nil: a clock
 	// of its own.
@@ -436,7 +441,7 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	if err := l.writeIntentRepo(opts.DrainTimeoutMinutes, opts.IntentRemote); err != nil {
 		return fmt.Errorf("lab: intent repository: %w", err)
 	}
-	if err := l.writeApprover(); err != nil {
+	if err := l.writeApprover(opts.ApproverKey); err != nil {
 		return fmt.Errorf("lab: approval key: %w", err)
 	}
 	say("the mcp-patch ServiceAccount, bound to the shipped roles only")
@@ -683,13 +688,61 @@ func nameContext(path, name string) error {
 	return nil
 }
 
-// writeApprover makes the lab's approval key and an allowed_signers file
-// that lists it as lab-only.
-func (l *Lab) writeApprover() error {
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
+// writeApprover makes the lab's approval key (or takes the one at
+// keyFile, shared by the labs of several environments: the same person)
+// and an allowed_signers file that lists it as lab-only.
+func (l *Lab) writeApprover(keyFile string) error {
+	var priv ed25519.PrivateKey
+	if keyFile != "" {
+		b, err := os.ReadFile(keyFile)
+		if err != nil {
+			return err
+		}
+		k, err := ssh.ParseRawPrivateKey(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", keyFile, err)
+		}
+		p, ok := k.(*ed25519.PrivateKey)
+		if !ok {
+			return fmt.Errorf("%s: not an ed25519 key", keyFile)
+		}
+		priv = *p
+	} else {
+		var err error
+		if _, priv, err = ed25519.GenerateKey(rand.Reader); err != nil {
+			return err
+		}
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
 	if err != nil {
 		return err
 	}
+	l.ApproverKey = filepath.Join(l.Dir, "approver_ed25519")
+	if err := writeKey(l.ApproverKey, priv); err != nil {
+		return err
+	}
+	pub := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))
+	l.AllowedSigners = filepath.Join(l.Dir, "allowed_signers")
+	line := fmt.Sprintf("lab-approver@mcp-patch.lab namespaces=\"mcp-patch\" %s lab-only (signs approvals in the lab demo, never in production)\n", pub)
+	l.approver = signer
+	return os.WriteFile(l.AllowedSigners, []byte(line), 0o644)
+}
+
+// NewApproverKey writes a lab-only approval key at dir/approver_ed25519
+// (and its .pub) for the labs of several environments to share
+// (Options.ApproverKey): one person signs in each.
+func NewApproverKey(dir string) (string, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "approver_ed25519")
+	return path, writeKey(path, priv)
+}
+
+// writeKey writes priv at path in OpenSSH's format, and its public key at
+// path.pub.
+func writeKey(path string, priv ed25519.PrivateKey) error {
 	signer, err := ssh.NewSignerFromKey(priv)
 	if err != nil {
 		return err
@@ -698,18 +751,11 @@ func (l *Lab) writeApprover() error {
 	if err != nil {
 		return err
 	}
-	l.ApproverKey = filepath.Join(l.Dir, "approver_ed25519")
-	if err := os.WriteFile(l.ApproverKey, pem.EncodeToMemory(block), 0o600); err != nil {
+	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
 		return err
 	}
 	pub := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))
-	if err := os.WriteFile(l.ApproverKey+".pub", []byte(pub+" lab approver\n"), 0o644); err != nil {
-		return err
-	}
-	l.AllowedSigners = filepath.Join(l.Dir, "allowed_signers")
-	line := fmt.Sprintf("lab-approver@mcp-patch.lab namespaces=\"mcp-patch\" %s lab-only (signs approvals in the lab demo, never in production)\n", pub)
-	l.approver = signer
-	return os.WriteFile(l.AllowedSigners, []byte(line), 0o644)
+	return os.WriteFile(path+".pub", []byte(pub+" lab approver\n"), 0o644)
 }
 
 // writeConfig writes mcp-patch's configuration for the lab.

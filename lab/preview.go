@@ -42,7 +42,7 @@ func Preview(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err := started.writeIntentRepo(opts.DrainTimeoutMinutes, ""); err != nil {
 		return nil, fmt.Errorf("lab: intent repository: %w", err)
 	}
-	if err := started.writeApprover(); err != nil {
+	if err := started.writeApprover(""); err != nil {
 		return nil, fmt.Errorf("lab: approval key: %w", err)
 	}
 	if err := started.writeConfig(opts); err != nil {

@@ -386,6 +386,11 @@ func labDemoEnvironments(ctx context.Context, opts lab.Options, month string, st
 		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
 		return cli.ExitNotOK
 	}
+	person, err := lab.NewApproverKey(opts.Dir)
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
+		return cli.ExitNotOK
+	}
 	clock := &lab.Clock{}
 	labs := make([]*lab.Lab, 2)
 	took := make([]time.Duration, 2)
@@ -393,7 +398,7 @@ func labDemoEnvironments(ctx context.Context, opts lab.Options, month string, st
 	var wg sync.WaitGroup
 	for i, o := range []lab.Options{stagingOpts, prodOpts} {
 		o.Dir = filepath.Join(opts.Dir, o.Environment)
-		o.IntentRemote, o.Clock = remote, clock
+		o.IntentRemote, o.Clock, o.ApproverKey = remote, clock, person
 		say := o.Progress
 		name := o.Environment
 		o.Progress = func(s string) { say(name + ": " + s) }
