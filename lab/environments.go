@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -178,7 +179,7 @@ func RunEnvironments(ctx context.Context, staging, production *Lab, month string
 	if status != "failed" || !strings.Contains(strings.Join(reasons, "\n"), "still soaking in "+staging.Environment) {
 		return res, fmt.Errorf("lab: %s's plan while %s's soak runs (until %s) answered %s: %v", production.Environment, staging.Environment, res.SoakUntil.UTC().Format(time.RFC3339), status, reasons)
 	}
-	fmt.Fprintf(w, "%s: plan of %s refused while %s's soak runs: %s\n", production.Environment, res.ProductionRound, staging.Environment, clip(first(reasons), 110))
+	fmt.Fprintf(w, "%s: plan of %s refused while %s's soak runs: %s\n", production.Environment, res.ProductionRound, staging.Environment, stillSoaking(reasons))
 
 	production.Clock.AdvanceTo(res.SoakUntil.Add(time.Second))
 	fmt.Fprintf(w, "%s: soak of %s passed on the lab clock (%s, until %s)\n", staging.Environment, res.StagingRound,
@@ -234,7 +235,7 @@ func WriteEnvironmentsSummary(w io.Writer, staging, production *Lab, res Environ
 	}
 	fmt.Fprintf(&b, "%-10s  outcome certified by %s: %s (commit %s)\n", staging.Environment, res.Principal,
 		filepath.Join(staging.IntentRepo, "rounds", res.StagingRound, promotion.OutcomeFile), short(res.Certified))
-	fmt.Fprintf(&b, "%-10s  plan refused while %s soaked: %s\n", production.Environment, staging.Environment, clip(strings.Join(res.Refused[min(1, len(res.Refused)):], "; "), 120))
+	fmt.Fprintf(&b, "%-10s  plan refused while %s soaked: %s\n", production.Environment, staging.Environment, stillSoaking(res.Refused))
 	fmt.Fprintf(&b, "%-10s  %s (plan.md, %s):\n", production.Environment, "Promotion from "+staging.Environment,
 		filepath.Join(production.IntentRepo, "rounds", res.ProductionRound, "plan.md"))
 	for _, line := range res.Proof {
@@ -242,6 +243,21 @@ func WriteEnvironmentsSummary(w io.Writer, staging, production *Lab, res Environ
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// soakingLine is the promotion gate's verdict on a kernel still soaking
+// upstream.
+var soakingLine = regexp.MustCompile(`kernel \S+ is still soaking in \S+ until [0-9-]+ [0-9:]+ UTC`)
+
+// stillSoaking is the gate's verdict in a refused plan's reasons, else
+// their first line, shortened.
+func stillSoaking(reasons []string) string {
+	for _, r := range reasons {
+		if m := soakingLine.FindString(r); m != "" {
+			return m
+		}
+	}
+	return clip(first(reasons), 110)
 }
 
 // planSection is the non-empty lines of plan.md's section called title,
