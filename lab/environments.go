@@ -216,7 +216,8 @@ func RunEnvironments(ctx context.Context, staging, production *Lab, month string
 }
 
 // WriteEnvironmentsSummary writes a line per environment (its round, how
-// it closed, the kernels it moved), staging's certified outcome,
+// it closed, the kernels it moved) and where its report is, staging's
+// certified outcome,
 // production's refusal while staging soaked and plan.md's proof from
 // staging.
 func WriteEnvironmentsSummary(w io.Writer, staging, production *Lab, res EnvironmentsResult) error {
@@ -232,6 +233,13 @@ func WriteEnvironmentsSummary(w io.Writer, staging, production *Lab, res Environ
 		}
 		fmt.Fprintf(&b, "%-10s  round %s closed in %s: %d tool calls, %d approvals; %s\n", e.lab.Environment, e.id,
 			e.res.Duration.Round(time.Second), e.res.Outcome.Calls, e.res.Outcome.Approvals, kernels)
+	}
+	for _, e := range []struct {
+		lab *Lab
+		id  string
+	}{{staging, res.StagingRound}, {production, res.ProductionRound}} {
+		fmt.Fprintf(&b, "%-10s  report %s (plan, journal, timeline beside it); tool calls %s\n", e.lab.Environment,
+			filepath.Join(e.lab.IntentRepo, "rounds", e.id, round.ReportFile), e.lab.CallsLog(e.id))
 	}
 	fmt.Fprintf(&b, "%-10s  outcome certified by %s: %s (commit %s)\n", staging.Environment, res.Principal,
 		filepath.Join(staging.IntentRepo, "rounds", res.StagingRound, promotion.OutcomeFile), short(res.Certified))
