@@ -139,3 +139,35 @@ func TestDemoThroughStagingAndProduction(t *testing.T) {
 	t.Logf("staging's round %s, production's %s: %d and %d calls", res.Staging.Duration.Round(time.Second), res.Production.Duration.Round(time.Second),
 		res.Staging.Outcome.Calls, res.Production.Outcome.Calls)
 }
+
+// The shared intent remote holds the example intent as it is, on main,
+// environments.yaml included; a lab's clone commits its endpoints on top.
+func TestSeedIntentRemote(t *testing.T) {
+	dir := t.TempDir()
+	remote, err := SeedIntentRemote(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := gitOutput(remote, "ls-tree", "-r", "--name-only", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"environments.yaml", "os-layer/settings.yaml", "gpu-fleet/settings.yaml"} {
+		if !strings.Contains("\n"+files+"\n", "\n"+want+"\n") {
+			t.Errorf("the remote's main lacks %s:\n%s", want, files)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "intent-seed")); !os.IsNotExist(err) {
+		t.Errorf("the seed working copy is left behind: %v", err)
+	}
+}
+
+func TestStillSoaking(t *testing.T) {
+	reasons := []string{"the plan has 2 blocker(s): nothing was cordoned", "cp-1: kernel 6.8.0-51-generic is still soaking in staging until 2026-12-16 15:45 UTC (round staging-2026-12 closed green 2026-12-09 15:45 UTC)"}
+	if got, want := stillSoaking(reasons), "kernel 6.8.0-51-generic is still soaking in staging until 2026-12-16 15:45 UTC"; got != want {
+		t.Errorf("stillSoaking = %q, want %q", got, want)
+	}
+	if got := stillSoaking([]string{"round staging-2026-12 is still open"}); got != "round staging-2026-12 is still open" {
+		t.Errorf("stillSoaking without the gate's verdict = %q", got)
+	}
+}
