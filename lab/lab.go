@@ -10,6 +10,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -29,6 +30,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/mcp-patch/mcp-patch/config"
@@ -98,6 +101,25 @@ type Options struct {
 	// from the running kernel's headers instead of pulling a precompiled
 	// image (with OtherActors).
 	DriverBuiltAtBoot bool
+	// Environment is the environment of the intent repository's
+	// environments.yaml the lab's server serves (config environment): its
+	// kubeconfig context is named after it, as environments.yaml says.
+	// Empty: the server serves the repository as one environment.
+	Environment string
+	// IntentRemote is a bare git repository the lab's intent working copy
+	// is cloned from (SeedIntentRemote makes one), shared with the labs of
+	// the other environments. Empty: the lab makes its own repository
+	// from examples/intent.
+	IntentRemote string
+	// ApproverKey is the lab-only approval key file (NewApproverKey) the
+	// lab's person signs with, shared with the labs of the other
+	// environments (one person certifies staging's outcome and approves
+	// production's steps). Empty: a key of the lab's own.
+	ApproverKey string
+	// Clock is the lab's clock, shared with the labs of the other
+	// environments (a soak upstream runs on the same time). Nil: a clock
+	// of its own.
+	Clock *Clock
 	// Logger gets the lab's events; Progress one line per stage.
 	Logger   *slog.Logger
 	Progress func(string)
@@ -143,6 +165,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("lab: the VM canary boots with %q or %q, not %q", vm.UEFI, vm.BIOS, o.VMFirmware)
 	case o.VMCanary && o.Canary != 1:
 		return fmt.Errorf("lab: the VM canary is the lab's one canary GPU server: the canary count must be 1, not %d", o.Canary)
+	case o.Environment != "" && len(validation.IsDNS1123Label(o.Environment)) > 0:
+		return fmt.Errorf("lab: environment %q is not an environment name (a DNS-1123 label)", o.Environment)
 	}
 	return nil
 }
@@ -212,6 +236,9 @@ type Lab struct {
 	// Inventory is the SSH inventory the configuration names: the fleet's,
 	// and the VM canary's entry when there is one.
 	Inventory string
+	// Environment is the environment the lab's server serves
+	// (Options.Environment); empty: none named.
+	Environment string
 
 	// drivers is the driver container with its registry (OtherActors).
 	drivers *drivers
@@ -326,7 +353,10 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 			return err
 		}
 	}
-	l.Dir, l.Clock = opts.Dir, &Clock{}
+	l.Dir, l.Clock, l.Environment = opts.Dir, opts.Clock, opts.Environment
+	if l.Clock == nil {
+		l.Clock = &Clock{}
+	}
 	l.firing, l.maintenance = "", [2]time.Time{}
 	l.Fleet, l.World, l.Receiver, l.Alertmanager, l.VMCanary, l.drivers, l.kuredHeld = nil, nil, nil, nil, nil, nil, nil
 	if opts.VMCanary {
@@ -408,15 +438,20 @@ func (l *Lab) upRest(ctx context.Context, opts Options) (err error) {
 	}
 
 	say("intent repository (from examples/intent) and a lab-only approval key")
-	if err := l.writeIntentRepo(opts.DrainTimeoutMinutes); err != nil {
+	if err := l.writeIntentRepo(opts.DrainTimeoutMinutes, opts.IntentRemote); err != nil {
 		return fmt.Errorf("lab: intent repository: %w", err)
 	}
-	if err := l.writeApprover(); err != nil {
+	if err := l.writeApprover(opts.ApproverKey); err != nil {
 		return fmt.Errorf("lab: approval key: %w", err)
 	}
 	say("the mcp-patch ServiceAccount, bound to the shipped roles only")
 	if err := l.bindServiceAccount(ctx, opts.RBACRules); err != nil {
 		return fmt.Errorf("lab: %w", err)
+	}
+	if opts.Environment != "" {
+		if err := nameContext(l.ServiceAccountKubeconfig, opts.Environment); err != nil {
+			return fmt.Errorf("lab: %w", err)
+		}
 	}
 	if err := l.writeConfig(opts); err != nil {
 		return fmt.Errorf("lab: config: %w", err)
@@ -551,18 +586,19 @@ var (
 	drainTimeoutLine = regexp.MustCompile(`(?m)^(\s*timeout_minutes:\s*).*$`)
 )
 
-// writeIntentRepo copies examples/intent into the lab, points the model
-// endpoint and the OIDC issuer at the lab's, and commits it on main.
-func (l *Lab) writeIntentRepo(drainMinutes int) error {
+// writeIntentRepo copies examples/intent into the lab (or clones the
+// shared intent remote, when there is one), points the model endpoint and
+// the OIDC issuer at the lab's, and commits it on main.
+func (l *Lab) writeIntentRepo(drainMinutes int, remote string) error {
 	dir := filepath.Join(l.Dir, "intent")
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	sub, err := fs.Sub(examples.Intent, "intent")
-	if err != nil {
-		return err
-	}
-	if err := os.CopyFS(dir, sub); err != nil {
+	if remote != "" {
+		if err := git(l.Dir, "clone", "-q", "-b", "main", remote, dir); err != nil {
+			return err
+		}
+	} else if err := copyExampleIntent(dir); err != nil {
 		return err
 	}
 	edits := map[string]func(string) string{
@@ -595,26 +631,118 @@ func (l *Lab) writeIntentRepo(drainMinutes int) error {
 			return err
 		}
 	}
-	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "-m", "Intent of the lab platform (from examples/intent)"}} {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=lab", "GIT_AUTHOR_EMAIL=lab@mcp-patch.lab",
-			"GIT_COMMITTER_NAME=lab", "GIT_COMMITTER_EMAIL=lab@mcp-patch.lab", "GIT_CONFIG_GLOBAL=/dev/null")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
+	steps := [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "-m", "Intent of the lab platform (from examples/intent)"}}
+	if remote != "" {
+		// The shared intent as this lab's cluster reaches it: the lab's
+		// stand-in for the cluster's own DNS names and registry.
+		steps = [][]string{{"add", "-A"}, {"commit", "-q", "-m", "lab: the endpoints of environment " + cmp.Or(l.Environment, "(none)") + "'s lab"}}
+	}
+	for _, args := range steps {
+		if err := git(dir, args...); err != nil {
+			return err
 		}
 	}
 	l.IntentRepo = dir
 	return nil
 }
 
-// writeApprover makes the lab's approval key and an allowed_signers file
-// that lists it as lab-only.
-func (l *Lab) writeApprover() error {
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
+// copyExampleIntent writes examples/intent into dir.
+func copyExampleIntent(dir string) error {
+	sub, err := fs.Sub(examples.Intent, "intent")
 	if err != nil {
 		return err
 	}
+	return os.CopyFS(dir, sub)
+}
+
+// git runs git in dir as the lab, with no user configuration.
+func git(dir string, args ...string) error {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=lab", "GIT_AUTHOR_EMAIL=lab@mcp-patch.lab",
+		"GIT_COMMITTER_NAME=lab", "GIT_COMMITTER_EMAIL=lab@mcp-patch.lab", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// nameContext renames the only context of the kubeconfig at path to name
+// and makes it the current one: a lab serving an environment is reached as
+// environments.yaml names its context.
+func nameContext(path, name string) error {
+	kc, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	ctx, ok := kc.Contexts[kc.CurrentContext]
+	if !ok {
+		return fmt.Errorf("kubeconfig %s: no current context", path)
+	}
+	delete(kc.Contexts, kc.CurrentContext)
+	kc.Contexts[name] = ctx
+	kc.CurrentContext = name
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeApprover makes the lab's approval key (or takes the one at
+// keyFile, shared by the labs of several environments: the same person)
+// and an allowed_signers file that lists it as lab-only.
+func (l *Lab) writeApprover(keyFile string) error {
+	var priv ed25519.PrivateKey
+	if keyFile != "" {
+		b, err := os.ReadFile(keyFile)
+		if err != nil {
+			return err
+		}
+		k, err := ssh.ParseRawPrivateKey(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", keyFile, err)
+		}
+		p, ok := k.(*ed25519.PrivateKey)
+		if !ok {
+			return fmt.Errorf("%s: not an ed25519 key", keyFile)
+		}
+		priv = *p
+	} else {
+		var err error
+		if _, priv, err = ed25519.GenerateKey(rand.Reader); err != nil {
+			return err
+		}
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		return err
+	}
+	l.ApproverKey = filepath.Join(l.Dir, "approver_ed25519")
+	if err := writeKey(l.ApproverKey, priv); err != nil {
+		return err
+	}
+	pub := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))
+	l.AllowedSigners = filepath.Join(l.Dir, "allowed_signers")
+	line := fmt.Sprintf("lab-approver@mcp-patch.lab namespaces=\"mcp-patch\" %s lab-only (signs approvals in the lab demo, never in production)\n", pub)
+	l.approver = signer
+	return os.WriteFile(l.AllowedSigners, []byte(line), 0o644)
+}
+
+// NewApproverKey writes a lab-only approval key at dir/approver_ed25519
+// (and its .pub) for the labs of several environments to share
+// (Options.ApproverKey): one person signs in each.
+func NewApproverKey(dir string) (string, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "approver_ed25519")
+	return path, writeKey(path, priv)
+}
+
+// writeKey writes priv at path in OpenSSH's format, and its public key at
+// path.pub.
+func writeKey(path string, priv ed25519.PrivateKey) error {
 	signer, err := ssh.NewSignerFromKey(priv)
 	if err != nil {
 		return err
@@ -623,24 +751,18 @@ func (l *Lab) writeApprover() error {
 	if err != nil {
 		return err
 	}
-	l.ApproverKey = filepath.Join(l.Dir, "approver_ed25519")
-	if err := os.WriteFile(l.ApproverKey, pem.EncodeToMemory(block), 0o600); err != nil {
+	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
 		return err
 	}
 	pub := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))
-	if err := os.WriteFile(l.ApproverKey+".pub", []byte(pub+" lab approver\n"), 0o644); err != nil {
-		return err
-	}
-	l.AllowedSigners = filepath.Join(l.Dir, "allowed_signers")
-	line := fmt.Sprintf("lab-approver@mcp-patch.lab namespaces=\"mcp-patch\" %s lab-only (signs approvals in the lab demo, never in production)\n", pub)
-	l.approver = signer
-	return os.WriteFile(l.AllowedSigners, []byte(line), 0o644)
+	return os.WriteFile(path+".pub", []byte(pub+" lab approver\n"), 0o644)
 }
 
 // writeConfig writes mcp-patch's configuration for the lab.
 func (l *Lab) writeConfig(opts Options) error {
 	c := config.DefaultConfig()
 	c.IntentRepo = l.IntentRepo
+	c.Environment = opts.Environment
 	c.StateDir = filepath.Join(l.Dir, "state")
 	c.Identity = "mcp-patch-lab"
 	c.SSH.KnownHosts = []string{l.Fleet.KnownHostsFile()}

@@ -24,6 +24,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"VM canary with none", Options{ControlPlanes: 3, GPUServers: 4, VMCanary: true}, "the canary count must be 1, not 0"},
 		{"unknown firmware", Options{Canary: 1, VMCanary: true, VMFirmware: "coreboot"}, `not "coreboot"`},
 		{"negative count", Options{ControlPlanes: 3, Canary: 1, GPUServers: -1}, "cannot be negative"},
+		{"staging's shape", StagingOptions(Options{OtherActors: true}), ""},
+		{"an environment", Options{Environment: ProductionEnvironment}, ""},
+		{"an environment that is no name", Options{Environment: "Prod EU"}, `environment "Prod EU" is not an environment name`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.o.Validate()

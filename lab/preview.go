@@ -39,10 +39,10 @@ func Preview(ctx context.Context, opts Options) (l *Lab, err error) {
 		return nil, err
 	}
 	opts.Progress("intent repository (from examples/intent) and a lab-only approval key")
-	if err := started.writeIntentRepo(opts.DrainTimeoutMinutes); err != nil {
+	if err := started.writeIntentRepo(opts.DrainTimeoutMinutes, ""); err != nil {
 		return nil, fmt.Errorf("lab: intent repository: %w", err)
 	}
-	if err := started.writeApprover(); err != nil {
+	if err := started.writeApprover(""); err != nil {
 		return nil, fmt.Errorf("lab: approval key: %w", err)
 	}
 	if err := started.writeConfig(opts); err != nil {

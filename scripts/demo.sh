@@ -8,8 +8,10 @@
 # simulate_upgrade's simulation, through the same host steps and table
 # printer); once mcp-patch is built, `mcp-patch lab preview` runs the same
 # tools through the CLI twins with their verdicts while the control plane
-# compiles. Once the control plane is up it starts the emulated GPU fleet on
-# it and runs a whole patch round from plan to close. Extra arguments go to
+# compiles. Once the control plane is up it starts the emulated GPU fleets
+# of staging and production, each on a control plane of its own, and runs
+# staging's round, then production's, from plan to close (--one-environment:
+# production's alone). Other arguments go to
 # `mcp-patch lab demo` (see `mcp-patch lab demo --help`), which prints a
 # line per step as it ends and the round's summary. Prints the phase times
 # at the end. apt's, dpkg's and go's output and the previews' full answers
@@ -184,5 +186,18 @@ if ! $cached; then
 fi
 t_setup=$(($(date +%s) - t0))
 t1=$(date +%s)
-bin/mcp-patch lab demo "$@"
-echo "demo: first product output ${t_first:-(warm: none before the round)}; host-side preview ${t_quick}s; mcp-patch built in ${t_build}s; preview ${t_preview}s; set-up and builds ${t_setup}s in all; lab and round $(($(date +%s) - t1))s; $(($(date +%s) - t0))s in all"
+# Staging before production (docs/lab.md): a staging lab on its own control
+# plane runs its round first, production plans from its signed proof once
+# it has soaked on the lab clock. About 40 s and 1 GB of memory more than
+# one lab; --one-environment runs production's round alone.
+envs=--environments
+for arg in "$@"; do
+	shift
+	if [ "$arg" = --one-environment ]; then
+		envs=""
+	else
+		set -- "$@" "$arg"
+	fi
+done
+bin/mcp-patch lab demo ${envs:+"$envs"} "$@"
+echo "demo: first product output ${t_first:-(warm: none before the round)}; host-side preview ${t_quick}s; mcp-patch built in ${t_build}s; preview ${t_preview}s; set-up and builds ${t_setup}s in all; labs and rounds $(($(date +%s) - t1))s; $(($(date +%s) - t0))s in all"

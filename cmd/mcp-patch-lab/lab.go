@@ -74,6 +74,7 @@ running for Claude Code; "lab fault" injects a fault into a running lab.`,
 	}
 
 	var roundID string
+	var environments bool
 	demo := &cobra.Command{
 		Use:   "demo",
 		Short: "Start a fresh lab and run a whole patch round on it, a line per step as it ends",
@@ -86,12 +87,16 @@ running for Claude Code; "lab fault" injects a fault into a running lab.`,
 			if roundID == "" {
 				roundID = time.Now().UTC().Format("2006-01")
 			}
+			if environments {
+				return cli.ExitCode(labDemoEnvironments(cmd.Context(), o, roundID, env.Stdio, log))
+			}
 			return cli.ExitCode(labDemo(cmd.Context(), o, roundID, env.Stdio, log))
 		},
 	}
 	addDir(demo)
 	addShape(demo)
-	demo.Flags().StringVar(&roundID, "round", "", "round id (default: this month, YYYY-MM in UTC)")
+	demo.Flags().StringVar(&roundID, "round", "", "round id (default: this month, YYYY-MM in UTC); with --environments the month, each environment's round named <env>-<month>")
+	demo.Flags().BoolVar(&environments, "environments", false, "staging before production: a staging lab (2 control-plane hosts, 1 GPU server, its own control plane) runs its round first, a person certifies its outcome, it soaks on the lab clock, then production (the lab shaped by the other flags) plans from staging's proof and runs its round (docs/lab.md)")
 
 	var httpAddr string
 	up := &cobra.Command{
@@ -342,5 +347,101 @@ func labDown(dir string, stdio cli.IO) int {
 		return cli.ExitNotOK
 	}
 	fmt.Fprintln(stdio.Stdout, "lab stopping")
+	return cli.ExitOK
+}
+
+// labDemoEnvironments is lab demo --environments: a staging lab and a
+// production lab (shaped by opts), each on its own control plane, started
+// side by side under opts.Dir, sharing the intent repository's remote and
+// the lab clock; then the round through both (lab.RunEnvironments).
+func labDemoEnvironments(ctx context.Context, opts lab.Options, month string, stdio cli.IO, log *slog.Logger) int {
+	start := time.Now()
+	prodOpts := opts
+	prodOpts.Environment = lab.ProductionEnvironment
+	stagingOpts := lab.StagingOptions(opts)
+	if _, err := time.Parse("2006-01", month); err != nil {
+		fmt.Fprintf(stdio.Stderr, "mcp-patch lab demo: with --environments, --round is the month (YYYY-MM), each environment's round named <env>-<month>; not %q\n", month)
+		return cli.ExitUsage
+	}
+	for _, o := range []lab.Options{stagingOpts, prodOpts} {
+		if err := o.Validate(); err != nil {
+			fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
+			return cli.ExitUsage
+		}
+	}
+	if err := lab.Fresh(opts.Dir); err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
+		return cli.ExitNotOK
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
+		return cli.ExitNotOK
+	}
+	if err := os.WriteFile(filepath.Join(opts.Dir, lab.MarkerFile), []byte("mcp-patch lab demo --environments\n"), 0o644); err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
+		return cli.ExitNotOK
+	}
+	remote, err := lab.SeedIntentRemote(opts.Dir)
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
+		return cli.ExitNotOK
+	}
+	person, err := lab.NewApproverKey(opts.Dir)
+	if err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
+		return cli.ExitNotOK
+	}
+	clock := &lab.Clock{}
+	labs := make([]*lab.Lab, 2)
+	took := make([]time.Duration, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, o := range []lab.Options{stagingOpts, prodOpts} {
+		o.Dir = filepath.Join(opts.Dir, o.Environment)
+		o.IntentRemote, o.Clock, o.ApproverKey = remote, clock, person
+		say := o.Progress
+		name := o.Environment
+		o.Progress = func(s string) { say(name + ": " + s) }
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			labs[i], errs[i] = lab.Up(ctx, o)
+			took[i] = time.Since(t0)
+		}()
+	}
+	wg.Wait()
+	defer func() {
+		for _, l := range labs {
+			if l != nil {
+				if err := l.Close(); err != nil {
+					fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo: close the lab:", err)
+				}
+			}
+		}
+	}()
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
+		return cli.ExitNotOK
+	}
+	staging, production := labs[0], labs[1]
+	fmt.Fprintf(stdio.Stdout, "Labs up in %s, side by side, each on its own control plane, sharing the intent remote %s and the lab clock:\n",
+		time.Since(start).Round(time.Second), remote)
+	for i, l := range labs {
+		fmt.Fprintf(stdio.Stdout, "  %-10s  %d hosts over SSH, up in %s, intent working copy %s\n", l.Environment, l.Hosts(), took[i].Round(time.Second), l.IntentRepo)
+	}
+	fmt.Fprintf(stdio.Stdout, "Running round %s-%s, then %s-%s, as an agent would; approvals and statements signed with the lab-only key.\n\n",
+		staging.Environment, month, production.Environment, month)
+	res, err := lab.RunEnvironments(ctx, staging, production, month, stdio.Stdout, log)
+	fmt.Fprintln(stdio.Stdout)
+	if err != nil {
+		fmt.Fprintf(stdio.Stderr, "mcp-patch lab demo: %v (tool calls: %s, %s)\n", err, staging.CallsLog(res.StagingRound), production.CallsLog(res.ProductionRound))
+		return cli.ExitNotOK
+	}
+	if err := lab.WriteEnvironmentsSummary(stdio.Stdout, staging, production, res); err != nil {
+		fmt.Fprintln(stdio.Stderr, "mcp-patch lab demo:", err)
+		return cli.ExitNotOK
+	}
+	fmt.Fprintf(stdio.Stdout, "Both environments in %s.\n", time.Since(start).Round(time.Second))
 	return cli.ExitOK
 }

@@ -63,6 +63,30 @@ func TestLabVMCanaryShapeIsRefusedFirst(t *testing.T) {
 	}
 }
 
+// lab demo --environments takes the month as --round, and refuses
+// anything else before it touches the lab directory.
+func TestLabDemoEnvironmentsRefusesARoundThatIsNotAMonth(t *testing.T) {
+	for _, round := range []string{"staging-2026-12", "2026-13", "december"} {
+		t.Run(round, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, lab.MarkerFile), []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			keep := filepath.Join(dir, "lab-file")
+			if err := os.WriteFile(keep, []byte("keep me"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, _, errOut := run(t, "", nil, "lab", "demo", "--environments", "--dir", dir, "--round", round)
+			if code != ExitUsage || !strings.Contains(errOut, "--round is the month (YYYY-MM)") {
+				t.Fatalf("exit %d, stderr %q", code, errOut)
+			}
+			if b, err := os.ReadFile(keep); err != nil || string(b) != "keep me" {
+				t.Errorf("the lab directory was touched: %v %q", err, b)
+			}
+		})
+	}
+}
+
 func TestControlError(t *testing.T) {
 	for _, tc := range []struct {
 		resp string

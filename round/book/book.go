@@ -39,6 +39,12 @@ type Book struct {
 	// CheckDecision, when set, proves each decision record a journal
 	// replays at open (round.WithDecisionCheck) for round id.
 	CheckDecision func(id string) func(round.Record) error
+	// Foreign, when set, says whether round id is another environment's: a
+	// repository of several environments holds their rounds side by side
+	// (staging's merged into production's working copy), and another
+	// server's journal is not anchored here. OpenRounds leaves such a
+	// round out, so it is never taken for this server's open round.
+	Foreign func(id string) bool
 	// SegmentBytes, when set, is the size at which a round's live journal
 	// and audit log are sealed into segments (round.WithSegmentBytes;
 	// default round.SegmentBytes). Tests seal small logs.
@@ -295,7 +301,8 @@ func (b *Book) Holds(id string) bool {
 	return ok
 }
 
-// OpenRounds lists the rounds that are not closed, newest id last.
+// OpenRounds lists the rounds that are not closed, newest id last
+// (this server's only, with Foreign).
 func (b *Book) OpenRounds() ([]string, error) {
 	entries, err := os.ReadDir(filepath.Join(b.Root, "rounds"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -306,7 +313,7 @@ func (b *Book) OpenRounds() ([]string, error) {
 	}
 	var ids []string
 	for _, e := range entries {
-		if !e.IsDir() || !round.ValidRoundID(e.Name()) {
+		if !e.IsDir() || !round.ValidRoundID(e.Name()) || (b.Foreign != nil && b.Foreign(e.Name())) {
 			continue
 		}
 		b.mu.Lock()

@@ -3,6 +3,7 @@ package book
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +92,49 @@ func TestRoundFilesNameWhatChangedSinceTheLastCommit(t *testing.T) {
 	check("a book opened again", f, append(append([]string{}, top...), p("nodes/a.json"), p("nodes/b.json"), p("nodes/c.json"), p("window-signatures/b.json"),
 		p("journal-000001.jsonl"), p("journal-000002.jsonl"), p("audit-000001.jsonl")),
 		[]string{p("journal-000001.jsonl"), p("journal-000002.jsonl"), p("audit-000001.jsonl")})
+}
+
+// TestOpenRoundsLeavesOutForeignRounds: staging's open round, merged into
+// production's working copy, is not anchored in production's state
+// directory, so without Foreign it is listed as open (and production could
+// plan nothing); with Foreign saying it is another environment's, it is
+// left out and production's own round is the current one.
+func TestOpenRoundsLeavesOutForeignRounds(t *testing.T) {
+	root := t.TempDir()
+	clock := func() time.Time { return time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC) }
+	staging := New(root, filepath.Join(t.TempDir(), "journals"), clock)
+	t.Cleanup(func() {
+		if err := staging.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if _, err := staging.Journal("staging-2026-01", true); err != nil {
+		t.Fatal(err)
+	}
+	production := New(root, filepath.Join(t.TempDir(), "journals"), clock)
+	t.Cleanup(func() {
+		if err := production.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if _, err := production.Journal("production-2026-01", true); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := production.OpenRounds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"production-2026-01", "staging-2026-01"}, ids); diff != "" {
+		t.Errorf("without Foreign (-want +got):\n%s", diff)
+	}
+	production.Foreign = func(id string) bool { return !strings.HasPrefix(id, "production-") }
+	if ids, err = production.OpenRounds(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"production-2026-01"}, ids); diff != "" {
+		t.Errorf("with Foreign (-want +got):\n%s", diff)
+	}
+	if got := production.CurrentID(); got != "production-2026-01" {
+		t.Errorf("current round %q, want production-2026-01", got)
+	}
 }

@@ -75,6 +75,14 @@ func wire(ctx context.Context, d *Service) (cleanup func(), err error) {
 		d.Book = NewRoundBook(repoPath, anchors, d.Now)
 		d.Book.CheckDecision = d.decisionProven
 		d.Book.ReadOnly = c.Mode == config.ModeReadOnly
+		if env := c.Environment; env != "" {
+			// The other environments' rounds in the shared repository are
+			// theirs; a file that cannot be read leaves every round listed.
+			d.Book.Foreign = func(id string) bool {
+				envs, err := intent.LoadEnvironments(repoPath)
+				return err == nil && len(envs) > 0 && envs.Of(id) != env
+			}
+		}
 		d.CurrentRound = d.Book.CurrentID
 		closers = append(closers, func() { d.Book.Close() })
 	}
