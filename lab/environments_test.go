@@ -97,7 +97,10 @@ func TestDemoThroughStagingAndProduction(t *testing.T) {
 		t.Fatal(err)
 	}
 	proof := strings.Join(planSection(md, "Promotion from staging"), "\n")
-	for _, want := range []string{"| " + kernel + " | yes |", "closed green in staging's round " + res.StagingRound, "certified by lab-approver@mcp-patch.lab"} {
+	// The control-plane nodes move the kernel alone; the GPU servers move
+	// it with NVIDIA modules that staging's GPU server installed with it.
+	for _, want := range []string{"| " + kernel + " | - | yes |", "| " + kernel + " | linux-modules-nvidia-", "soaked 7 day(s) until", "; with NVIDIA linux-modules-nvidia-",
+		"closed green in staging's round " + res.StagingRound, "certified by lab-approver@mcp-patch.lab"} {
 		if !strings.Contains(proof, want) {
 			t.Errorf("production's plan.md, Promotion from staging, does not say %q:\n%s", want, proof)
 		}
