@@ -55,7 +55,7 @@ func (d *Service) UnpushedReason() string {
 	if d.pushes.fail == "" {
 		return ""
 	}
-	words := "the round's record (commit " + shortHash(d.pushes.hash) + ") is not on the intent remote " + d.Config.Git.Remote + ": " + d.pushes.fail
+	words := "the round's record (commit " + short(d.pushes.hash) + ") is not on the intent remote " + d.Config.Git.Remote + ": " + d.pushes.fail
 	if d.Config.PushRequired() {
 		return words + "; no destructive step runs until it is (each one pushes first)"
 	}
@@ -92,11 +92,4 @@ func (d *Service) RequirePushed(ctx context.Context, roundID string) error {
 	d.pushes.mu.Unlock()
 	d.Log.Debug("round's record on the remote", "round", roundID, "hash", res.Hash, "up_to_date", res.UpToDate, "took", time.Since(start))
 	return nil
-}
-
-func shortHash(h string) string {
-	if len(h) > 12 {
-		return h[:12]
-	}
-	return h
 }
