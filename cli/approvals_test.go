@@ -2,8 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,19 +17,9 @@ import (
 // approval in the inbox, where the server's verifier accepts it for that
 // step alone. An entry whose request is for another node is not signed.
 func TestApprovalsInboxAcrossEnvironments(t *testing.T) {
-	dir := t.TempDir()
+	allowed := signersFile(t) // its key lies beside it
+	dir := filepath.Dir(allowed)
 	key := filepath.Join(dir, "id_ed25519")
-	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", key).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen: %v %s", err, out)
-	}
-	pub, err := os.ReadFile(key + ".pub")
-	if err != nil {
-		t.Fatal(err)
-	}
-	allowed := filepath.Join(dir, "allowed_signers")
-	if err := os.WriteFile(allowed, []byte(`alice@example.org namespaces="mcp-patch" `+strings.TrimSpace(string(pub))+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	in := inbox.Dir(filepath.Join(dir, "inbox"))
 	now := time.Now()
 	digest := "sha256:" + strings.Repeat("ab", 32)
