@@ -376,17 +376,46 @@ func statStamp(path string) (segStamp, error) {
 	return segStamp{ino: int64(st.Ino), size: st.Size, ctim: st.Ctim, mtime: st.Mtim}, nil
 }
 
+// Head is a journal's anchored head: the sequence number of a record and
+// the running hash over every record up to it (hex, as in the anchor).
+// It is what a server publishes where the cluster keeps it, so that
+// another server can take the round over from the pushed journal without
+// trusting any record past it (Adopt).
+type Head struct {
+	Seq   uint64 `json:"seq"`
+	Chain string `json:"chain"`
+}
+
 // Head is the journal's anchored head: the sequence number of its last
 // record and the running hash over every record up to it (hex), or 0 and
 // "" for a journal opened without an anchor.
 func (j *Journal) Head() (uint64, string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	h := j.headLocked()
+	return h.Seq, h.Chain
+}
+
+// HoldHead runs fn with the journal's lock held, as Hold does, and hands
+// it the anchored head at that instant (the zero Head for a journal
+// without an anchor or records): the head fn publishes is the head of
+// the files it commits, never of a record appended between the two.
+func (j *Journal) HoldHead(fn func(Head) error) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.verifyLocked(true); err != nil {
+		return err
+	}
+	return fn(j.headLocked())
+}
+
+// headLocked is the anchored head. j.mu is held.
+func (j *Journal) headLocked() Head {
 	if j.anc == nil || len(j.anc.records) == 0 {
-		return 0, ""
+		return Head{}
 	}
 	last := j.anc.records[len(j.anc.records)-1]
-	return last.Seq, last.Chain
+	return Head{Seq: last.Seq, Chain: last.Chain}
 }
 
 // Verify checks the journal's files on disk against its anchor: every
@@ -622,17 +651,11 @@ func RestoreFromAnchor(dir, anchorDir string) (RestoreReport, error) {
 	fail := func(err error) (RestoreReport, error) {
 		return RestoreReport{}, fmt.Errorf("restore round journal %s from its anchor: %w", dir, err)
 	}
-	f, err := openFile(dir, JournalFile, os.O_RDWR|os.O_CREATE, 0o640)
+	f, err := lockJournal(dir, os.O_CREATE)
 	if err != nil {
 		return fail(err)
 	}
 	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return fail(ErrLocked)
-		}
-		return fail(err)
-	}
 	a, err := openAnchor(anchorDir, id)
 	if err != nil {
 		return fail(err)
@@ -717,18 +740,9 @@ func CheckAnchored(dir, anchorDir string) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("read the anchor of round %s: %w", id, err)
 	}
-	var want []anchorEntry
-	for _, l := range bytes.SplitAfter(raw, []byte("\n")) {
-		if len(l) == 0 || l[len(l)-1] != '\n' {
-			break // the writer's line in progress
-		}
-		var e anchorEntry
-		if err := json.Unmarshal(l, &e); err != nil {
-			return fmt.Errorf("anchor of round %s: %w", id, err)
-		}
-		if e.Sealed == 0 {
-			want = append(want, e)
-		}
+	want, err := anchorRecords(raw)
+	if err != nil {
+		return fmt.Errorf("anchor of round %s: %w", id, err)
 	}
 	lines := splitRecordLines(JournalFile, data, nil)
 	if len(lines) > len(want) {
@@ -739,6 +753,45 @@ func CheckAnchored(dir, anchorDir string) error {
 		return &TamperError{Round: id, Seq: uint64(len(want)) + 1, Found: describeLine(extra.line), Reason: "a record the server never wrote"}
 	}
 	return firstDifference(id, lines, want)
+}
+
+// lockJournal opens the round's live journal file in dir (flag adds to
+// O_RDWR) and takes its lock as Open does, for a change of the round's
+// files that no writer may see half done: ErrLocked while a process
+// holds the journal open.
+func lockJournal(dir string, flag int) (*os.File, error) {
+	f, err := openFile(dir, JournalFile, os.O_RDWR|flag, 0o640)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, ErrLocked
+		}
+		return nil, fmt.Errorf("lock %s: %w", JournalFile, err)
+	}
+	return f, nil
+}
+
+// anchorRecords reads the record entries of anchor bytes, as far as its
+// whole lines go (a last line without its newline is a write in progress
+// or torn by a crash, and not yet the server's).
+func anchorRecords(raw []byte) ([]anchorEntry, error) {
+	var out []anchorEntry
+	for _, l := range bytes.SplitAfter(raw, []byte("\n")) {
+		if len(l) == 0 || l[len(l)-1] != '\n' {
+			break
+		}
+		var e anchorEntry
+		if err := json.Unmarshal(l, &e); err != nil {
+			return nil, err
+		}
+		if e.Sealed == 0 {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // firstDifference compares the journal's lines with the anchor's records

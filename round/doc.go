@@ -79,7 +79,12 @@
 // last record (a crash between the two writes), which gets it back.
 // Verify, and Hold before a commit, check the files on disk against the
 // anchor while the journal is open; a difference refuses every later
-// append.
+// append. HoldHead hands out the head (a record's seq and chain) of the
+// files a commit takes, for the server to publish; another server, with
+// its own state directory, adopts the pushed journal on the strength of
+// that head alone (Adopt): records past it are cut and saved, never
+// anchored, and a journal that does not make it is refused
+// (ErrNotPublished).
 //
 // # Use
 //
