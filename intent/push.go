@@ -52,41 +52,23 @@ func (r *Repo) push(ctx context.Context, repo *git.Repository) (PushResult, erro
 	fail := func(err error) (PushResult, error) {
 		return PushResult{}, fmt.Errorf("push %s to %s: %w", branch, r.opts.Remote, err)
 	}
-	remote, err := repo.Remote(r.opts.Remote)
-	if err != nil {
-		return fail(err)
-	}
-	urls := remote.Config().URLs
-	if len(urls) == 0 {
-		return fail(errors.New("the remote has no URL"))
-	}
 	ref, err := repo.Reference(plumbing.NewBranchReferenceName(branch), true)
 	if err != nil {
 		return fail(fmt.Errorf("read branch: %w", err))
 	}
-	ep, err := transport.NewEndpoint(urls[0])
+	acc, err := r.remoteAccess(repo)
 	if err != nil {
 		return fail(err)
 	}
+	defer acc.close()
 	opts := &git.PushOptions{
 		RemoteName: r.opts.Remote,
 		RefSpecs:   []config.RefSpec{config.RefSpec("refs/heads/" + branch + ":refs/heads/" + branch)},
-	}
-	switch ep.Protocol {
-	case "file":
-	case "ssh":
-		auth, closeAgent, err := r.sshAuth(ep)
-		if err != nil {
-			return fail(err)
-		}
-		defer closeAgent()
-		opts.Auth = auth
-	default:
-		return fail(fmt.Errorf("%w: remote URL %q uses %s; only ssh and local remotes are pushed to", ErrInvalid, urls[0], ep.Protocol))
+		Auth:       acc.auth,
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.SSH.PushTimeout)
 	defer cancel()
-	res := PushResult{Remote: r.opts.Remote, URL: urls[0], Branch: branch, Hash: ref.Hash().String()}
+	res := PushResult{Remote: r.opts.Remote, URL: acc.url, Branch: branch, Hash: ref.Hash().String()}
 	err = repo.PushContext(ctx, opts)
 	if errors.Is(err, git.NoErrAlreadyUpToDate) {
 		res.UpToDate = true
@@ -97,6 +79,46 @@ func (r *Repo) push(ctx context.Context, repo *git.Repository) (PushResult, erro
 	}
 	r.log.InfoContext(ctx, "pushed", "remote", r.opts.Remote, "branch", branch, "hash", res.Hash, "up_to_date", res.UpToDate)
 	return res, nil
+}
+
+// remoteAccess is how the configured remote is reached: its URL and the
+// authentication its transport takes (nil for a local one).
+type remoteAccess struct {
+	url   string
+	auth  transport.AuthMethod
+	close func()
+}
+
+// remoteAccess answers how to reach the configured remote: SSH remotes are
+// authenticated with Options.SSH and their host key checked against
+// known_hosts; local paths and file:// URLs are reached directly; other
+// transports are refused. The caller calls close when done.
+func (r *Repo) remoteAccess(repo *git.Repository) (remoteAccess, error) {
+	remote, err := repo.Remote(r.opts.Remote)
+	if err != nil {
+		return remoteAccess{}, err
+	}
+	urls := remote.Config().URLs
+	if len(urls) == 0 {
+		return remoteAccess{}, errors.New("the remote has no URL")
+	}
+	ep, err := transport.NewEndpoint(urls[0])
+	if err != nil {
+		return remoteAccess{}, err
+	}
+	acc := remoteAccess{url: urls[0], close: func() {}}
+	switch ep.Protocol {
+	case "file":
+	case "ssh":
+		auth, closeAgent, err := r.sshAuth(ep)
+		if err != nil {
+			return remoteAccess{}, err
+		}
+		acc.auth, acc.close = auth, closeAgent
+	default:
+		return remoteAccess{}, fmt.Errorf("%w: remote URL %q uses %s; only ssh and local remotes are reached", ErrInvalid, urls[0], ep.Protocol)
+	}
+	return acc, nil
 }
 
 // sshAuth implements go-git's ssh.AuthMethod with our own client config:

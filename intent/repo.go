@@ -91,9 +91,10 @@ type Options struct {
 	// "mcp-patch/round-<RoundID>". Writes fail without it or a RoundID.
 	WorkingBranch string
 	// Remote, when set, names a remote in the repository's git config; the
-	// working branch is pushed there after each commit (and by Push).
+	// working branch is pushed there after each commit (and by Push), and
+	// fetched from there by Fetch.
 	Remote string
-	// SSH authenticates the push when the remote URL is SSH.
+	// SSH authenticates the push and the fetch when the remote URL is SSH.
 	SSH SSHOptions
 	// MaxTextBytes caps a lesson or open question's text. Default 16 KiB.
 	MaxTextBytes int
@@ -121,7 +122,7 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// SSHOptions authenticate a push over SSH. Host keys are always checked
+// SSHOptions authenticate a push or a fetch over SSH. Host keys are always checked
 // against known_hosts; there is no way to turn that off.
 type SSHOptions struct {
 	// User overrides the user in the remote URL. Default: the URL's user,
@@ -137,7 +138,8 @@ type SSHOptions struct {
 	UseAgent bool
 	// DialTimeout bounds the connection and handshake. Default 10s.
 	DialTimeout time.Duration
-	// PushTimeout bounds a whole push. Default 2m.
+	// PushTimeout bounds a whole push, and a whole fetch's transfer.
+	// Default 2m.
 	PushTimeout time.Duration
 }
 
