@@ -102,9 +102,9 @@ var Rules = []Rule{
 		Why: "CloudNativePG clusters: the primary's node and every instance ready (kube, kube/gate)"},
 
 	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"create"}, Scope: LeaseNamespace,
-		Why: "take the window Lease and the leader Lease the first time (kube/windowlock, kube/leader)"},
+		Why: "take the window Lease and the leader Lease the first time, or publish a journal head before any window (kube/windowlock, kube/leader)"},
 	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"update"}, Scope: LeaseNamespace, ResourceName: WindowLease,
-		Why: "take, renew and release the window Lease (kube/windowlock)"},
+		Why: "take, renew and release the window Lease, and publish the journal head on it (kube/windowlock)"},
 	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"update"}, Scope: LeaseNamespace, ResourceName: LeaderLease,
 		Why: "take, renew and release the leader Lease when leader_election is on (kube/leader, through client-go's leaderelection)"},
 	{Group: "maintenance.nvidia.com", Resource: "nodemaintenances", Verbs: []string{"create", "get", "delete"}, Scope: LeaseNamespace,

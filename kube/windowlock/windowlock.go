@@ -16,10 +16,16 @@
 //   - Release clears the holder (the Lease stays, with its transition
 //     count); a server that finds another holder when renewing or releasing
 //     has lost the lock and must stop its window.
+//   - The Lease also carries the journal head the round's leader last
+//     pushed to the git remote (Publish, ReadPublished). The leader
+//     writes it whether or not it holds a window, and it outlives every
+//     holder: taking, renewing and releasing the Lease keep it.
 //
-// The package owns only its Lease: taking, renewing and releasing it, one
-// API call each. It must not know what a window does, nor keep the Lease
-// renewed (round/window's LeaseKeeper does, through Lease.Hold).
+// The package owns only its Lease: taking, renewing and releasing it, and
+// the journal head on it, one guarded update each (read again and retried
+// on a conflict). It must not know what a window does, nor keep the Lease
+// renewed (round/window's LeaseKeeper does, through Lease.Hold), nor read
+// a journal or the git remote.
 package windowlock
 
 import (
@@ -45,6 +51,10 @@ const (
 	DefaultNamespace = "kube-system"
 	DefaultName      = "mcp-patch-window"
 )
+
+// updateAttempts bounds the read-judge-write rounds of one change: each
+// conflict means another writer got in between our read and our write.
+const updateAttempts = 5
 
 var (
 	// ErrHeld is wrapped by *HeldError.
@@ -187,9 +197,7 @@ func Acquire(ctx context.Context, kc kubernetes.Interface, cfg Config, round, no
 	}
 	name := cfg.Namespace + "/" + cfg.Name
 	leases := kc.CoordinationV1().Leases(cfg.Namespace)
-	// A conflict means another writer got in between our read and write:
-	// read again and judge again, a bounded number of times.
-	for attempt := 0; attempt < 5; attempt++ {
+	for range updateAttempts {
 		now := metav1.NewMicroTime(time.Now())
 		l, err := leases.Get(ctx, cfg.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -226,11 +234,16 @@ func Acquire(ctx context.Context, kc kubernetes.Interface, cfg Config, round, no
 		}
 		return &Lock{kc: kc, cfg: cfg, round: round, node: node}, holderOf(updated), nil
 	}
-	return nil, Holder{}, fmt.Errorf("acquire window lock %s: still contended after 5 attempts: %w", name, ErrHeld)
+	return nil, Holder{}, fmt.Errorf("acquire window lock %s: still contended after %d attempts: %w", name, updateAttempts, ErrHeld)
 }
 
 // fill writes our holding into l; transition marks a change of holder.
+// Only the holder's annotations change: the published journal head and
+// any other annotation stay.
 func fill(l *coordinationv1.Lease, cfg Config, round, node string, now metav1.MicroTime, transition bool) {
+	// A Lease never held (new, or made by Publish) has had no transition
+	// yet.
+	heldBefore := l.Spec.LeaseTransitions != nil || l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
 	id := cfg.Identity
 	secs := int32(cfg.LeaseDuration / time.Second)
 	l.Spec.HolderIdentity = &id
@@ -242,7 +255,7 @@ func fill(l *coordinationv1.Lease, cfg Config, round, node string, now metav1.Mi
 		if l.Spec.LeaseTransitions != nil {
 			n = *l.Spec.LeaseTransitions
 		}
-		if l.ResourceVersion != "" {
+		if heldBefore {
 			n++
 		}
 		l.Spec.LeaseTransitions = &n
@@ -270,40 +283,57 @@ func (k *Lock) mine(ctx context.Context) (*coordinationv1.Lease, error) {
 	return l, nil
 }
 
-// Renew extends the Lease by one duration, if we still hold it.
+// Renew extends the Lease by one duration, if we still hold it. A
+// conflict (a journal head published in between) is read again and
+// retried.
 func (k *Lock) Renew(ctx context.Context) (Holder, error) {
-	l, err := k.mine(ctx)
-	if err != nil {
-		return Holder{}, fmt.Errorf("renew window lock: %w", err)
+	for range updateAttempts {
+		l, err := k.mine(ctx)
+		if err != nil {
+			return Holder{}, fmt.Errorf("renew window lock: %w", err)
+		}
+		l = l.DeepCopy()
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.RenewTime = &now
+		secs := int32(k.cfg.LeaseDuration / time.Second)
+		l.Spec.LeaseDurationSeconds = &secs
+		updated, err := k.kc.CoordinationV1().Leases(k.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return Holder{}, fmt.Errorf("renew window lock: %w", err)
+		}
+		return holderOf(updated), nil
 	}
-	l = l.DeepCopy()
-	now := metav1.NewMicroTime(time.Now())
-	l.Spec.RenewTime = &now
-	secs := int32(k.cfg.LeaseDuration / time.Second)
-	l.Spec.LeaseDurationSeconds = &secs
-	updated, err := k.kc.CoordinationV1().Leases(k.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{})
-	if err != nil {
-		return Holder{}, fmt.Errorf("renew window lock: %w", err)
-	}
-	return holderOf(updated), nil
+	return Holder{}, fmt.Errorf("renew window lock %s/%s: still contended after %d attempts", k.cfg.Namespace, k.cfg.Name, updateAttempts)
 }
 
-// Release clears the holder if we still hold the Lease. Releasing a lock
-// already lost returns ErrLost and changes nothing.
+// Release clears the holder if we still hold the Lease, keeping the
+// published journal head and every other annotation. Releasing a lock
+// already lost returns ErrLost and changes nothing. A conflict is read
+// again and retried.
 func (k *Lock) Release(ctx context.Context) error {
-	l, err := k.mine(ctx)
-	if err != nil {
-		return fmt.Errorf("release window lock: %w", err)
+	for range updateAttempts {
+		l, err := k.mine(ctx)
+		if err != nil {
+			return fmt.Errorf("release window lock: %w", err)
+		}
+		l = l.DeepCopy()
+		empty := ""
+		l.Spec.HolderIdentity = &empty
+		l.Spec.RenewTime = nil
+		l.Spec.AcquireTime = nil
+		delete(l.Annotations, AnnotationRound)
+		delete(l.Annotations, AnnotationNode)
+		_, err = k.kc.CoordinationV1().Leases(k.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("release window lock: %w", err)
+		}
+		return nil
 	}
-	l = l.DeepCopy()
-	empty := ""
-	l.Spec.HolderIdentity = &empty
-	l.Spec.RenewTime = nil
-	l.Spec.AcquireTime = nil
-	delete(l.Annotations, AnnotationRound)
-	delete(l.Annotations, AnnotationNode)
-	if _, err := k.kc.CoordinationV1().Leases(k.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("release window lock: %w", err)
-	}
-	return nil
+	return fmt.Errorf("release window lock %s/%s: still contended after %d attempts", k.cfg.Namespace, k.cfg.Name, updateAttempts)
 }
