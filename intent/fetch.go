@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"sort"
+	"time"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
@@ -39,6 +40,10 @@ type FetchResult struct {
 	// Moved is true when the working branch was fast-forwarded (or
 	// created) to the remote's and the working copy brought to it.
 	Moved bool `json:"moved"`
+	// Superseded names the ref that keeps the commits only this working
+	// copy held when TakeOver moved the branch to the remote's ("" when
+	// none).
+	Superseded string `json:"superseded,omitempty"`
 	// SwitchedBranch is true when the working copy was moved onto the
 	// working branch by this call (it was on another branch, or detached),
 	// as a commit does.
@@ -64,14 +69,24 @@ type FetchResult struct {
 // would write or remove has uncommitted changes (edited, deleted, staged,
 // or untracked in the way) other than already holding the remote's bytes.
 // On an error, nothing moved unless the error says so.
-func (r *Repo) Fetch(ctx context.Context) (FetchResult, error) {
+func (r *Repo) Fetch(ctx context.Context) (FetchResult, error) { return r.fetchBranch(ctx, false) }
+
+// TakeOver is Fetch for a server that begins a term as leader: the remote's
+// branch is the round's record, so where the two have diverged (this
+// server committed after its term ended, and another server pushed since)
+// the working branch is moved to the remote's all the same; the commits
+// only this server held are kept under refs/mcp-patch/superseded/ for a
+// person (FetchResult.Superseded), never pushed.
+func (r *Repo) TakeOver(ctx context.Context) (FetchResult, error) { return r.fetchBranch(ctx, true) }
+
+func (r *Repo) fetchBranch(ctx context.Context, remoteWins bool) (FetchResult, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	branch := r.opts.WorkingBranch
 	if r.opts.Remote == "" || branch == "" {
 		return FetchResult{}, fmt.Errorf("fetch: %w: no remote or no working branch configured", ErrInvalid)
 	}
-	res, err := r.fetch(ctx, branch)
+	res, err := r.fetch(ctx, branch, remoteWins)
 	if err != nil {
 		return res, fmt.Errorf("fetch %s from %s: %w", branch, r.opts.Remote, err)
 	}
@@ -80,7 +95,7 @@ func (r *Repo) Fetch(ctx context.Context) (FetchResult, error) {
 	return res, nil
 }
 
-func (r *Repo) fetch(ctx context.Context, branch string) (FetchResult, error) {
+func (r *Repo) fetch(ctx context.Context, branch string, remoteWins bool) (FetchResult, error) {
 	repo, gitDir, err := r.openGit()
 	if err != nil {
 		return FetchResult{}, err
@@ -138,9 +153,18 @@ func (r *Repo) fetch(ctx context.Context, branch string) (FetchResult, error) {
 	}
 	res.RemoteHash = remoteRef.Hash().String()
 
-	ff, err := r.planFastForward(ctx, repo, gitDir, branchRef, local, remoteRef.Hash())
+	ff, err := r.planFastForward(ctx, repo, gitDir, branchRef, local, remoteRef.Hash(), remoteWins)
 	if err != nil || ff == nil {
 		return res, err
+	}
+	if ff.superseded {
+		// Kept before the branch moves: a person finds what only this
+		// server held.
+		keep := plumbing.ReferenceName(fmt.Sprintf("refs/mcp-patch/superseded/%s-%d", branch, time.Now().UnixNano()))
+		if err := repo.Storer.SetReference(plumbing.NewHashReference(keep, ff.from)); err != nil {
+			return res, fmt.Errorf("keep %s before moving it: %w", branch, err)
+		}
+		res.Superseded = keep.String()
 	}
 	if err := ctx.Err(); err != nil {
 		return res, err
@@ -168,6 +192,8 @@ type fastForwardPlan struct {
 	ix    *indexFile
 	// moved is set once the branch points at to.
 	moved bool
+	// superseded: the branch held commits the remote's does not (TakeOver).
+	superseded bool
 }
 
 // fileUpdate is one path of a fast-forward: its entry at the target
@@ -183,7 +209,7 @@ type fileUpdate struct {
 // planFastForward decides what Fetch does with the remote's commit: nil
 // when nothing moves (the branch is the remote's, or ahead), ErrDiverged,
 // ErrDirty, or the files to write.
-func (r *Repo) planFastForward(ctx context.Context, repo *git.Repository, gitDir string, branchRef plumbing.ReferenceName, local *plumbing.Reference, remote plumbing.Hash) (*fastForwardPlan, error) {
+func (r *Repo) planFastForward(ctx context.Context, repo *git.Repository, gitDir string, branchRef plumbing.ReferenceName, local *plumbing.Reference, remote plumbing.Hash, remoteWins bool) (*fastForwardPlan, error) {
 	remoteCommit, err := repo.CommitObject(remote)
 	if err != nil {
 		return nil, fmt.Errorf("read commit %s: %w", remote, err)
@@ -207,11 +233,15 @@ func (r *Repo) planFastForward(ctx context.Context, repo *git.Repository, gitDir
 			if err != nil {
 				return nil, fmt.Errorf("compare %s with %s: %w", remote, ff.from, err)
 			}
-			if ahead {
+			switch {
+			case ahead && !remoteWins:
 				return nil, nil
+			case remoteWins:
+				ff.superseded = true
+			default:
+				return nil, fmt.Errorf("%w: %s is at %s, %s at %s, and neither contains the other; merge or rebase them yourself, then push",
+					ErrDiverged, branchRef.Short(), ff.from, r.opts.Remote, remote)
 			}
-			return nil, fmt.Errorf("%w: %s is at %s, %s at %s, and neither contains the other; merge or rebase them yourself, then push",
-				ErrDiverged, branchRef.Short(), ff.from, r.opts.Remote, remote)
 		}
 	}
 

@@ -264,6 +264,43 @@ func TestFetchRefusesDivergedBranches(t *testing.T) {
 	}
 }
 
+// A server that begins a term as leader takes the remote's branch even
+// where its own has diverged (or is ahead): its own commits are kept
+// under refs/mcp-patch/superseded/ and never pushed.
+func TestTakeOverLetsTheRemoteWin(t *testing.T) {
+	for _, diverged := range []bool{true, false} {
+		s := newSharedRemote(t, nil, nil)
+		commitJournal(t, s.a, s.dirA, "a1\n")
+		if _, err := s.b.Fetch(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		theirs := commitJournal(t, s.a, s.dirA, "a1\na2\n")
+		if !diverged {
+			// B's branch is A's, plus its own commit.
+			if _, err := s.b.Fetch(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ours := commitJournal(t, unpushed(t, s.dirB), s.dirB, "a1\nb2\n")
+		res, err := s.b.TakeOver(t.Context())
+		if err != nil {
+			t.Fatalf("diverged %v: %v", diverged, err)
+		}
+		if !res.Moved || res.To != theirs.Hash || res.From != ours.Hash || res.Superseded == "" {
+			t.Errorf("diverged %v: result %+v", diverged, res)
+		}
+		if got := readFile(t, filepath.Join(s.dirB, fetchJournal)); got != readFile(t, filepath.Join(s.dirA, fetchJournal)) {
+			t.Errorf("diverged %v: B's journal = %q", diverged, got)
+		}
+		if got := gitCLI(t, s.dirB, "rev-parse", res.Superseded); got != ours.Hash {
+			t.Errorf("diverged %v: %s keeps %s, want %s", diverged, res.Superseded, got, ours.Hash)
+		}
+		if got := gitCLI(t, s.dirB, "status", "--porcelain"); got != "" {
+			t.Errorf("diverged %v: B's working copy is not clean: %q", diverged, got)
+		}
+	}
+}
+
 func TestFetchRefusesToOverwriteUncommittedChanges(t *testing.T) {
 	journal := func(s *sharedRemote) string { return filepath.Join(s.dirB, fetchJournal) }
 	tests := []struct {

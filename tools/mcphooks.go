@@ -26,12 +26,13 @@ func roundHooks() *mcptool.Hooks[*Deps] {
 				return nil
 			}
 			// Only the leader acts: a follower answers read-only tools
-			// and refuses the others, naming the leader.
+			// and refuses the others, naming the leader; a new leader
+			// first takes the round over from the remote.
 			l, err := d.Leadership(ctx)
 			if err != nil {
 				return err
 			}
-			return d.Follower(ctx, l, spec.Name)
+			return d.Leads(ctx, l, spec.Name)
 		},
 		Answer: answerCall,
 		Audit: func(ctx context.Context, d *Deps, spec Spec, in any, res *Result) {

@@ -79,6 +79,12 @@ type Config struct {
 	// ClockSkew is added to another holder's expiry before takeover. Zero:
 	// 5s.
 	ClockSkew time.Duration
+	// Supersedes, when set, says whether this server may take the window
+	// over from holder before the Lease expires: with leader election, the
+	// leader takes the window of the node in flight from a server that no
+	// longer leads (whose every step is fenced off from then on). Only the
+	// same round and node are taken over this way.
+	Supersedes func(holder string) bool
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -181,6 +187,12 @@ func Inspect(ctx context.Context, kc kubernetes.Interface, cfg Config) (h Holder
 	return h, h.Identity != "" && !expired(h, cfg.ClockSkew, time.Now()), nil
 }
 
+// superseded: cur holds the window of round and node for another server
+// that this server may take it over from (Config.Supersedes).
+func superseded(cfg Config, cur Holder, round, node string) bool {
+	return cfg.Supersedes != nil && cur.Identity != cfg.Identity && cur.Round == round && cur.Node == node && cfg.Supersedes(cur.Identity)
+}
+
 func expired(h Holder, skew time.Duration, now time.Time) bool {
 	return h.ExpiresAt.IsZero() || now.After(h.ExpiresAt.Add(skew))
 }
@@ -219,7 +231,7 @@ func Acquire(ctx context.Context, kc kubernetes.Interface, cfg Config, round, no
 		}
 		cur := holderOf(l)
 		resuming := cur.Identity == cfg.Identity && cur.Round == round && cur.Node == node
-		free := cur.Identity == "" || expired(cur, cfg.ClockSkew, now.Time)
+		free := cur.Identity == "" || expired(cur, cfg.ClockSkew, now.Time) || superseded(cfg, cur, round, node)
 		if !resuming && !free {
 			return nil, Holder{}, &HeldError{Lease: name, Holder: cur}
 		}

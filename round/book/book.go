@@ -181,7 +181,7 @@ const (
 // topFiles are the round's top-level record files a commit names when
 // present.
 var topFiles = []string{round.JournalFile, round.AuditFile, round.ReportFile, round.TimelineFile, BaselineFile,
-	PlanFile, PlanMDFile, PlanSignaturesFile}
+	PlanFile, PlanMDFile, PlanSignaturesFile, ProofsFile}
 
 // AnchorsDir is where the rounds' anchors live under the state directory.
 const AnchorsDir = "journals"

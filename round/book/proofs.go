@@ -89,15 +89,54 @@ func (s Proofs) File(roundID string) (string, error) {
 // Keep appends the signed bytes of an approval about to be used,
 // fsynced, before the approval is consumed and the step acts.
 func (s Proofs) Keep(roundID string, p Proof) error {
-	path, err := s.File(roundID)
-	if err != nil {
-		return err
-	}
 	now := time.Now
 	if s.Now != nil {
 		now = s.Now
 	}
 	p.Time = now().UTC()
+	return s.keep(roundID, p)
+}
+
+// Import keeps proofs another server kept, as that server kept them (their
+// times too): a server that takes the round over keeps the approvals the
+// round ran under once their signatures verified again.
+func (s Proofs) Import(roundID string, ps []Proof) error {
+	for _, p := range ps {
+		if err := s.keep(roundID, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ProofsFile is the copy of the round's proofs the server commits beside
+// the journal when another server may take the round over
+// (rounds/<id>/proofs.jsonl): a mailbox like the inbox, never trusted,
+// each entry kept again only once its signature verifies.
+const ProofsFile = "proofs.jsonl"
+
+// ParseProofs decodes the lines of a proofs file; a line that is not a
+// proof is an error naming it.
+func ParseProofs(data []byte) ([]Proof, error) {
+	var out []Proof
+	for i, line := range bytes.Split(data, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var p Proof
+		if err := json.Unmarshal(line, &p); err != nil {
+			return nil, fmt.Errorf("line %d is not a kept approval: %w", i+1, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (s Proofs) keep(roundID string, p Proof) error {
+	path, err := s.File(roundID)
+	if err != nil {
+		return err
+	}
 	b, err := json.Marshal(p)
 	if err != nil {
 		return fmt.Errorf("keep the approval's signature: %w", err)

@@ -141,7 +141,12 @@ func (d *Service) AdmitLeader(ctx context.Context, tool, node string) (*Fenced, 
 		d.Log.Warn("destructive step refused: the fence failed at admission", "tool", tool, "err", err)
 		return nil, fenceRefusal(tool, l, err)
 	}
-	return &Fenced{l: l, fence: f}, nil
+	fenced := &Fenced{l: l, fence: f}
+	// A term begins from what the previous leader left on the remote.
+	if err := d.takeOver(ctx, fenced); err != nil {
+		return nil, err
+	}
+	return fenced, nil
 }
 
 // Follower refuses tool on a server that does not lead, naming the
@@ -172,6 +177,21 @@ func (d *Service) Follower(ctx context.Context, l Leadership, tool string) error
 	}
 	return answer.Refuse(fmt.Sprintf("Call the leader, %s: this server answers read-only tools only.", who),
 		fmt.Sprintf("this server (%s) is a follower; the leader is %s; call it", l.Identity(), who), "nothing was executed")
+}
+
+// Leads is the rule of a call that writes (any tool but a read-only one):
+// a follower is refused, naming the leader (Follower); the leader, at the
+// first such call of its term, takes the round over from what the previous
+// leader left on the remote (takeOver) before the call opens the round.
+func (d *Service) Leads(ctx context.Context, l Leadership, tool string) error {
+	if err := d.Follower(ctx, l, tool); err != nil || l == nil || !d.handsOver() {
+		return err
+	}
+	f, err := l.Admit(ctx)
+	if err != nil {
+		return fenceRefusal(tool, l, err)
+	}
+	return d.takeOver(ctx, &Fenced{l: l, fence: f})
 }
 
 // CheckFence is the fence just before a step admitted under f acts: nil

@@ -60,7 +60,25 @@ func (d *Service) CloseLease() {
 }
 
 func (d *Service) WindowLockConfig() windowlock.Config {
-	return windowlock.Config{Namespace: d.Config.Kube.LeaseNamespace, Identity: d.Identity, LeaseDuration: d.Config.Kube.LeaseDuration.D()}
+	return windowlock.Config{Namespace: d.Config.Kube.LeaseNamespace, Identity: d.Identity, LeaseDuration: d.Config.Kube.LeaseDuration.D(),
+		Supersedes: d.supersedes}
+}
+
+// supersedes: with leader election on, the leader takes the window in
+// flight over from holder, a server that no longer leads (a dead or cut
+// off leader's window would otherwise wait out its Lease, or forever for
+// a server still renewing it after its term ended).
+func (d *Service) supersedes(holder string) bool {
+	if d.Config == nil || !d.Config.LeaderElection.Enabled {
+		return false
+	}
+	d.leader.mu.Lock()
+	var l Leadership = d.Leader
+	if l == nil && d.leader.elector != nil {
+		l = d.leader.elector
+	}
+	d.leader.mu.Unlock()
+	return l != nil && l.IsLeader() && holder != l.Identity()
 }
 
 // noClusterLease is the Lease of a cluster that cannot be reached: its

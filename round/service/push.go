@@ -15,6 +15,9 @@ import (
 type pushKeeping struct {
 	mu         sync.Mutex
 	hash, fail string
+	// published is the last commit whose journal head this server
+	// published on the window Lease (takeover.go).
+	published string
 }
 
 // pushWatch is the Committer the round's commits go through: it notes
@@ -82,6 +85,9 @@ func (d *Service) RequirePushed(ctx context.Context, roundID string) error {
 		d.pushes.mu.Lock()
 		d.pushes.fail = err.Error()
 		d.pushes.mu.Unlock()
+		// Another server may have written there: the next term begins
+		// from what the remote holds.
+		d.retakeNextTerm()
 		d.Log.Warn("destructive step refused: the round's record is not on the remote", "round", roundID, "remote", d.Config.Git.Remote, "err", err)
 		return answer.Refuse("Ask the operator to fix the intent remote "+d.Config.Git.Remote+" (reachable, the branch fast-forwards), then call again: the server pushes first.",
 			"the round's record is not on the intent remote "+d.Config.Git.Remote+": "+err.Error(),

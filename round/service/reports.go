@@ -3,9 +3,11 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/round/book"
 	"github.com/mcp-patch/mcp-patch/round/plan"
 )
@@ -107,12 +109,10 @@ func (d *Service) commitHeld(ctx context.Context, id, why string) error {
 	if err != nil {
 		return err
 	}
-	repo, err := d.IntentRepo(id)
-	if err != nil {
-		return err
+	_, _, err = d.commitRoundFiles(ctx, id, j, why)
+	if errors.Is(err, intent.ErrNoChange) {
+		return nil
 	}
-	planJSON, r := d.reportSources(id)
-	_, _, err = d.Book.Commit(ctx, j, id, why, planJSON, r, pushWatch{d, repo}, d.Log)
 	return err
 }
 

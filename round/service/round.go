@@ -48,6 +48,7 @@ func (d *Service) ReadRound() (*window.Round, error) {
 // roundOf is the round of journal j with the intent's settings.
 func (d *Service) roundOf(j *round.Journal) *window.Round {
 	s := &window.Round{Journal: j, ID: j.RoundID(), Book: d.Book, Events: d.WindowEvents, Now: d.Clock, Log: d.Log}
+	s.Durable = d.durableStart(s)
 	if r, err := d.IntentRepo(s.ID); err == nil {
 		if st, err := r.RoundSettings(); err == nil {
 			s.Settings = st
@@ -146,11 +147,6 @@ func (d *Service) CommitRound(ctx context.Context, s *window.Round, why string) 
 // CommitRoundNamed is commitRound that also answers the reports it wrote
 // again or left out (reports.go).
 func (d *Service) CommitRoundNamed(ctx context.Context, s *window.Round, why string) (string, reportNames, error) {
-	var names reportNames
-	r, err := d.IntentRepo(s.ID)
-	if err != nil {
-		return "", names, err
-	}
 	// The notices and Events the call's records started land in the
 	// journal first (bounded: a receiver that is down does not hold the
 	// commit; its outcome goes into the next one).
@@ -159,25 +155,7 @@ func (d *Service) CommitRoundNamed(ctx context.Context, s *window.Round, why str
 	if err := d.Ops.Settle(sctx); err != nil {
 		d.Log.Warn("committing the round before its notifications settled; their outcomes go into the next commit", "round", s.ID, "err", err)
 	}
-	var c intent.Commit
-	err = s.Journal.Hold(func() error {
-		// The reports the server owns are its own renders, never an
-		// edit behind its back (reports.go).
-		files, n, err := d.guardedFiles(s.ID)
-		names = n
-		if err != nil {
-			return err
-		}
-		msg := fmt.Sprintf("round %s: %s", s.ID, why)
-		if body := names.message(); body != "" {
-			msg += "\n\n" + body
-		}
-		c, err = pushWatch{d, r}.CommitFilesSealed(ctx, msg, files.Files, files.Sealed)
-		if err == nil || errors.Is(err, intent.ErrNoChange) {
-			d.Book.Committed(s.ID, files)
-		}
-		return err
-	})
+	c, names, err := d.commitRoundFiles(ctx, s.ID, s.Journal, why)
 	if errors.Is(err, intent.ErrNoChange) {
 		d.leaveStatus(s)
 		return "(no change)", names, nil
@@ -187,6 +165,51 @@ func (d *Service) CommitRoundNamed(ctx context.Context, s *window.Round, why str
 	}
 	d.leaveStatus(s)
 	return c.Hash, names, nil
+}
+
+// commitRoundFiles commits round id's record files (its journal j held
+// by this server) under the journal's lock, and, where another server may
+// take the round over, publishes the journal's head at that commit once
+// the commit is on the remote (published).
+func (d *Service) commitRoundFiles(ctx context.Context, id string, j *round.Journal, why string) (intent.Commit, reportNames, error) {
+	var names reportNames
+	if d.handsOver() && d.Following() {
+		// The round's record is the leader's now: this server neither
+		// commits nor pushes what it wrote after its term ended.
+		return intent.Commit{}, names, errors.New("this server no longer leads: the round's record is the leader's")
+	}
+	r, err := d.IntentRepo(id)
+	if err != nil {
+		return intent.Commit{}, names, err
+	}
+	var c intent.Commit
+	var head round.Head
+	err = j.HoldHead(func(h round.Head) error {
+		head = h
+		if err := d.mirrorProofs(id); err != nil {
+			return err
+		}
+		// The reports the server owns are its own renders, never an
+		// edit behind its back (reports.go).
+		files, n, err := d.guardedFiles(id)
+		names = n
+		if err != nil {
+			return err
+		}
+		msg := fmt.Sprintf("round %s: %s", id, why)
+		if body := names.message(); body != "" {
+			msg += "\n\n" + body
+		}
+		c, err = pushWatch{d, r}.CommitFilesSealed(ctx, msg, files.Files, files.Sealed)
+		if err == nil || errors.Is(err, intent.ErrNoChange) {
+			d.Book.Committed(id, files)
+		}
+		return err
+	})
+	if err == nil && c.Pushed {
+		d.publishHead(ctx, id, head, c.Hash)
+	}
+	return c, names, err
 }
 
 // where names a step and, for a node step, its node.

@@ -54,6 +54,9 @@ type Service struct {
 	keeper leaseKeeping
 	// pushes remembers a push of the round's record that failed (push.go).
 	pushes pushKeeping
+	// takeover is the leader term this server took the round over in
+	// (takeover.go).
+	takeover takeoverKeeping
 	// Serial lets one call at a time work on a node's window.
 	Serial window.Serial
 	// Lease, when set, replaces the window Lease on the cluster (tests).

@@ -35,7 +35,7 @@ func (d *Service) Window(ctx context.Context, s *window.Round, n Need) (*window.
 	if _, wait, err := window.JobWait(s.Settings); err == nil {
 		bounds.Drain += wait // a drain may wait that long for jobs before it evicts
 	}
-	w := &window.Window{Round: s.ID, Rec: &window.Recorder{J: s.Journal, Events: d.WindowEvents, Now: d.Clock},
+	w := &window.Window{Round: s.ID, Rec: s.Rec(),
 		Bounds: bounds, Now: d.Clock, Log: d.Log}
 	if n&NeedHost != 0 {
 		h, err := d.OpenHosts(ctx)
@@ -112,7 +112,7 @@ func (d *Service) releaseNode(ctx context.Context, s *window.Round, node string)
 	if err != nil {
 		// No cluster now: stop renewing the Lease so it lapses, say so,
 		// and still remove the silence.
-		w = &window.Window{Round: s.ID, Rec: &window.Recorder{J: s.Journal, Events: d.WindowEvents, Now: d.Clock},
+		w = &window.Window{Round: s.ID, Rec: s.Rec(),
 			Lease: noClusterLease{err}, Now: d.Clock, Log: d.Log}
 		d.CloseLease()
 		if d.Ops != nil {

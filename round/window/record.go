@@ -46,6 +46,13 @@ type Recorder struct {
 	J Journal
 	// Events, when set, receives each transition once it is journaled.
 	Events func(Event)
+	// Durable, when set, runs after an approved step's start is journaled
+	// and before Start returns, so before the step acts: it puts the
+	// record where another server that takes the round over finds it (the
+	// intent remote, the head published on the window Lease). When it
+	// fails, Start fails and the step does nothing: it stays in flight with
+	// nothing begun, and only a fresh approval starts it again.
+	Durable func(round.Record) error
 	// Now stamps events; nil: time.Now.
 	Now func() time.Time
 }
@@ -102,6 +109,11 @@ func (r *Recorder) Start(p Plan, a Approval) error {
 		return err
 	}
 	r.emit(EventStarted, rec, p.Step(), node)
+	if r.Durable != nil {
+		if err := r.Durable(rec); err != nil {
+			return fmt.Errorf("%s on %s started but its record is not where another server would find it, so it does nothing: %w", p.Step(), orRound(node), err)
+		}
+	}
 	return nil
 }
 

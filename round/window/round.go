@@ -37,6 +37,9 @@ type Round struct {
 	Book Book
 	// Events, when set, receives each transition once it is journaled.
 	Events func(Event)
+	// Durable, when set, makes an approved step's start record durable
+	// where another server finds it before the step acts (Recorder.Durable).
+	Durable func(round.Record) error
 	// Now stamps events and admissions; nil: time.Now.
 	Now func() time.Time
 	// Log receives what the round cannot answer (an unreadable node plan);
@@ -104,7 +107,7 @@ func (r *Round) log() *slog.Logger {
 // step's chokepoint goes through it too, so no journal error is dropped
 // and every transition reaches Events.
 func (r *Round) Rec() *Recorder {
-	return &Recorder{J: r.Journal, Events: r.Events, Now: r.Now}
+	return &Recorder{J: r.Journal, Events: r.Events, Durable: r.Durable, Now: r.Now}
 }
 
 // Admit checks the standing rules for step on node without recording

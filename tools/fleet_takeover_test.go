@@ -1,0 +1,208 @@
+package tools
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/kube/leader"
+	"github.com/mcp-patch/mcp-patch/kube/windowlock"
+	"github.com/mcp-patch/mcp-patch/round"
+)
+
+// A leader dies with an install in flight on cp-1; the other server, on
+// its own working copy and state directory, takes the round over from
+// what the intent remote and the window Lease hold: it adopts the journal
+// up to the published head, keeps the signed proofs that verify, and
+// completes the install by observing the host under the approval the first
+// leader used. The host sees the install once; the next step runs under a
+// new signature on the new leader; the old leader, back, follows.
+func TestNewLeaderResumesTheInstallInFlight(t *testing.T) {
+	f := newFleet(t, func(c *config.Config) {
+		c.Git.Remote = "origin"
+		c.LeaderElection.Enabled = true
+		c.LeaderElection.LeaseDuration = config.Duration(time.Minute)
+	})
+	bare := filepath.Join(t.TempDir(), "intent.git")
+	gitRun(t, filepath.Dir(bare), "clone", "-q", "--bare", f.repo, bare)
+	gitRun(t, f.repo, "remote", "add", "origin", bare)
+	a, b := electorsOn(t, f)
+	dA := f.d
+	dA.Leader = a
+
+	f.planned()
+	f.preflight("cp-1")
+	if _, res := f.approve("drain_node", map[string]any{"node": "cp-1"}); res.Status != StatusOK {
+		t.Fatalf("drain on server-a: %s %v", res.Status, res.Reasons)
+	}
+	if _, res := f.approve("install_updates", map[string]any{"node": "cp-1"}); res.Status != StatusInProgress {
+		t.Fatalf("install on server-a: %s %v", res.Status, res.Reasons)
+	}
+	installs := func() int {
+		n := 0
+		for _, act := range f.host("cp-1").Actions {
+			if strings.Contains(act.What, "install") {
+				n++
+			}
+		}
+		return n
+	}
+	if installs() != 1 {
+		t.Fatalf("the host saw %v", f.host("cp-1").Actions)
+	}
+	// What the remote and the window Lease hold: the install's start.
+	pub, ok, err := windowlock.ReadPublished(t.Context(), f.kube, dA.WindowLockConfig())
+	if err != nil || !ok {
+		t.Fatalf("published head: %v %v", ok, err)
+	}
+	branch := strings.TrimSpace(gitRun(t, f.repo, "rev-parse", "--abbrev-ref", "HEAD"))
+	journal := gitRun(t, bare, "show", branch+":rounds/"+fRound+"/"+round.JournalFile)
+	if !strings.Contains(journal, `"step":"install"`) || pub.Round != fRound || pub.Commit != strings.TrimSpace(gitRun(t, bare, "rev-parse", branch)) {
+		t.Fatalf("the remote's journal or the published head lacks the install's start: %+v", pub)
+	}
+
+	// server-a is gone (its process ended): server-b leads.
+	a.Stop()
+	f.stop()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := b.Wait(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	repoB := filepath.Join(t.TempDir(), "intent-b")
+	gitRun(t, filepath.Dir(repoB), "clone", "-q", "-b", "main", bare, repoB)
+	cluster, hosts := dA.Cluster, dA.Hosts
+	f.cfg.IntentRepo, f.cfg.StateDir, f.cfg.Identity = repoB, t.TempDir(), "server-b"
+	f.repo = repoB
+	dB := f.build()
+	dB.Cluster, dB.Hosts, dB.Leader = cluster, hosts, b
+
+	// The install is followed, not run again: no new signature.
+	if _, res := f.call("install_updates", map[string]any{"node": "cp-1"}); res.Status != StatusInProgress {
+		t.Fatalf("install on server-b, still running on the host: %s %v", res.Status, res.Reasons)
+	}
+	f.host("cp-1").InstallState = "finished"
+	res := f.must(StatusOK, "install_updates", map[string]any{"node": "cp-1"})
+	if installs() != 1 {
+		t.Fatalf("the host saw the install %d times: %v", installs(), f.host("cp-1").Actions)
+	}
+	if id, _ := res["approval_id"].(string); id != "" && !strings.Contains(journal, id) {
+		t.Errorf("install finished under approval %q, not the one server-a started it with", id)
+	}
+	// server-b holds server-a's proofs, verified again: the signed plan
+	// stands and the next step asks only for its own signature.
+	if _, res := f.approve("trial_boot", map[string]any{"node": "cp-1"}); res.Status != StatusInProgress {
+		t.Fatalf("trial_boot on server-b: %s %v", res.Status, res.Reasons)
+	}
+	f.host("cp-1").Boot(false)
+	f.must(StatusOK, "trial_boot", map[string]any{"node": "cp-1"})
+	local := strings.TrimSpace(gitRun(t, repoB, "rev-parse", "HEAD"))
+	if remote := strings.TrimSpace(gitRun(t, bare, "rev-parse", branch)); remote != local {
+		t.Fatalf("server-b's record is not on the remote: %s vs %s", remote, local)
+	}
+	if _, err := os.Stat(filepath.Join(repoB, "rounds", fRound, "proofs.jsonl")); err != nil {
+		t.Fatalf("the proofs do not travel with the round: %v", err)
+	}
+}
+
+// electorsOn are server-a and server-b in one election on the fleet's
+// fake API server; server-a leads first.
+func electorsOn(t *testing.T, f *fleet) (a, b *leader.Elector) {
+	t.Helper()
+	mk := func(identity string) *leader.Elector {
+		e, err := leader.New(f.kube, leader.Config{Namespace: f.cfg.Kube.LeaseNamespace, Name: "mcp-patch-leader", WindowLease: windowlock.DefaultName,
+			Identity: identity, LeaseDuration: 5 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Stop)
+		return e
+	}
+	a, b = mk("server-a"), mk("server-b")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	a.Start(t.Context())
+	if err := a.Wait(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	b.Start(t.Context())
+	if err := b.Observed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// What the remote holds is a mailbox: a journal edited there after the
+// leader published its head is not adopted, and the new leader does
+// nothing until a person looks; a proof whose signature does not verify
+// is not kept.
+func TestNewLeaderRefusesAJournalNotAsPublished(t *testing.T) {
+	f := newFleet(t, func(c *config.Config) {
+		c.Git.Remote = "origin"
+		c.LeaderElection.Enabled = true
+		c.LeaderElection.LeaseDuration = config.Duration(time.Minute)
+	})
+	bare := filepath.Join(t.TempDir(), "intent.git")
+	gitRun(t, filepath.Dir(bare), "clone", "-q", "--bare", f.repo, bare)
+	gitRun(t, f.repo, "remote", "add", "origin", bare)
+	a, b := electorsOn(t, f)
+	dA := f.d
+	dA.Leader = a
+	f.planned()
+	f.preflight("cp-1")
+	if _, res := f.approve("drain_node", map[string]any{"node": "cp-1"}); res.Status != StatusOK {
+		t.Fatalf("drain on server-a: %s %v", res.Status, res.Reasons)
+	}
+	a.Stop()
+	f.stop()
+
+	// Someone with push rights drops the drain's records from the
+	// journal on the remote, and adds a proof nobody signed.
+	branch := strings.TrimSpace(gitRun(t, f.repo, "rev-parse", "--abbrev-ref", "HEAD"))
+	edit := filepath.Join(t.TempDir(), "edit")
+	gitRun(t, filepath.Dir(edit), "clone", "-q", "-b", branch, bare, edit)
+	jpath := filepath.Join(edit, "rounds", fRound, round.JournalFile)
+	raw, err := os.ReadFile(jpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, line := range strings.SplitAfter(string(raw), "\n") {
+		if !strings.Contains(line, `"step":"drain"`) {
+			kept = append(kept, line)
+		}
+	}
+	if err := os.WriteFile(jpath, []byte(strings.Join(kept, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitRun(t, edit, "commit", "-qam", "tidy the journal")
+	gitRun(t, edit, "push", "-q", "origin", branch)
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := b.Wait(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	repoB := filepath.Join(t.TempDir(), "intent-b")
+	gitRun(t, filepath.Dir(repoB), "clone", "-q", "-b", "main", bare, repoB)
+	cluster, hosts := dA.Cluster, dA.Hosts
+	f.cfg.IntentRepo, f.cfg.StateDir, f.cfg.Identity = repoB, t.TempDir(), "server-b"
+	f.repo = repoB
+	dB := f.build()
+	dB.Cluster, dB.Hosts, dB.Leader = cluster, hosts, b
+	before := len(f.host("cp-1").Actions)
+	_, res := f.call("install_updates", map[string]any{"node": "cp-1"})
+	if res.Status != StatusRefused || !strings.Contains(reasons(res), "not what was published") || !strings.Contains(reasons(res), "nothing was executed") {
+		t.Fatalf("install over an edited journal: %s %v", res.Status, res.Reasons)
+	}
+	if len(f.host("cp-1").Actions) != before {
+		t.Fatalf("the host saw %v", f.host("cp-1").Actions[before:])
+	}
+	if st, err := os.Stat(filepath.Join(f.cfg.StateDir, "journals", fRound+".jsonl")); err == nil && st.Size() > 0 {
+		t.Errorf("server-b anchored a journal it refused (%d bytes)", st.Size())
+	}
+}
