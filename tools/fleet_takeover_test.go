@@ -2,12 +2,14 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/kube/leader"
 	"github.com/mcp-patch/mcp-patch/kube/windowlock"
@@ -76,6 +78,7 @@ func TestNewLeaderResumesTheInstallInFlight(t *testing.T) {
 	repoB := filepath.Join(t.TempDir(), "intent-b")
 	gitRun(t, filepath.Dir(repoB), "clone", "-q", "-b", "main", bare, repoB)
 	cluster, hosts := dA.Cluster, dA.Hosts
+	repoA, stateA := f.cfg.IntentRepo, f.cfg.StateDir
 	f.cfg.IntentRepo, f.cfg.StateDir, f.cfg.Identity = repoB, t.TempDir(), "server-b"
 	f.repo = repoB
 	dB := f.build()
@@ -107,22 +110,55 @@ func TestNewLeaderResumesTheInstallInFlight(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(repoB, "rounds", fRound, "proofs.jsonl")); err != nil {
 		t.Fatalf("the proofs do not travel with the round: %v", err)
 	}
+
+	// server-a comes back, on its own working copy and state directory:
+	// it follows. It refuses what writes, naming server-b, and its
+	// round_status is server-b's, as of server-b's last push.
+	a2 := mkElector(t, f, "server-a")
+	a2.Start(t.Context())
+	if err := a2.Observed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfgA := f.cfg
+	cfgA.IntentRepo, cfgA.StateDir, cfgA.Identity = repoA, stateA, "server-a"
+	follower, cleanup, err := Build(t.Context(), &cfgA, dB.Log, func(string) string { return "" }, dB.Clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	follower.Cluster, follower.Hosts, follower.Leader = cluster, hosts, a2
+	callOn := func(d *Deps, tool string, args map[string]any) (map[string]any, *Result) {
+		t.Helper()
+		raw, _ := json.Marshal(args)
+		out, res := testTools().Get(tool).CallJSON(t.Context(), d, raw, func(float64, float64, string) {})
+		ob, err := json.Marshal(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(ob, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m, res
+	}
+	if _, res := callOn(follower, "drain_node", map[string]any{"node": "gpu-1"}); res.Status != StatusRefused || !strings.Contains(reasons(res), "the leader is server-b") {
+		t.Fatalf("drain_node on the follower: %s %v", res.Status, res.Reasons)
+	}
+	onLeader, _ := callOn(dB, "round_status", map[string]any{})
+	onFollower, fres := callOn(follower, "round_status", map[string]any{})
+	if fres.Status != StatusOK {
+		t.Fatalf("round_status on the follower: %s %v", fres.Status, fres.Reasons)
+	}
+	if diff := cmp.Diff(onLeader["round"], onFollower["round"]); diff != "" {
+		t.Errorf("the follower's round differs from the leader's (-leader +follower):\n%s", diff)
+	}
 }
 
 // electorsOn are server-a and server-b in one election on the fleet's
 // fake API server; server-a leads first.
 func electorsOn(t *testing.T, f *fleet) (a, b *leader.Elector) {
 	t.Helper()
-	mk := func(identity string) *leader.Elector {
-		e, err := leader.New(f.kube, leader.Config{Namespace: f.cfg.Kube.LeaseNamespace, Name: "mcp-patch-leader", WindowLease: windowlock.DefaultName,
-			Identity: identity, LeaseDuration: 5 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(e.Stop)
-		return e
-	}
-	a, b = mk("server-a"), mk("server-b")
+	a, b = mkElector(t, f, "server-a"), mkElector(t, f, "server-b")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	a.Start(t.Context())
@@ -205,4 +241,16 @@ func TestNewLeaderRefusesAJournalNotAsPublished(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(f.cfg.StateDir, "journals", fRound+".jsonl")); err == nil && st.Size() > 0 {
 		t.Errorf("server-b anchored a journal it refused (%d bytes)", st.Size())
 	}
+}
+
+// mkElector is a server's elector on the fleet's fake API server.
+func mkElector(t *testing.T, f *fleet, identity string) *leader.Elector {
+	t.Helper()
+	e, err := leader.New(f.kube, leader.Config{Namespace: f.cfg.Kube.LeaseNamespace, Name: "mcp-patch-leader", WindowLease: windowlock.DefaultName,
+		Identity: identity, LeaseDuration: 5 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop)
+	return e
 }

@@ -23,6 +23,8 @@ func roundHooks() *mcptool.Hooks[*Deps] {
 					fmt.Sprintf("the server runs in %s mode: %s tool %s is disabled", d.Mode, spec.Kind, spec.Name))
 			}
 			if spec.Kind == ReadOnly {
+				// A follower answers from the round as the remote holds it.
+				d.FollowRemote(ctx)
 				return nil
 			}
 			// Only the leader acts: a follower answers read-only tools

@@ -313,3 +313,30 @@ func (d *Service) importProofs(ctx context.Context, id string) (kept, refused in
 	}
 	return len(add), refused, d.proofStore().Import(id, add)
 }
+
+// FollowRemote brings a follower's working copy up to what the remote
+// holds before it answers a read-only call, so that its answers are the
+// leader's as of the leader's last push. The working copy of a follower is
+// a mirror of the remote (what only it held is kept aside, as at a
+// takeover); nothing of the round changes. A fetch that fails leaves the
+// answer to the copy as it is, logged.
+func (d *Service) FollowRemote(ctx context.Context) {
+	if !d.handsOver() || d.Book == nil || !d.Following() {
+		return
+	}
+	kc, err := d.KubeClients(ctx)
+	if err != nil {
+		return
+	}
+	pub, ok, err := windowlock.ReadPublished(ctx, kc.Kube, d.WindowLockConfig())
+	if err != nil || !ok {
+		return
+	}
+	repo, err := d.IntentRepo(pub.Round)
+	if err != nil {
+		return
+	}
+	if _, err := repo.TakeOver(ctx); err != nil {
+		d.Log.Warn("a follower answers from its copy of the round: the remote could not be fetched", "round", pub.Round, "err", err)
+	}
+}
