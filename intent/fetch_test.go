@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -431,5 +432,42 @@ func TestFetchOverSSH(t *testing.T) {
 	}
 	if !strings.Contains(srv.log.String(), "Accepted publickey for "+srv.user) {
 		t.Errorf("sshd log shows no public-key login:\n%s", srv.log)
+	}
+}
+
+// What a server wrote into the round's folder after its last commit is
+// kept aside and the folder put back to its commit, so that TakeOver
+// brings the remote's record; files outside the folder are left alone.
+func TestSetAsideKeepsWhatWasNotCommitted(t *testing.T) {
+	s := newSharedRemote(t, nil, nil)
+	commitJournal(t, s.a, s.dirA, "a1\n")
+	writeFile(t, filepath.Join(s.dirA, fetchJournal), "a1\na2-unpublished\n")
+	writeFile(t, filepath.Join(s.dirA, "rounds/2025-11/nodes/n-1.json"), "{}\n")
+	writeFile(t, filepath.Join(s.dirA, "README.md"), "a person's edit\n")
+	keep := filepath.Join(t.TempDir(), "kept")
+	got, err := s.a.SetAside("rounds/2025-11", keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{fetchJournal, "rounds/2025-11/nodes/n-1.json"}; !slices.Equal(got, want) {
+		t.Errorf("set aside %v, want %v", got, want)
+	}
+	if b := readFile(t, filepath.Join(s.dirA, fetchJournal)); b != "a1\n" {
+		t.Errorf("the journal is %q after SetAside", b)
+	}
+	if b := readFile(t, filepath.Join(keep, fetchJournal)); b != "a1\na2-unpublished\n" {
+		t.Errorf("kept journal %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(s.dirA, "rounds/2025-11/nodes/n-1.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the uncommitted node file is still there: %v", err)
+	}
+	if b := readFile(t, filepath.Join(s.dirA, "README.md")); b != "a person's edit\n" {
+		t.Errorf("a file outside the folder changed: %q", b)
+	}
+	// A staged change is not the server's: refused.
+	writeFile(t, filepath.Join(s.dirA, fetchJournal), "staged\n")
+	gitCLI(t, s.dirA, "add", fetchJournal)
+	if _, err := s.a.SetAside("rounds/2025-11", keep); !errors.Is(err, ErrDirty) {
+		t.Errorf("staged: %v, want ErrDirty", err)
 	}
 }

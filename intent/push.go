@@ -177,11 +177,13 @@ func (r *Repo) sshAuth(ep *transport.Endpoint) (*sshAuth, func(), error) {
 		methods = append(methods, ssh.PublicKeys(signers...))
 	}
 	closeAgent := func() {}
-	if o.UseAgent {
-		sock := os.Getenv("SSH_AUTH_SOCK")
-		if sock == "" {
-			return nil, nil, errors.New("ssh agent requested but SSH_AUTH_SOCK is not set")
-		}
+	// The agent is one way in among the key files: a server without one
+	// (a service, a pod) authenticates with its key files alone.
+	sock := os.Getenv("SSH_AUTH_SOCK")
+	if o.UseAgent && sock == "" && len(signers) == 0 {
+		return nil, nil, errors.New("ssh agent requested but SSH_AUTH_SOCK is not set, and no key file is configured")
+	}
+	if o.UseAgent && sock != "" {
 		conn, err := net.DialTimeout("unix", sock, o.DialTimeout)
 		if err != nil {
 			return nil, nil, fmt.Errorf("ssh agent: %w", err)

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/crypto/ssh"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +30,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/mcp-patch/mcp-patch/config"
+	"github.com/mcp-patch/mcp-patch/internal/testsupport/sshdtest"
+	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/lab/fleet"
 	"github.com/mcp-patch/mcp-patch/lab/fleet/machine"
 	"github.com/mcp-patch/mcp-patch/round"
@@ -49,6 +53,8 @@ const (
 	// takeoverBound is what every takeover must stay within: the lease
 	// duration and a retry period, and a margin for a loaded machine.
 	takeoverBound = 15 * time.Second
+	// leaderKillRound is the round the agent runs.
+	leaderKillRound = "2026-11"
 	// leaderWait bounds the router's wait for a live leader after a
 	// leader refusal or a server that died under a call.
 	leaderWait = 90 * time.Second
@@ -76,7 +82,7 @@ func TestKillTheLeaderAnywhere(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 
-	remote, copyB := intentRemote(t, l)
+	remote, copyB, knownHosts := intentRemote(t, l)
 	apiAddr, err := url.Parse(l.Cluster.Server)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +95,7 @@ func TestKillTheLeaderAnywhere(t *testing.T) {
 	}
 	for _, s := range []struct{ id, repo string }{{"lab-a", l.IntentRepo}, {"lab-b", copyB}} {
 		p := newAPIProxy(t, apiAddr.Host)
-		cfg := leaderConfig(t, l, s.id, s.repo, p.Addr())
+		cfg := leaderConfig(t, l, s.id, s.repo, p.Addr(), knownHosts)
 		h.proxies[s.id] = p
 		h.servers[s.id] = &leaderServer{id: s.id, bin: bin, configFile: cfg, level: level,
 			logFile: filepath.Join(l.Dir, "server-"+s.id+".log")}
@@ -103,7 +109,9 @@ func TestKillTheLeaderAnywhere(t *testing.T) {
 			}
 			for _, id := range h.ids {
 				t.Logf("last lines of %s's log:\n%s", id, tail(h.servers[id].logFile, 40))
+				t.Logf("%s's takeovers:\n%s", id, grepLog(h.servers[id].logFile, "took the round over", "set aside", "cut from the journal", "not published", "superseded"))
 			}
+			t.Logf("the remote's journal, steps:\n%s", remoteSteps(remote))
 		}
 	})
 	defer h.stopAll()
@@ -166,7 +174,7 @@ func TestKillTheLeaderAnywhere(t *testing.T) {
 			timer = time.AfterFunc(time.Duration(r.IntN(1500))*time.Millisecond, fire)
 		}
 		h.running.Store(true)
-		out, err := agent.Run(ctx, "2026-11")
+		out, err := agent.Run(ctx, leaderKillRound)
 		h.running.Store(false)
 		if timer == nil || timer.Stop() {
 			fire()
@@ -246,31 +254,54 @@ func TestKillTheLeaderAnywhere(t *testing.T) {
 // of the lab's working copy (server A's), added to it as origin, and a
 // second working copy cloned from it (server B's). It returns the bare
 // repository and B's working copy.
-func intentRemote(t *testing.T, l *Lab) (remote, copyB string) {
+//
+// The servers reach it over real SSH: an OpenSSH sshd on loopback that
+// lets the lab operator's key in, its host key in a known_hosts file the
+// servers' configs name (knownHosts), and each working copy's origin an
+// ssh:// URL to the bare repository.
+func intentRemote(t *testing.T, l *Lab) (remote, copyB, knownHosts string) {
 	t.Helper()
 	remote = filepath.Join(l.Dir, "intent-remote.git")
 	copyB = filepath.Join(l.Dir, "intent-b")
+	key, err := os.ReadFile(l.Fleet.OperatorKeyFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.ParsePrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshd := sshdtest.Start(t, sshdtest.Options{AuthorizedKeys: []ssh.PublicKey{signer.PublicKey()}})
+	knownHosts = filepath.Join(l.Dir, "intent-remote.known_hosts")
+	sshdtest.WriteKnownHosts(t, knownHosts, sshd)
+	me, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshURL := (&url.URL{Scheme: "ssh", User: url.User(me.Username), Host: sshd.Addr(), Path: remote}).String()
 	for _, step := range []struct {
 		dir  string
 		args []string
 	}{
 		{l.Dir, []string{"clone", "-q", "--bare", l.IntentRepo, remote}},
-		{l.IntentRepo, []string{"remote", "add", "origin", remote}},
 		{l.Dir, []string{"clone", "-q", remote, copyB}},
+		{l.IntentRepo, []string{"remote", "add", "origin", sshURL}},
+		{copyB, []string{"remote", "set-url", "origin", sshURL}},
 	} {
 		if err := git(step.dir, step.args...); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return remote, copyB
+	return remote, copyB, knownHosts
 }
 
 // leaderConfig writes server id's configuration: the lab's, with its own
-// identity, state directory and intent working copy, the intent remote,
+// identity, state directory and intent working copy, the intent remote
+// (its host key in knownHosts),
 // the election on, a window Lease that lapses within seconds, and a
 // kubeconfig that reaches the API server through apiAddr (its proxy).
 // The etcd endpoints stay direct.
-func leaderConfig(t *testing.T, l *Lab, id, repo, apiAddr string) string {
+func leaderConfig(t *testing.T, l *Lab, id, repo, apiAddr, knownHosts string) string {
 	t.Helper()
 	kc, err := clientcmd.LoadFromFile(l.ServiceAccountKubeconfig)
 	if err != nil {
@@ -295,6 +326,7 @@ func leaderConfig(t *testing.T, l *Lab, id, repo, apiAddr string) string {
 	c.IntentRepo = repo
 	c.Kubeconfig = kubeconfig
 	c.Git.Remote = "origin"
+	c.SSH.KnownHosts = append(slices.Clone(c.SSH.KnownHosts), knownHosts)
 	c.LeaderElection = config.LeaderElection{Enabled: true, LeaseName: config.DefaultLeaderLease,
 		LeaseDuration: config.Duration(leaderLeaseDuration), RenewDeadline: config.Duration(leaderRenewDeadline),
 		RetryPeriod: config.Duration(leaderRetryPeriod)}
@@ -605,12 +637,15 @@ func (h *leaderHarness) note(id, tool string, a leaderAnswer) {
 	}
 	h.trace = append(h.trace, call)
 	switch {
-	case tool == "plan_round" && (a.Status == "ok" || a.Status == "in_progress"):
-		h.sawRound = true
-	case tool != "round_status":
+	case tool != "round_status" && tool != "plan_round":
 	case a.Status != "refused":
-		h.sawRound = true
-	case h.sawRound && h.lostRound == "":
+		// Handed over only once the remote holds it: a plan whose commit
+		// never reached the remote (its leader lost the lead first) is
+		// planned again by the next leader, and that is no loss.
+		if !h.sawRound {
+			h.sawRound = h.publishedRound()
+		}
+	case tool == "round_status" && h.sawRound && h.lostRound == "":
 		h.lostRound = fmt.Sprintf("%s answered round_status with no round: %s", id, strings.Join(a.Reasons, "; "))
 	}
 }
@@ -636,6 +671,15 @@ func (h *leaderHarness) takeTrace() string {
 		i = j
 	}
 	return strings.Join(out, ", ")
+}
+
+// publishedRound says whether a leader published the round's journal
+// head on the window Lease (what a new leader adopts).
+func (h *leaderHarness) publishedRound() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, ok, err := windowlock.ReadPublished(ctx, h.kc, windowlock.Config{Namespace: h.ns, Identity: "leader-kill-test"})
+	return err == nil && ok && p.Round == leaderKillRound
 }
 
 // roundLost says which server answered round_status with no round after
@@ -825,7 +869,7 @@ func latestRound(t *testing.T, remote string, copies ...string) (string, *round.
 		most   = -1
 	)
 	for _, d := range dirs {
-		dir := filepath.Join(d, "rounds", "2026-11")
+		dir := filepath.Join(d, "rounds", leaderKillRound)
 		st, info, err := round.ReadState(dir)
 		if err != nil {
 			t.Logf("round record in %s: %v", d, err)
@@ -859,18 +903,30 @@ func latestRound(t *testing.T, remote string, copies ...string) (string, *round.
 var destructiveSteps = map[round.Step]bool{round.StepDrain: true, round.StepInstall: true, round.StepTrialBoot: true,
 	round.StepPromote: true, round.StepAutoremove: true}
 
-// approvedTwice counts the destructive steps an approval started a
-// second time. One approval may start several steps: a GPU server's
-// window approval (approvals.gpu_servers: per_window) covers each step
-// of its window once. So an action run twice is the same approval
-// starting the same step on the same node again.
+// approvedTwice counts the destructive steps started a second time. One
+// approval may start several steps: a GPU server's window approval
+// (approvals.gpu_servers: per_window) covers each step of its window
+// once. So an action run twice is the same approval starting the same
+// step on the same node again, or a step started again on a node where
+// it had already finished (a round without kills starts each once; a
+// start again while the step is in flight is a restart after its host
+// showed that nothing began, which is no second action).
 func approvedTwice(t *testing.T, recs []round.Record) int {
 	t.Helper()
 	seen := map[string]uint64{}
+	done := map[string]uint64{}
 	twice := 0
 	for _, rec := range recs {
+		where := string(rec.Step) + " " + rec.Node
+		if rec.Kind == round.KindStepFinished && destructiveSteps[rec.Step] {
+			done[where] = rec.Seq
+		}
 		if rec.Kind != round.KindStepStarted || !destructiveSteps[rec.Step] {
 			continue
+		}
+		if fin, ok := done[where]; ok {
+			twice++
+			t.Errorf("%s of %s started again (seq %d) after it finished (seq %d): an action run twice", rec.Step, rec.Node, rec.Seq, fin)
 		}
 		if rec.ApprovalID == "" {
 			t.Errorf("step_started %s of %s (seq %d) carries no approval", rec.Step, rec.Node, rec.Seq)
@@ -922,4 +978,40 @@ func tail(path string, n int) string {
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// grepLog is the lines of a server's log holding any of words.
+func grepLog(path string, words ...string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, w := range words {
+			if strings.Contains(line, w) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// remoteSteps lists the step records of the round's journal on the
+// remote's working branch: seq, kind, step, node, approval.
+func remoteSteps(remote string) string {
+	raw, err := exec.Command("git", "--git-dir", remote, "show", "mcp-patch/round-"+leaderKillRound+":rounds/"+leaderKillRound+"/"+round.JournalFile).Output()
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		var r round.Record
+		if json.Unmarshal([]byte(line), &r) != nil || (r.Step == "" && r.Kind != round.KindSessionOpened) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d %s %s %s %s %s", r.Seq, r.Kind, r.Step, r.Node, r.ApprovalID, r.Detail))
+	}
+	return strings.Join(out, "\n")
 }

@@ -729,7 +729,15 @@ func RestoreFromAnchor(dir, anchorDir string) (RestoreReport, error) {
 // (the round's closed or open state, a status view). The journal must be
 // a prefix of the anchor (the writer anchors a record before it writes
 // it, and may append while this reads); anything else is a *TamperError.
-func CheckAnchored(dir, anchorDir string) error {
+func CheckAnchored(dir, anchorDir string) error { return checkAnchored(dir, anchorDir, false) }
+
+// CheckReproduced is CheckAnchored for a journal no writer holds: the
+// journal must hold exactly the records of its anchor, no fewer (a server
+// that takes a round over keeps its own anchor only when it reproduces
+// what the remote holds, else adopts the published head).
+func CheckReproduced(dir, anchorDir string) error { return checkAnchored(dir, anchorDir, true) }
+
+func checkAnchored(dir, anchorDir string, exactly bool) error {
 	dir = filepath.Clean(dir)
 	id := filepath.Base(dir)
 	data, err := ReadJournal(dir)
@@ -752,7 +760,15 @@ func CheckAnchored(dir, anchorDir string) error {
 		}
 		return &TamperError{Round: id, Seq: uint64(len(want)) + 1, Found: describeLine(extra.line), Reason: "a record the server never wrote"}
 	}
-	return firstDifference(id, lines, want)
+	if err := firstDifference(id, lines, want); err != nil {
+		return err
+	}
+	if exactly && len(want) > len(lines) {
+		missing := want[len(lines)]
+		return &TamperError{Round: id, Seq: missing.Seq, Found: "nothing", Want: describeLine([]byte(missing.Line)),
+			Reason: fmt.Sprintf("%d records the server wrote are missing", len(want)-len(lines))}
+	}
+	return nil
 }
 
 // lockJournal opens the round's live journal file in dir (flag adds to

@@ -23,8 +23,9 @@ func roundHooks() *mcptool.Hooks[*Deps] {
 					fmt.Sprintf("the server runs in %s mode: %s tool %s is disabled", d.Mode, spec.Kind, spec.Name))
 			}
 			if spec.Kind == ReadOnly {
-				// A follower answers from the round as the remote holds it.
-				d.FollowRemote(ctx)
+				// Where another server may have written the round, it is
+				// answered as the remote holds it.
+				d.SyncForRead(ctx)
 				return nil
 			}
 			// Only the leader acts: a follower answers read-only tools

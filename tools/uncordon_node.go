@@ -54,7 +54,7 @@ func UncordonNode() Tool {
 			}
 			return UncordonOut{Result: Result{Reasons: []string{in.Node + " is schedulable again"}, NextAction: "Call round_status for the next step."}}, nil
 		}
-		if st.Owner == nil || st.Owner.Identity != d.Identity {
+		if st.Owner == nil || st.Owner.Identity != d.ActorIdentity() {
 			return UncordonOut{}, Refuse("Leave it: only the person or tool that cordoned the node may uncordon it.",
 				fmt.Sprintf("%s was not cordoned by this server (%s)", in.Node, st.Describe()), "nothing was changed")
 		}
@@ -79,7 +79,7 @@ func UncordonNode() Tool {
 		if err := s.Begin(round.StepUncordon, in.Node); err != nil {
 			return UncordonOut{}, err
 		}
-		res, err := drain.Uncordon(ctx, kc.Kube, in.Node, d.Identity)
+		res, err := drain.Uncordon(ctx, kc.Kube, in.Node, d.ActorIdentity())
 		if err != nil {
 			return UncordonOut{Uncordon: &res}, errors.Join(Fail("Tell a person: the node could not be uncordoned.", "uncordon "+in.Node+": "+err.Error()),
 				s.Fail(round.StepUncordon, in.Node, err.Error()))

@@ -43,6 +43,21 @@ func (d *Service) LeaseKeeper(ctx context.Context) (*window.LeaseKeeper, error) 
 	return d.keeper.keeper, nil
 }
 
+// renewLease ends the keeper of an earlier term (with leader election,
+// a server that led before: its keeper's holding, which it could not
+// renew while it followed, is not this term's), so that the next window
+// step holds the window Lease afresh, taking it over from a server that
+// no longer leads (supersedes).
+func (d *Service) renewLease() {
+	d.keeper.mu.Lock()
+	k := d.keeper.keeper
+	d.keeper.keeper = nil
+	d.keeper.mu.Unlock()
+	if k != nil {
+		k.Close()
+	}
+}
+
 // keptLease is the keeper when one was made, without making one.
 func (d *Service) keptLease() *window.LeaseKeeper {
 	d.keeper.mu.Lock()

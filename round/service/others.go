@@ -60,7 +60,7 @@ func (d *Service) watchOthers(ctx context.Context, s *window.Round, w *window.Wi
 		d.others.watch = &actors.Watch{Now: d.Clock}
 	}
 	wt := d.others.watch
-	wt.Kube, wt.Dynamic, wt.Identity, wt.Kured, wt.Self = kc.Kube, kc.Dynamic, d.Identity, kured, self
+	wt.Kube, wt.Dynamic, wt.Identity, wt.Kured, wt.Self = kc.Kube, kc.Dynamic, d.ActorIdentity(), kured, self
 	w.Others = wt
 	w.Claims = &actors.Claims{Kube: kc.Kube, Kured: kured, TakeLock: oa == nil || oa.Kured.TakesLock(),
 		LockID: self.KuredLockID, Round: s.ID, Now: d.Clock}
@@ -78,7 +78,7 @@ func (d *Service) watchOthers(ctx context.Context, s *window.Round, w *window.Wi
 // othersSettings are kured's lock and how this server shows itself to the
 // others, from the intent's other_actors (nil: the defaults).
 func (d *Service) othersSettings(oa *intent.OtherActorsSettings) (actors.KuredRef, actors.Self) {
-	kured, self := actors.DefaultKured, actors.Self{KuredLockID: "mcp-patch:" + d.Identity}
+	kured, self := actors.DefaultKured, actors.Self{KuredLockID: "mcp-patch:" + d.ActorIdentity()}
 	if oa != nil {
 		if oa.Kured != nil {
 			kured = actors.KuredRef{Namespace: oa.Kured.Namespace, Name: oa.Kured.DaemonSet, Annotation: oa.Kured.LockAnnotation}
@@ -98,7 +98,7 @@ func (d *Service) planOthers(kc *kube.Clients, st intent.Settings) preflight.Oth
 		return nil
 	}
 	kured, self := d.othersSettings(st.OtherActors)
-	return &actors.Watch{Kube: kc.Kube, Dynamic: kc.Dynamic, Identity: d.Identity, Kured: kured, Self: self, Now: d.Clock}
+	return &actors.Watch{Kube: kc.Kube, Dynamic: kc.Dynamic, Identity: d.ActorIdentity(), Kured: kured, Self: self, Now: d.Clock}
 }
 
 // ReleaseKuredLock gives kured's lock back as the round ends (close_round,

@@ -268,7 +268,7 @@ func (d *Service) UncordonIfOurs(ctx context.Context, roundID, node string) (boo
 	if err != nil {
 		return false, "left cordoned: " + err.Error()
 	}
-	return drain.UncordonIfOurs(ctx, kc.Kube, node, d.Identity, roundID)
+	return drain.UncordonIfOurs(ctx, kc.Kube, node, d.ActorIdentity(), roundID)
 }
 
 // CurrentRoundID is the open round, else this month.

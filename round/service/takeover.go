@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcp-patch/mcp-patch/answer"
+	"github.com/mcp-patch/mcp-patch/intent"
 	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/round"
 	"github.com/mcp-patch/mcp-patch/round/book"
@@ -57,6 +58,9 @@ type Takeover struct {
 	// TakeOver).
 	From, To   string `json:"-"`
 	Superseded string `json:"superseded,omitempty"`
+	// SetAside are the round's files this server wrote after its last
+	// commit, kept in its state directory (superseded/<time>/).
+	SetAside []string `json:"set_aside,omitempty"`
 	// Adopted is the published head's record adopted (0: this server's
 	// own anchor reproduced the journal, nothing to adopt).
 	Adopted uint64 `json:"adopted,omitempty"`
@@ -185,6 +189,7 @@ func (d *Service) takeOver(ctx context.Context, f *Fenced) error {
 		return nil
 	}
 	start := time.Now()
+	d.renewLease()
 	t, err := d.catchUp(ctx)
 	if err != nil {
 		d.Log.Error("this server leads but cannot take the round over from the remote: nothing runs", "term", term, "err", err)
@@ -224,25 +229,17 @@ func (d *Service) catchUp(ctx context.Context) (Takeover, error) {
 		return Takeover{}, err
 	}
 	t := Takeover{Round: pub.Round}
-	repo, err := d.IntentRepo(pub.Round)
-	if err != nil {
-		return t, err
-	}
-	fr, err := repo.TakeOver(ctx)
-	if err != nil {
-		return t, fmt.Errorf("bring the working copy up to the intent remote: %w", err)
-	}
-	t.From, t.To, t.Superseded = fr.From, fr.To, fr.Superseded
-	if fr.Superseded != "" {
-		d.Log.Warn("this server's working branch held commits the remote does not; the remote's record wins, they are kept for a person",
-			"round", pub.Round, "kept_in", fr.Superseded)
-	}
-	// Journals held open read the files before the fetch.
+	// Journals held open read the files before they change.
 	if err := d.Book.Close(); err != nil {
 		return t, err
 	}
+	fr, aside, err := d.mirror(ctx, pub.Round)
+	if err != nil {
+		return t, err
+	}
+	t.From, t.To, t.Superseded, t.SetAside = fr.From, fr.To, fr.Superseded, aside
 	dir := d.Book.Dir(pub.Round)
-	if err := round.CheckAnchored(dir, d.Book.AnchorDir); err != nil {
+	if err := round.CheckReproduced(dir, d.Book.AnchorDir); err != nil {
 		if !errors.Is(err, round.ErrTampered) {
 			return t, err
 		}
@@ -314,12 +311,37 @@ func (d *Service) importProofs(ctx context.Context, id string) (kept, refused in
 	return len(add), refused, d.proofStore().Import(id, add)
 }
 
+// SyncForRead brings this server's copy of the round up to what the
+// remote holds before it answers a read-only call, where another server
+// may have written the round since: a follower mirrors the remote; a
+// leader at the first call of its term takes the round over first, so
+// that what it answers is what it will act on. Nothing of the round
+// changes; a failure leaves the answer to the copy as it is, logged.
+func (d *Service) SyncForRead(ctx context.Context) {
+	if !d.handsOver() || d.Book == nil {
+		return
+	}
+	l, err := d.Leadership(ctx)
+	if err != nil || l == nil {
+		return
+	}
+	if l.IsLeader() {
+		f, err := l.Admit(ctx)
+		if err == nil {
+			err = d.takeOver(ctx, &Fenced{l: l, fence: f})
+		}
+		if err != nil {
+			d.Log.Warn("the leader answers from its copy of the round: it could not take the round over yet", "err", err)
+		}
+		return
+	}
+	d.FollowRemote(ctx)
+}
+
 // FollowRemote brings a follower's working copy up to what the remote
-// holds before it answers a read-only call, so that its answers are the
-// leader's as of the leader's last push. The working copy of a follower is
-// a mirror of the remote (what only it held is kept aside, as at a
-// takeover); nothing of the round changes. A fetch that fails leaves the
-// answer to the copy as it is, logged.
+// holds, so that its answers are the leader's as of the leader's last
+// push. The working copy of a follower is a mirror of the remote (what
+// only it held is kept aside, as at a takeover).
 func (d *Service) FollowRemote(ctx context.Context) {
 	if !d.handsOver() || d.Book == nil || !d.Following() {
 		return
@@ -332,11 +354,49 @@ func (d *Service) FollowRemote(ctx context.Context) {
 	if err != nil || !ok {
 		return
 	}
-	repo, err := d.IntentRepo(pub.Round)
-	if err != nil {
-		return
-	}
-	if _, err := repo.TakeOver(ctx); err != nil {
+	if _, _, err := d.mirror(ctx, pub.Round); err != nil {
 		d.Log.Warn("a follower answers from its copy of the round: the remote could not be fetched", "round", pub.Round, "err", err)
 	}
+}
+
+// mirror brings the working copy's round folder to what the remote holds:
+// what this server wrote there after its last commit is set aside (kept
+// in its state directory for a person), then the remote's branch is taken
+// (intent's TakeOver: the remote wins).
+func (d *Service) mirror(ctx context.Context, id string) (intent.FetchResult, []string, error) {
+	repo, err := d.IntentRepo(id)
+	if err != nil {
+		return intent.FetchResult{}, nil, err
+	}
+	keep := filepath.Join(d.Config.StateDir, "superseded", strconv.FormatInt(time.Now().UnixNano(), 10))
+	aside, err := repo.SetAside(filepath.ToSlash(filepath.Join("rounds", id)), keep)
+	if err != nil {
+		return intent.FetchResult{}, nil, fmt.Errorf("set aside what this server wrote after its last commit: %w", err)
+	}
+	if len(aside) > 0 {
+		d.Log.Warn("this server's uncommitted records of the round are set aside; the remote's record wins", "round", id,
+			"files", aside, "kept_in", keep)
+	}
+	fr, err := repo.TakeOver(ctx)
+	if err != nil {
+		return fr, aside, fmt.Errorf("bring the working copy up to the intent remote: %w", err)
+	}
+	if fr.Superseded != "" {
+		d.Log.Warn("this server's working branch held commits the remote does not; the remote's record wins, they are kept for a person",
+			"round", id, "kept_in", fr.Superseded)
+	}
+	return fr, aside, nil
+}
+
+// ActorIdentity is who this server is to the rest of the cluster: the
+// name its cordons, kured's lock and its maintenance requests carry. With
+// leader election on, the servers of one election are one actor, named
+// after their leader Lease (<namespace>/<lease_name>), so that the next
+// leader finds the cordon and the lock of the window in flight its own;
+// else the server's identity.
+func (d *Service) ActorIdentity() string {
+	if d.Config == nil || !d.Config.LeaderElection.Enabled {
+		return d.Identity
+	}
+	return d.Config.Kube.LeaseNamespace + "/" + d.Config.LeaderElection.LeaseName
 }

@@ -321,7 +321,7 @@ func (d *Service) drainTimeout(s *window.Round) time.Duration {
 
 // DrainOptions are the round's drain options over the server's defaults.
 func (d *Service) DrainOptions(s *window.Round) window.DrainOptions {
-	return s.DrainOptions(window.DrainDefaults{Identity: d.Identity, Timeout: d.Config.Kube.DrainTimeout.D(),
+	return s.DrainOptions(window.DrainDefaults{Identity: d.ActorIdentity(), Timeout: d.Config.Kube.DrainTimeout.D(),
 		EvictRetry: d.Config.Kube.EvictRetry.D(), Log: d.Log})
 }
 
