@@ -493,6 +493,24 @@ func TestCheckAnchoredReadsBesideTheWriter(t *testing.T) {
 	}
 }
 
+// CheckReproduced wants the journal to hold every record of its anchor:
+// a journal one record short (a prefix, which CheckAnchored accepts beside
+// a writer) is what a server taking the round over must adopt instead.
+func TestCheckReproducedWantsEveryRecord(t *testing.T) {
+	_, dir, anchors, _ := stoppedRound(t, 512)
+	if err := CheckReproduced(dir, anchors); err != nil {
+		t.Fatalf("check of the journal as written: %v", err)
+	}
+	lines := journalLines(t, dir, JournalFile)
+	writeLines(t, dir, JournalFile, lines[:len(lines)-1])
+	if err := CheckAnchored(dir, anchors); err != nil {
+		t.Fatalf("CheckAnchored of a prefix: %v", err)
+	}
+	if err := CheckReproduced(dir, anchors); !errors.Is(err, ErrTampered) || !strings.Contains(err.Error(), "1 records the server wrote are missing") {
+		t.Fatalf("CheckReproduced of a prefix = %v, want tampered, one missing", err)
+	}
+}
+
 // A step in flight that never began on its host starts again under a
 // fresh approval only while the round runs: a person's signature on the
 // step is not a resume (found by the hostile agent, seed 78).

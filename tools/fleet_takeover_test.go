@@ -3,9 +3,11 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,9 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube/leader"
 	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/round"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // A leader dies with an install in flight on cp-1; the other server, on
@@ -253,4 +258,62 @@ func mkElector(t *testing.T, f *fleet, identity string) *leader.Elector {
 	}
 	t.Cleanup(e.Stop)
 	return e
+}
+
+// An approved step's start that cannot be published where the next
+// leader finds it does nothing: the host sees no install, the answer says
+// why, and once the window Lease takes the head again a fresh signature
+// starts the install, once.
+func TestAStartNotPublishedDoesNothing(t *testing.T) {
+	f := newFleet(t, func(c *config.Config) {
+		c.Git.Remote = "origin"
+		c.LeaderElection.Enabled = true
+		c.LeaderElection.LeaseDuration = config.Duration(time.Minute)
+	})
+	bare := filepath.Join(t.TempDir(), "intent.git")
+	gitRun(t, filepath.Dir(bare), "clone", "-q", "--bare", f.repo, bare)
+	gitRun(t, f.repo, "remote", "add", "origin", bare)
+	a, _ := electorsOn(t, f)
+	f.d.Leader = a
+	f.planned()
+	f.preflight("cp-1")
+	if _, res := f.approve("drain_node", map[string]any{"node": "cp-1"}); res.Status != StatusOK {
+		t.Fatalf("drain: %s %v", res.Status, res.Reasons)
+	}
+	// The API server refuses every new journal head from now on.
+	var refuse atomic.Bool
+	refuse.Store(true)
+	f.kube.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		l, ok := action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		if ok && refuse.Load() && l.Annotations[windowlock.AnnotationJournalSeq] != "" {
+			old, err := f.kube.Tracker().Get(coordinationv1.SchemeGroupVersion.WithResource("leases"), l.Namespace, l.Name)
+			if err == nil && old.(*coordinationv1.Lease).Annotations[windowlock.AnnotationJournalSeq] != l.Annotations[windowlock.AnnotationJournalSeq] {
+				return true, nil, errors.New("etcdserver: request timed out")
+			}
+		}
+		return false, nil, nil
+	})
+	installs := func() int {
+		n := 0
+		for _, act := range f.host("cp-1").Actions {
+			if strings.Contains(act.What, "install") {
+				n++
+			}
+		}
+		return n
+	}
+	_, res := f.approve("install_updates", map[string]any{"node": "cp-1"})
+	if res.Status == StatusInProgress || res.Status == StatusOK || !strings.Contains(reasons(res), "not published") {
+		t.Fatalf("install with its start unpublished: %s %v", res.Status, res.Reasons)
+	}
+	if installs() != 0 {
+		t.Fatalf("the host saw %v", f.host("cp-1").Actions)
+	}
+	refuse.Store(false)
+	if _, res := f.approve("install_updates", map[string]any{"node": "cp-1"}); res.Status != StatusInProgress {
+		t.Fatalf("install with the API server back: %s %v", res.Status, res.Reasons)
+	}
+	if installs() != 1 {
+		t.Fatalf("the host saw the install %d times", installs())
+	}
 }

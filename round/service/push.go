@@ -16,8 +16,9 @@ type pushKeeping struct {
 	mu         sync.Mutex
 	hash, fail string
 	// published is the last commit whose journal head this server
-	// published on the window Lease (takeover.go).
-	published string
+	// published on the window Lease (takeover.go); unpublished says why
+	// the last one could not be.
+	published, unpublished string
 }
 
 // pushWatch is the Committer the round's commits go through: it notes
@@ -56,7 +57,7 @@ func (d *Service) UnpushedReason() string {
 	d.pushes.mu.Lock()
 	defer d.pushes.mu.Unlock()
 	if d.pushes.fail == "" {
-		return ""
+		return d.pushes.unpublished
 	}
 	words := "the round's record (commit " + short(d.pushes.hash) + ") is not on the intent remote " + d.Config.Git.Remote + ": " + d.pushes.fail
 	if d.Config.PushRequired() {

@@ -122,11 +122,12 @@ func (d *Service) publishHead(ctx context.Context, id string, h round.Head, comm
 	d.pushes.mu.Lock()
 	defer d.pushes.mu.Unlock()
 	if err != nil {
-		d.pushes.hash, d.pushes.fail = commit, "the journal's head at it is not published on the window Lease: "+err.Error()
+		d.pushes.unpublished = "the round's record (commit " + short(commit) + ") is on the intent remote, but the journal's head at it is not published on the window Lease: " +
+			err.Error() + "; no approved step starts until its start is published"
 		d.Log.Warn("the round's journal head is not published", "round", id, "commit", commit, "err", err)
 		return
 	}
-	d.pushes.published = commit
+	d.pushes.published, d.pushes.unpublished = commit, ""
 }
 
 func (d *Service) publish(ctx context.Context, p windowlock.Published) error {
@@ -144,8 +145,8 @@ func (d *Service) unpublished(commit string) string {
 	if d.pushes.published == commit {
 		return ""
 	}
-	if d.pushes.fail != "" {
-		return d.pushes.fail
+	if d.pushes.unpublished != "" {
+		return d.pushes.unpublished
 	}
 	return "the journal's head at commit " + short(commit) + " is not published on the window Lease"
 }
