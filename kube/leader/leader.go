@@ -49,6 +49,10 @@ type Config struct {
 	// RetryPeriod is the pause between attempts; RenewDeadline must
 	// exceed 1.2 of it.
 	RetryPeriod time.Duration
+	// OnStopped, when set, runs each time this server stops leading (its
+	// renewals ran past RenewDeadline, or it stepped down): the work it
+	// had in flight stops at its next safe point.
+	OnStopped func()
 }
 
 func (c Config) validate() error {
@@ -159,6 +163,9 @@ func (e *Elector) stopped() {
 	e.mu.Unlock()
 	if was {
 		e.log.Warn("this server no longer leads: it refuses destructive steps")
+		if e.cfg.OnStopped != nil {
+			e.cfg.OnStopped()
+		}
 	}
 }
 

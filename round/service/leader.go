@@ -72,7 +72,8 @@ func (d *Service) Leadership(ctx context.Context) (Leadership, error) {
 		window.Name = windowlock.DefaultName
 	}
 	e, err := leader.New(kc.Kube, leader.Config{Namespace: d.Config.Kube.LeaseNamespace, Name: le.LeaseName, WindowLease: window.Name,
-		Identity: d.Identity, LeaseDuration: le.LeaseDuration.D(), RenewDeadline: le.RenewDeadline.D(), RetryPeriod: le.RetryPeriod.D()},
+		Identity: d.Identity, LeaseDuration: le.LeaseDuration.D(), RenewDeadline: le.RenewDeadline.D(), RetryPeriod: le.RetryPeriod.D(),
+		OnStopped: d.loseLease},
 		d.Log, d.Clock)
 	if err != nil {
 		return nil, err

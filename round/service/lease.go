@@ -58,6 +58,17 @@ func (d *Service) renewLease() {
 	}
 }
 
+// loseLease gives the window Lease up as lost when this server stops
+// leading: the step it has in flight stops at its next safe point (no
+// further eviction, no further wait on the host), its record stays with
+// this server (a follower commits nothing), and the next leader takes the
+// window over and follows the step by observing the node.
+func (d *Service) loseLease() {
+	if k := d.keptLease(); k != nil {
+		k.Lose("this server no longer leads")
+	}
+}
+
 // keptLease is the keeper when one was made, without making one.
 func (d *Service) keptLease() *window.LeaseKeeper {
 	d.keeper.mu.Lock()

@@ -273,6 +273,30 @@ func (k *LeaseKeeper) Release(ctx context.Context, roundID, node string) error {
 	return k.Lease.Release(ctx, roundID, node)
 }
 
+// Lose ends the holding as lost for why (with leader election, this
+// server no longer leads): the steps bound to it are cancelled with
+// ErrLeaseLost at their next safe point, and it is renewed no more; the
+// next leader takes the window over.
+func (k *LeaseKeeper) Lose(why string) {
+	k.mu.Lock()
+	c := k.cur
+	k.cur = nil
+	if c != nil {
+		if c.lost == nil {
+			c.lost = fmt.Errorf("%w: %s", ErrLeaseLost, why)
+		}
+		for _, cancelStep := range c.steps {
+			cancelStep(c.lost)
+		}
+		k.endLocked(c)
+	}
+	k.mu.Unlock()
+	if c != nil {
+		k.log().Warn("window Lease given up: the work in flight stops", "round", c.round, "node", c.node, "why", why)
+		<-c.done
+	}
+}
+
 // Close stops renewing without releasing (a server shutting down: the
 // Lease lapses, and the same identity takes it again when it starts).
 func (k *LeaseKeeper) Close() {

@@ -133,6 +133,27 @@ func TestKeeperCancelsTheStepOnALostLease(t *testing.T) {
 	}
 }
 
+// A server that stops leading gives its window Lease up as lost: the
+// step bound to it is cancelled with the loss as its cause, and Check
+// refuses from then on.
+func TestKeeperLoseCancelsTheStep(t *testing.T) {
+	k := &window.LeaseKeeper{Lease: newCounting(), Timing: window.LeaseTiming{Renew: time.Hour, Duration: 2 * time.Hour}}
+	ctx, done, err := k.Hold(context.Background(), "2026-12", "gpu-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	k.Lose("this server no longer leads")
+	<-ctx.Done()
+	if lost := window.LostLease(ctx); !errors.Is(lost, window.ErrLeaseLost) || !strings.Contains(lost.Error(), "no longer leads") {
+		t.Fatalf("cause of the cancelled step: %v", context.Cause(ctx))
+	}
+	if err := k.Check("2026-12", "gpu-1"); !errors.Is(err, window.ErrLeaseLost) {
+		t.Fatalf("Check after Lose: %v", err)
+	}
+	k.Lose("again") // nothing held: nothing to do
+}
+
 // Renewals that keep failing until the Lease would lapse are a loss too;
 // failures within the duration are retried.
 func TestKeeperGivesUpBeforeTheLeaseLapses(t *testing.T) {
