@@ -253,20 +253,9 @@ func (r *Repo) planFastForward(ctx context.Context, repo *git.Repository, gitDir
 		return nil, fmt.Errorf("read HEAD: %w", err)
 	}
 	ff.switchHead = headSym.Type() != plumbing.SymbolicReference || headSym.Target() != branchRef
-	var headTree *object.Tree
-	head, err := repo.Head()
-	switch {
-	case errors.Is(err, plumbing.ErrReferenceNotFound):
-	case err != nil:
-		return nil, fmt.Errorf("read HEAD: %w", err)
-	default:
-		c, err := repo.CommitObject(head.Hash())
-		if err != nil {
-			return nil, fmt.Errorf("read commit %s: %w", head.Hash(), err)
-		}
-		if headTree, err = c.Tree(); err != nil {
-			return nil, fmt.Errorf("read tree of %s: %w", head.Hash(), err)
-		}
+	headTree, err := headTree(repo)
+	if err != nil {
+		return nil, err
 	}
 	remoteTree, err := remoteCommit.Tree()
 	if err != nil {

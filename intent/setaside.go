@@ -54,20 +54,9 @@ func (r *Repo) SetAside(dir, keepIn string) ([]string, error) {
 	if len(paths) == 0 {
 		return nil, nil
 	}
-	var tree *object.Tree
-	head, err := repo.Head()
-	switch {
-	case errors.Is(err, plumbing.ErrReferenceNotFound):
-	case err != nil:
-		return nil, fmt.Errorf("read HEAD: %w", err)
-	default:
-		c, err := repo.CommitObject(head.Hash())
-		if err != nil {
-			return nil, fmt.Errorf("read commit %s: %w", head.Hash(), err)
-		}
-		if tree, err = c.Tree(); err != nil {
-			return nil, fmt.Errorf("read tree of %s: %w", head.Hash(), err)
-		}
+	tree, err := headTree(repo)
+	if err != nil {
+		return nil, err
 	}
 	root, err := os.OpenRoot(r.root)
 	if err != nil {
@@ -132,4 +121,24 @@ func (r *Repo) restoreFromTree(repo *git.Repository, root *os.Root, tree *object
 		mode = 0o755
 	}
 	return atomicWrite(root, p, data, mode)
+}
+
+// headTree is the tree of HEAD's commit; nil while HEAD is unborn.
+func headTree(repo *git.Repository) (*object.Tree, error) {
+	head, err := repo.Head()
+	switch {
+	case errors.Is(err, plumbing.ErrReferenceNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read HEAD: %w", err)
+	}
+	c, err := repo.CommitObject(head.Hash())
+	if err != nil {
+		return nil, fmt.Errorf("read commit %s: %w", head.Hash(), err)
+	}
+	tree, err := c.Tree()
+	if err != nil {
+		return nil, fmt.Errorf("read tree of %s: %w", head.Hash(), err)
+	}
+	return tree, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mcp-patch/mcp-patch/kube/leader"
 	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/round/book"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -29,17 +30,8 @@ import (
 // leader used. The host sees the install once; the next step runs under a
 // new signature on the new leader; the old leader, back, follows.
 func TestNewLeaderResumesTheInstallInFlight(t *testing.T) {
-	f := newFleet(t, func(c *config.Config) {
-		c.Git.Remote = "origin"
-		c.LeaderElection.Enabled = true
-		c.LeaderElection.LeaseDuration = config.Duration(time.Minute)
-	})
-	bare := filepath.Join(t.TempDir(), "intent.git")
-	gitRun(t, filepath.Dir(bare), "clone", "-q", "--bare", f.repo, bare)
-	gitRun(t, f.repo, "remote", "add", "origin", bare)
-	a, b := electorsOn(t, f)
+	f, bare, a, b := takeoverFleet(t)
 	dA := f.d
-	dA.Leader = a
 
 	f.planned()
 	f.preflight("cp-1")
@@ -72,9 +64,12 @@ func TestNewLeaderResumesTheInstallInFlight(t *testing.T) {
 		t.Fatalf("the remote's journal or the published head lacks the install's start: %+v", pub)
 	}
 
-	// server-a is gone (its process ended): server-b leads.
+	// server-a is gone (its process ended): server-b leads. Someone with
+	// push rights adds a proof nobody signed (the install's, moved to
+	// gpu-2) to the round's folder on the remote.
 	a.Stop()
 	f.stop()
+	forgeProof(t, bare, branch, "cp-1", "gpu-2")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	if err := b.Wait(ctx, true); err != nil {
@@ -114,6 +109,18 @@ func TestNewLeaderResumesTheInstallInFlight(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(repoB, "rounds", fRound, "proofs.jsonl")); err != nil {
 		t.Fatalf("the proofs do not travel with the round: %v", err)
+	}
+	kept, err := book.Proofs{Dir: book.ProofsDir(dB.Config.StateDir)}.All(fRound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range kept {
+		if p.Node == "gpu-2" {
+			t.Fatalf("server-b kept a proof nobody signed: %s of %s, approval %s", p.Tool, p.Node, p.ApprovalID)
+		}
+	}
+	if len(kept) == 0 {
+		t.Fatal("server-b kept no proof of server-a's")
 	}
 
 	// server-a comes back, on its own working copy and state directory:
@@ -159,6 +166,23 @@ func TestNewLeaderResumesTheInstallInFlight(t *testing.T) {
 	}
 }
 
+// takeoverFleet is the fleet rig with leader election on and a bare
+// intent remote: server-a (f.d) leads, server-b's elector (b) follows.
+func takeoverFleet(t *testing.T) (f *fleet, bare string, a, b *leader.Elector) {
+	t.Helper()
+	f = newFleet(t, func(c *config.Config) {
+		c.Git.Remote = "origin"
+		c.LeaderElection.Enabled = true
+		c.LeaderElection.LeaseDuration = config.Duration(time.Minute)
+	})
+	bare = filepath.Join(t.TempDir(), "intent.git")
+	gitRun(t, filepath.Dir(bare), "clone", "-q", "--bare", f.repo, bare)
+	gitRun(t, f.repo, "remote", "add", "origin", bare)
+	a, b = electorsOn(t, f)
+	f.d.Leader = a
+	return f, bare, a, b
+}
+
 // electorsOn are server-a and server-b in one election on the fleet's
 // fake API server; server-a leads first.
 func electorsOn(t *testing.T, f *fleet) (a, b *leader.Elector) {
@@ -179,20 +203,10 @@ func electorsOn(t *testing.T, f *fleet) (a, b *leader.Elector) {
 
 // What the remote holds is a mailbox: a journal edited there after the
 // leader published its head is not adopted, and the new leader does
-// nothing until a person looks; a proof whose signature does not verify
-// is not kept.
+// nothing until a person looks.
 func TestNewLeaderRefusesAJournalNotAsPublished(t *testing.T) {
-	f := newFleet(t, func(c *config.Config) {
-		c.Git.Remote = "origin"
-		c.LeaderElection.Enabled = true
-		c.LeaderElection.LeaseDuration = config.Duration(time.Minute)
-	})
-	bare := filepath.Join(t.TempDir(), "intent.git")
-	gitRun(t, filepath.Dir(bare), "clone", "-q", "--bare", f.repo, bare)
-	gitRun(t, f.repo, "remote", "add", "origin", bare)
-	a, b := electorsOn(t, f)
+	f, bare, a, b := takeoverFleet(t)
 	dA := f.d
-	dA.Leader = a
 	f.planned()
 	f.preflight("cp-1")
 	if _, res := f.approve("drain_node", map[string]any{"node": "cp-1"}); res.Status != StatusOK {
@@ -265,16 +279,7 @@ func mkElector(t *testing.T, f *fleet, identity string) *leader.Elector {
 // why, and once the window Lease takes the head again a fresh signature
 // starts the install, once.
 func TestAStartNotPublishedDoesNothing(t *testing.T) {
-	f := newFleet(t, func(c *config.Config) {
-		c.Git.Remote = "origin"
-		c.LeaderElection.Enabled = true
-		c.LeaderElection.LeaseDuration = config.Duration(time.Minute)
-	})
-	bare := filepath.Join(t.TempDir(), "intent.git")
-	gitRun(t, filepath.Dir(bare), "clone", "-q", "--bare", f.repo, bare)
-	gitRun(t, f.repo, "remote", "add", "origin", bare)
-	a, _ := electorsOn(t, f)
-	f.d.Leader = a
+	f, _, _, _ := takeoverFleet(t)
 	f.planned()
 	f.preflight("cp-1")
 	if _, res := f.approve("drain_node", map[string]any{"node": "cp-1"}); res.Status != StatusOK {
@@ -316,4 +321,25 @@ func TestAStartNotPublishedDoesNothing(t *testing.T) {
 	if installs() != 1 {
 		t.Fatalf("the host saw the install %d times", installs())
 	}
+}
+
+// forgeProof pushes to the remote's branch a copy of the last proof of
+// the round with node from replaced by to (in the request too): its
+// signature no longer verifies.
+func forgeProof(t *testing.T, bare, branch, from, to string) {
+	t.Helper()
+	edit := filepath.Join(t.TempDir(), "forge")
+	gitRun(t, filepath.Dir(edit), "clone", "-q", "-b", branch, bare, edit)
+	path := filepath.Join(edit, "rounds", fRound, "proofs.jsonl")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	forged := strings.ReplaceAll(lines[len(lines)-1], from, to)
+	if err := os.WriteFile(path, append(raw, []byte(forged+"\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitRun(t, edit, "commit", "-qam", "add a proof")
+	gitRun(t, edit, "push", "-q", "origin", branch)
 }

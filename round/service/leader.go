@@ -89,15 +89,22 @@ func (d *Service) Leadership(ctx context.Context) (Leadership, error) {
 // an election and does not lead now: what it answers then changes nothing
 // of the round the leader writes.
 func (d *Service) Following() bool {
-	l := d.Leader
-	if l == nil {
-		d.leader.mu.Lock()
-		if e := d.leader.elector; e != nil {
-			l = e
-		}
-		d.leader.mu.Unlock()
-	}
+	l := d.started()
 	return l != nil && !l.IsLeader()
+}
+
+// started is the election this server takes part in, without starting
+// it: nil when leader election is off or not started yet.
+func (d *Service) started() Leadership {
+	if d.Leader != nil {
+		return d.Leader
+	}
+	d.leader.mu.Lock()
+	defer d.leader.mu.Unlock()
+	if e := d.leader.elector; e != nil {
+		return e
+	}
+	return nil
 }
 
 // CloseLeader ends this server's part in the election; a leader lets

@@ -98,12 +98,7 @@ func (d *Service) supersedes(holder string) bool {
 	if d.Config == nil || !d.Config.LeaderElection.Enabled {
 		return false
 	}
-	d.leader.mu.Lock()
-	var l Leadership = d.Leader
-	if l == nil && d.leader.elector != nil {
-		l = d.leader.elector
-	}
-	d.leader.mu.Unlock()
+	l := d.started()
 	return l != nil && l.IsLeader() && holder != l.Identity()
 }
 
