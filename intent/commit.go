@@ -754,10 +754,14 @@ func (r *Repo) readIndex(gitDir string) (*indexFile, error) {
 }
 
 // indexLock is git's index.lock, held for the whole write so that a git
-// command running at the same time fails instead of racing us.
+// command running at the same time fails instead of racing us. While it
+// is held, owner (indexlock.go) marks the lock as this process's, so that
+// a lock left by a server killed in the middle of a write is told from a
+// person's git command and cleared.
 type indexLock struct {
 	path, index string
 	f           *os.File
+	owner       *lockOwner
 	done        bool
 }
 
@@ -765,12 +769,26 @@ func lockIndex(gitDir string) (*indexLock, error) {
 	p := filepath.Join(gitDir, "index.lock")
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if errors.Is(err, fs.ErrExist) {
+		cleared, cerr := clearStaleLock(gitDir, p)
+		if cerr != nil {
+			return nil, fmt.Errorf("lock index: %w", cerr)
+		}
+		if cleared {
+			f, err = os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		}
+	}
+	if errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("%w: %s exists: another git process is working in this repository (remove it only if no git process is running)", ErrBusy, p)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock index: %w", err)
 	}
-	return &indexLock{path: p, index: filepath.Join(gitDir, "index"), f: f}, nil
+	owner, err := ownLock(gitDir, f)
+	if err != nil {
+		err = errors.Join(err, f.Close(), os.Remove(p))
+		return nil, fmt.Errorf("lock index: %w", err)
+	}
+	return &indexLock{path: p, index: filepath.Join(gitDir, "index"), f: f, owner: owner}, nil
 }
 
 func (l *indexLock) commit(ix *indexFile) error {
@@ -797,7 +815,7 @@ func (l *indexLock) commit(ix *indexFile) error {
 		return err
 	}
 	l.done = true
-	return nil
+	return l.owner.release()
 }
 
 // release removes the lock file we created, unless it became the index.
@@ -807,6 +825,7 @@ func (l *indexLock) release() {
 	}
 	if !l.done {
 		_ = os.Remove(l.path)
+		_ = l.owner.release()
 	}
 }
 

@@ -31,10 +31,12 @@ import (
 
 	"github.com/mcp-patch/mcp-patch/config"
 	"github.com/mcp-patch/mcp-patch/internal/testsupport/sshdtest"
+	"github.com/mcp-patch/mcp-patch/kube/leader"
 	"github.com/mcp-patch/mcp-patch/kube/windowlock"
 	"github.com/mcp-patch/mcp-patch/lab/fleet"
 	"github.com/mcp-patch/mcp-patch/lab/fleet/machine"
 	"github.com/mcp-patch/mcp-patch/round"
+	"github.com/mcp-patch/mcp-patch/tools"
 )
 
 // The election's timing in this test: short, so that a takeover takes
@@ -222,6 +224,10 @@ func TestKillTheLeaderAnywhere(t *testing.T) {
 		}
 	}
 	h.stopAll()
+	// The soak and the close: lab-a comes back in process, on the lab's
+	// clock (the soak is 48 h), takes the round over from the remote as
+	// the next leader and closes it.
+	closeAfterTheKills(ctx, t, l, h.servers["lab-a"].configFile)
 
 	if len(events) < 20 {
 		t.Errorf("the round reached the soak after %d events; the test wants at least 20", len(events))
@@ -231,6 +237,9 @@ func TestKillTheLeaderAnywhere(t *testing.T) {
 	// branch and the two working copies (the servers are stopped).
 	dir, st, recs := latestRound(t, remote, l.IntentRepo, copyB)
 	t.Logf("round record read from %s (%d records)", dir, len(recs))
+	if !st.Closed {
+		t.Errorf("the round's record on the remote is not closed (phase after %d records)", len(recs))
+	}
 	lost = 0
 	for _, n := range st.Nodes {
 		if n.Window != round.WindowClosed {
@@ -1014,4 +1023,72 @@ func remoteSteps(remote string) string {
 		out = append(out, fmt.Sprintf("%d %s %s %s %s %s", r.Seq, r.Kind, r.Step, r.Node, r.ApprovalID, r.Detail))
 	}
 	return strings.Join(out, "\n")
+}
+
+// closeAfterTheKills runs the rest of the round (the soak, autoremove,
+// the lesson and the close) on server configFile built in process with
+// the lab's clock: it begins a term as leader after the two processes
+// ended, takes the round over from the remote and closes it. Its elector
+// keeps real time (the Leases do), its round the lab's.
+func closeAfterTheKills(ctx context.Context, t *testing.T, l *Lab, configFile string) {
+	t.Helper()
+	raw, err := os.ReadFile(configFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.DefaultConfig()
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	d, cleanup, err := tools.Build(ctx, &cfg, testLog(t), func(string) string { return "" }, l.Clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	kc, err := d.KubeClients(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	le := cfg.LeaderElection
+	e, err := leader.New(kc.Kube, leader.Config{Namespace: cfg.Kube.LeaseNamespace, Name: le.LeaseName, WindowLease: windowlock.DefaultName,
+		Identity: cfg.Identity, LeaseDuration: le.LeaseDuration.D(), RenewDeadline: le.RenewDeadline.D(), RetryPeriod: le.RetryPeriod.D()}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start(ctx)
+	defer e.Stop()
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := e.Wait(wait, true); err != nil {
+		t.Fatalf("%s does not lead after the others stopped: %v", cfg.Identity, err)
+	}
+	d.Leader = e
+	srv := tools.NewServer(tools.Builtin(), d, "lab")
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := srv.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "lab-agent", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	agent := &Agent{Session: cs, Sign: l.Sign, Wait: l.Clock.AdvanceTo, Poll: 50 * time.Millisecond,
+		BeforeClose: func(ctx context.Context) error {
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "record_lesson", Arguments: map[string]any{
+				"component": "os-layer", "kind": "lesson", "round": leaderKillRound,
+				"text": "Round " + leaderKillRound + " ran through leader kills and partitions; each new leader took it over from the intent remote.",
+			}})
+			if err != nil || res.IsError {
+				return fmt.Errorf("record_lesson before close: %v %v", err, res)
+			}
+			return nil
+		}}
+	out, err := agent.Run(ctx, leaderKillRound)
+	if err != nil || !out.Closed {
+		t.Fatalf("%s after the kills: closed %v, stopped %+v, err %v (steps %q)", cfg.Identity, out.Closed, out.Stopped, err, out.Steps)
+	}
+	t.Logf("%s took the round over after the kills and closed it in %d calls", cfg.Identity, out.Calls)
 }
