@@ -70,19 +70,11 @@ func TestNewLeaderResumesTheInstallInFlight(t *testing.T) {
 	a.Stop()
 	f.stop()
 	forgeProof(t, bare, branch, "cp-1", "gpu-2")
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := b.Wait(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	repoB := filepath.Join(t.TempDir(), "intent-b")
-	gitRun(t, filepath.Dir(repoB), "clone", "-q", "-b", "main", bare, repoB)
 	cluster, hosts := dA.Cluster, dA.Hosts
 	repoA, stateA := f.cfg.IntentRepo, f.cfg.StateDir
-	f.cfg.IntentRepo, f.cfg.StateDir, f.cfg.Identity = repoB, t.TempDir(), "server-b"
-	f.repo = repoB
-	dB := f.build()
-	dB.Cluster, dB.Hosts, dB.Leader = cluster, hosts, b
+	dB, repoB := f.serverB(t, bare, dA, b)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 
 	// The install is followed, not run again: no new signature.
 	if _, res := f.call("install_updates", map[string]any{"node": "cp-1"}); res.Status != StatusInProgress {
@@ -183,6 +175,26 @@ func takeoverFleet(t *testing.T) (f *fleet, bare string, a, b *leader.Elector) {
 	return f, bare, a, b
 }
 
+// serverB waits until b leads, then builds server-b as f's server: its own
+// working copy (a clone of bare's main), its own state directory, the
+// cluster and hosts of dA, elector b. It answers the server and its copy.
+func (f *fleet) serverB(t *testing.T, bare string, dA *Deps, b *leader.Elector) (*Deps, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := b.Wait(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	repoB := filepath.Join(t.TempDir(), "intent-b")
+	gitRun(t, filepath.Dir(repoB), "clone", "-q", "-b", "main", bare, repoB)
+	cluster, hosts := dA.Cluster, dA.Hosts
+	f.cfg.IntentRepo, f.cfg.StateDir, f.cfg.Identity = repoB, t.TempDir(), "server-b"
+	f.repo = repoB
+	dB := f.build()
+	dB.Cluster, dB.Hosts, dB.Leader = cluster, hosts, b
+	return dB, repoB
+}
+
 // electorsOn are server-a and server-b in one election on the fleet's
 // fake API server; server-a leads first.
 func electorsOn(t *testing.T, f *fleet) (a, b *leader.Elector) {
@@ -237,18 +249,7 @@ func TestNewLeaderRefusesAJournalNotAsPublished(t *testing.T) {
 	gitRun(t, edit, "commit", "-qam", "tidy the journal")
 	gitRun(t, edit, "push", "-q", "origin", branch)
 
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := b.Wait(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	repoB := filepath.Join(t.TempDir(), "intent-b")
-	gitRun(t, filepath.Dir(repoB), "clone", "-q", "-b", "main", bare, repoB)
-	cluster, hosts := dA.Cluster, dA.Hosts
-	f.cfg.IntentRepo, f.cfg.StateDir, f.cfg.Identity = repoB, t.TempDir(), "server-b"
-	f.repo = repoB
-	dB := f.build()
-	dB.Cluster, dB.Hosts, dB.Leader = cluster, hosts, b
+	f.serverB(t, bare, dA, b)
 	before := len(f.host("cp-1").Actions)
 	_, res := f.call("install_updates", map[string]any{"node": "cp-1"})
 	if res.Status != StatusRefused || !strings.Contains(reasons(res), "not what was published") || !strings.Contains(reasons(res), "nothing was executed") {
