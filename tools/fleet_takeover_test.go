@@ -199,18 +199,7 @@ func (f *fleet) serverB(t *testing.T, bare string, dA *Deps, b *leader.Elector) 
 // fake API server; server-a leads first.
 func electorsOn(t *testing.T, f *fleet) (a, b *leader.Elector) {
 	t.Helper()
-	a, b = mkElector(t, f, "server-a"), mkElector(t, f, "server-b")
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	a.Start(t.Context())
-	if err := a.Wait(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	b.Start(t.Context())
-	if err := b.Observed(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return a, b
+	return startPair(t, mkElector(t, f, "server-a"), mkElector(t, f, "server-b"))
 }
 
 // What the remote holds is a mailbox: a journal edited there after the
@@ -266,13 +255,7 @@ func TestNewLeaderRefusesAJournalNotAsPublished(t *testing.T) {
 // mkElector is a server's elector on the fleet's fake API server.
 func mkElector(t *testing.T, f *fleet, identity string) *leader.Elector {
 	t.Helper()
-	e, err := leader.New(f.kube, leader.Config{Namespace: f.cfg.Kube.LeaseNamespace, Name: "mcp-patch-leader", WindowLease: windowlock.DefaultName,
-		Identity: identity, LeaseDuration: 5 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Stop)
-	return e
+	return newElector(t, f.kube, f.cfg.Kube.LeaseNamespace, identity, 5*time.Second, 3*time.Second, 500*time.Millisecond)
 }
 
 // An approved step's start that cannot be published where the next

@@ -14,6 +14,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/mcp-patch/mcp-patch/config"
@@ -159,15 +160,27 @@ func electors(t *testing.T) (a, b *leader.Elector) {
 	t.Helper()
 	kc := fake.NewClientset()
 	mk := func(identity string) *leader.Elector {
-		e, err := leader.New(kc, leader.Config{Namespace: "kube-system", Name: "mcp-patch-leader", WindowLease: "mcp-patch-window",
-			Identity: identity, LeaseDuration: time.Minute, RenewDeadline: 40 * time.Second, RetryPeriod: time.Second}, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(e.Stop)
-		return e
+		return newElector(t, kc, "kube-system", identity, time.Minute, 40*time.Second, time.Second)
 	}
-	a, b = mk("server-a"), mk("server-b")
+	return startPair(t, mk("server-a"), mk("server-b"))
+}
+
+// newElector is identity's elector on kc, stopped when the test ends.
+func newElector(t *testing.T, kc kubernetes.Interface, ns, identity string, lease, renew, retry time.Duration) *leader.Elector {
+	t.Helper()
+	e, err := leader.New(kc, leader.Config{Namespace: ns, Name: "mcp-patch-leader", WindowLease: "mcp-patch-window",
+		Identity: identity, LeaseDuration: lease, RenewDeadline: renew, RetryPeriod: retry}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop)
+	return e
+}
+
+// startPair starts a and waits until it leads, then starts b and waits
+// until it has seen the leader.
+func startPair(t *testing.T, a, b *leader.Elector) (*leader.Elector, *leader.Elector) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	a.Start(t.Context())
